@@ -1,0 +1,101 @@
+"""Tree drafters: the PyTorch reference (``backend="torch"``) and registered faster back ends."""
+
+from __future__ import annotations
+
+from typing import Callable
+
+import torch
+
+from ..config import TreeConfig
+from ..heads.base import DraftHead
+from .reference import TorchDraftBackend, check_draft_inputs
+from .tree import DraftTree, build_tree_buffers, rank_topk, select_tree_nodes, selected_parents
+
+__all__ = [
+    "DraftTree",
+    "TreeDrafter",
+    "register_draft_backend",
+    "available_draft_backends",
+    "build_tree_buffers",
+    "check_draft_inputs",
+    "rank_topk",
+    "select_tree_nodes",
+    "selected_parents",
+]
+
+_BACKENDS: dict[str, Callable] = {"torch": TorchDraftBackend}
+
+
+def register_draft_backend(name: str, factory: Callable) -> None:
+    """Register ``factory(head, tree_config, **options)`` as drafter back end ``name``."""
+    _BACKENDS[name] = factory
+
+
+def available_draft_backends() -> list[str]:
+    _load_builtin_backends()
+    return sorted(_BACKENDS)
+
+
+def _load_builtin_backends() -> None:
+    # The Triton back end registers itself on import; importing lazily keeps ``import eagle_triton`` light.
+    if "triton" not in _BACKENDS:
+        try:
+            from .. import fused  # noqa: F401
+        except ImportError:
+            pass
+
+
+class TreeDrafter:
+    """Drafts EAGLE-2 dynamic trees with a draft head, keeping the draft KV across calls like SafeAILab EAGLE.
+
+    Parameters
+    ----------
+    head: an :class:`~eagle_triton.Eagle3DraftHead` or :class:`~eagle_triton.Eagle1DraftHead`.
+    tree_config: the tree shape (``TreeConfig(60, 7, 10)`` by default).
+    backend: ``"torch"`` (the reference, the oracle) or ``"triton"`` (the fused kernel).
+
+    Examples
+    --------
+    >>> drafter = TreeDrafter(head, TreeConfig(60, 7, 10))          # doctest: +SKIP
+    >>> tree = drafter.draft(features, torch.cat([prompt, root], 1))  # doctest: +SKIP
+    >>> tree.draft_tokens.shape, tree.retrieve_indices.shape          # doctest: +SKIP
+    (torch.Size([1, 60]), torch.Size([R, C]))
+    """
+
+    def __init__(self, head: DraftHead, tree_config: TreeConfig | None = None, backend: str = "torch", **options):
+        if not isinstance(head, DraftHead):
+            raise TypeError(f"head must be an EAGLE draft head, got {type(head).__name__}")
+        self.head = head
+        self.tree_config = tree_config or TreeConfig()
+        if backend not in _BACKENDS:
+            _load_builtin_backends()
+        if backend not in _BACKENDS:
+            raise ValueError(f"unknown drafter backend {backend!r}; available: {sorted(_BACKENDS)}")
+        self.backend = backend
+        self._impl = _BACKENDS[backend](head, self.tree_config, **options)
+
+    def reset(self) -> None:
+        """Forget the draft KV (call at the start of every generation)."""
+        self._impl.reset()
+
+    @property
+    def kv_len(self) -> int:
+        """Rows (accepted positions) currently held in the draft KV."""
+        return self._impl.kv_len
+
+    @property
+    def stable_kv(self):
+        return self._impl.stable_kv
+
+    def draft(self, hidden_states: torch.Tensor, input_ids: torch.Tensor, sampling: bool = False) -> DraftTree:
+        """Draft one tree.
+
+        Parameters
+        ----------
+        hidden_states: ``[1, S, W]`` target features of the ``S`` accepted rows not yet in the draft KV
+            (``W = 3 * Ht`` for EAGLE-3, ``Ht`` for EAGLE-1).
+        input_ids: ``[1, L + 1]`` all accepted tokens plus the just-sampled root token, ``S = L - kv_len``.
+        sampling: order ``retrieve_indices`` rows lexicographically (for sampling verification) instead of by
+            leaf index (greedy).
+        """
+        return self._impl.draft(hidden_states, input_ids, sampling=sampling)

@@ -1,0 +1,17 @@
+"""EAGLE draft heads (EAGLE-3 and EAGLE-1/2) and their checkpoint format."""
+
+from .base import DraftHead, detect_head_kind, load_draft_head
+from .checkpoint import CheckpointError
+from .config import DraftHeadConfig
+from .eagle1 import Eagle1DraftHead
+from .eagle3 import Eagle3DraftHead
+
+__all__ = [
+    "CheckpointError",
+    "DraftHead",
+    "DraftHeadConfig",
+    "Eagle1DraftHead",
+    "Eagle3DraftHead",
+    "detect_head_kind",
+    "load_draft_head",
+]

@@ -1,0 +1,109 @@
+"""EAGLE-3 draft head: fused low/mid/high target features, one midlayer over [emb, hidden], reduced vocabulary."""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from .base import DraftHead
+from .config import DraftHeadConfig
+from .layers import MLP, Attention, RMSNorm, build_attention_mask
+
+__all__ = ["Eagle3DraftHead"]
+
+
+class Eagle3DecoderLayer(nn.Module):
+    """The midlayer: attention over ``[input_layernorm(emb), hidden_norm(h)]`` (2H wide), residual on ``h``."""
+
+    def __init__(self, config: DraftHeadConfig):
+        super().__init__()
+        eps = config.rms_norm_eps
+        self.self_attn = Attention(config, in_features=2 * config.hidden_size)
+        self.mlp = MLP(config)
+        self.hidden_norm = RMSNorm(config.hidden_size, eps)
+        self.input_layernorm = RMSNorm(config.hidden_size, eps)
+        self.post_attention_layernorm = RMSNorm(config.hidden_size, eps)
+
+    def forward(self, emb, h, position_ids, attention_mask, past_key_value):
+        residual = h
+        x = torch.cat((self.input_layernorm(emb), self.hidden_norm(h)), dim=-1)
+        attn, present = self.self_attn(x, position_ids, attention_mask, past_key_value)
+        h = residual + attn
+        h = h + self.mlp(self.post_attention_layernorm(h))
+        return h, present
+
+
+class Eagle3DraftHead(DraftHead):
+    """EAGLE-3 draft head (SafeAILab ``cnets.Model``).
+
+    Inputs are either the three concatenated target taps ``[B, S, 3 * Ht]`` (projected by ``fc``) or the head's
+    own un-normalised output ``[B, S, H]`` fed back during tree expansion (``fc`` skipped, decided by width as in
+    the reference). Logits are ``lm_head(norm(h))`` over the draft vocabulary; :meth:`draft_to_target` maps draft
+    ids to target ids through ``d2t``.
+
+    Shapes for the Llama-3.1-8B head: H = Ht = 4096, 32 heads, 8 KV heads, I = 14336, V = 128256, Vd = 32000.
+    """
+
+    kind = "eagle3"
+
+    def __init__(self, config: DraftHeadConfig):
+        super().__init__(config)
+        if config.num_hidden_layers != 1:
+            raise ValueError(f"EAGLE-3 heads have one midlayer; config says num_hidden_layers={config.num_hidden_layers}")
+        H = config.hidden_size
+        self.embed_tokens = nn.Embedding(config.vocab_size, H, config.pad_token_id)
+        self.embed_tokens.weight.requires_grad_(False)
+        self.fc = nn.Linear(3 * config.feature_size, H, bias=False)
+        self.midlayer = Eagle3DecoderLayer(config)
+        self.norm = RMSNorm(H, config.rms_norm_eps)
+        self.lm_head = nn.Linear(H, config.effective_draft_vocab, bias=False)
+        self.register_buffer("d2t", torch.zeros(config.effective_draft_vocab, dtype=torch.long))
+        self.register_buffer("t2d", torch.zeros(config.vocab_size, dtype=torch.bool))
+
+    # -- properties used by drafters and the engine ---------------------------------------------------------
+    @property
+    def feature_width(self) -> int:
+        return 3 * self.config.feature_size
+
+    @property
+    def draft_vocab_size(self) -> int:
+        return self.config.effective_draft_vocab
+
+    @property
+    def has_vocab_map(self) -> bool:
+        return self.config.effective_draft_vocab != self.config.vocab_size
+
+    @property
+    def embed_is_external(self) -> bool:
+        # The published heads take embed_tokens from the target unless the draft is narrower than the target.
+        return self.config.target_hidden_size is None
+
+    def forward(
+        self,
+        hidden_states: torch.Tensor,
+        input_ids: torch.Tensor,
+        position_ids: torch.Tensor | None = None,
+        past_key_values: tuple[tuple[torch.Tensor, torch.Tensor], ...] | None = None,
+        tree_mask: torch.Tensor | None = None,
+    ) -> tuple[torch.Tensor, tuple[tuple[torch.Tensor, torch.Tensor], ...]]:
+        """One draft forward. Returns the un-normalised output ``[B, S, H]`` and the grown KV ``((k, v),)``."""
+        bsz, seq, width = hidden_states.shape
+        self._check_inputs(hidden_states, input_ids, allowed_widths=(self.feature_width, self.config.hidden_size))
+        past_len = 0 if past_key_values is None else past_key_values[0][0].shape[2]
+        position_ids = self._positions(position_ids, past_len, seq, hidden_states.device)
+        mask = build_attention_mask(seq, past_len, tree_mask, hidden_states.device)
+        with torch.no_grad():
+            emb = self.embed_tokens(input_ids)
+        emb = emb.to(hidden_states.dtype)
+        h = self.fc(hidden_states) if width != emb.shape[-1] else hidden_states
+        past = None if past_key_values is None else past_key_values[0]
+        h, present = self.midlayer(emb, h, position_ids, mask, past)
+        return h, (present,)
+
+    def compute_logits(self, h: torch.Tensor) -> torch.Tensor:
+        return self.lm_head(self.norm(h))
+
+    def draft_to_target(self, ids: torch.Tensor) -> torch.Tensor:
+        if not self.has_vocab_map:
+            return ids
+        return ids + self.d2t[ids]

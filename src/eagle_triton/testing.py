@@ -1,0 +1,91 @@
+"""Helpers that build random draft heads and inputs (tests, demos and benchmarks; no downloads)."""
+
+from __future__ import annotations
+
+import torch
+
+from .heads import DraftHeadConfig, Eagle1DraftHead, Eagle3DraftHead
+
+__all__ = ["random_eagle3_head", "random_eagle1_head", "llama31_8b_eagle3_config"]
+
+
+def llama31_8b_eagle3_config() -> DraftHeadConfig:
+    """The published Llama-3.1-8B-Instruct EAGLE-3 head's configuration (no rope_theta: base 10000)."""
+    return DraftHeadConfig(
+        hidden_size=4096, intermediate_size=14336, num_attention_heads=32, num_key_value_heads=8, vocab_size=128256,
+        draft_vocab_size=32000, rms_norm_eps=1e-5, max_position_embeddings=2048, pad_token_id=0,
+        architectures=["LlamaForCausalLMEagle3"], bias=False,
+    )
+
+
+def _randomize(module: torch.nn.Module, generator: torch.Generator, std: float) -> None:
+    with torch.no_grad():
+        for name, p in module.named_parameters():
+            if name.endswith("norm.weight") or "layernorm" in name:
+                p.copy_(1.0 + 0.1 * torch.randn(p.shape, generator=generator))
+            else:
+                p.copy_(std * torch.randn(p.shape, generator=generator))
+
+
+def random_eagle3_head(
+    hidden_size: int = 64,
+    intermediate_size: int = 96,
+    num_attention_heads: int = 4,
+    num_key_value_heads: int = 2,
+    vocab_size: int = 256,
+    draft_vocab_size: int | None = 96,
+    target_hidden_size: int | None = None,
+    rope_theta: float | None = None,
+    seed: int | None = None,
+    dtype: torch.dtype = torch.float32,
+    std: float = 0.1,
+    config: DraftHeadConfig | None = None,
+) -> Eagle3DraftHead:
+    """An EAGLE-3 head with random weights and a random sorted draft vocabulary (``d2t``/``t2d``)."""
+    g = torch.Generator().manual_seed(seed if seed is not None else torch.seed() % 2**31)
+    cfg = config or DraftHeadConfig(
+        hidden_size=hidden_size, intermediate_size=intermediate_size, num_attention_heads=num_attention_heads,
+        num_key_value_heads=num_key_value_heads, vocab_size=vocab_size, draft_vocab_size=draft_vocab_size,
+        target_hidden_size=target_hidden_size, rope_theta=rope_theta, rms_norm_eps=1e-5,
+        architectures=["LlamaForCausalLMEagle3"],
+    )
+    head = Eagle3DraftHead(cfg)
+    _randomize(head, g, std)
+    with torch.no_grad():
+        head.embed_tokens.weight.copy_(torch.randn(head.embed_tokens.weight.shape, generator=g))
+        if head.has_vocab_map:
+            used = torch.randperm(cfg.vocab_size, generator=g)[: cfg.effective_draft_vocab].sort().values
+            head.d2t.copy_(used - torch.arange(used.numel()))
+            head.t2d.zero_()
+            head.t2d[used] = True
+    return head.to(dtype).eval()
+
+
+def random_eagle1_head(
+    hidden_size: int = 64,
+    intermediate_size: int = 96,
+    num_attention_heads: int = 4,
+    num_key_value_heads: int = 2,
+    vocab_size: int = 256,
+    num_hidden_layers: int = 1,
+    bias: bool = True,
+    rope_theta: float | None = 10000.0,
+    seed: int | None = None,
+    dtype: torch.dtype = torch.float32,
+    std: float = 0.1,
+) -> Eagle1DraftHead:
+    """An EAGLE-1 head with random weights and a random target ``lm_head`` attached."""
+    g = torch.Generator().manual_seed(seed if seed is not None else torch.seed() % 2**31)
+    cfg = DraftHeadConfig(
+        hidden_size=hidden_size, intermediate_size=intermediate_size, num_attention_heads=num_attention_heads,
+        num_key_value_heads=num_key_value_heads, vocab_size=vocab_size, num_hidden_layers=num_hidden_layers,
+        bias=bias, rope_theta=rope_theta, rms_norm_eps=1e-5,
+    )
+    lm_head = torch.nn.Linear(hidden_size, vocab_size, bias=False)
+    with torch.no_grad():
+        lm_head.weight.copy_(std * 4 * torch.randn(lm_head.weight.shape, generator=g))
+    head = Eagle1DraftHead(cfg, lm_head=lm_head.to(dtype))
+    _randomize(head, g, std)
+    with torch.no_grad():
+        head.embed_tokens.weight.copy_(torch.randn(head.embed_tokens.weight.shape, generator=g))
+    return head.to(dtype).eval()
