@@ -1,0 +1,100 @@
+"""Shared launch helpers for the Triton ops (no CUDA calls at import time).
+
+Everything here is host-side Python: environment probes, block-size arithmetic, capture detection and the
+tensor checks every ``op.py`` repeats. Kernels themselves never import this module.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+
+import torch
+
+__all__ = [
+    "is_interpreter",
+    "next_power_of_2",
+    "cdiv",
+    "num_sms",
+    "is_capturing",
+    "check_tensor",
+    "dtype_of",
+]
+
+
+def is_interpreter() -> bool:
+    """True when Triton runs kernels in its CPU interpreter (``TRITON_INTERPRET=1``).
+
+    Launchers use it to shrink tiles to what the interpreter handles quickly (STYLE.md section 4).
+    """
+    return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
+
+
+def next_power_of_2(n: int) -> int:
+    """Smallest power of two ``>= n`` (1 for ``n <= 1``)."""
+    n = int(n)
+    return 1 if n <= 1 else 1 << (n - 1).bit_length()
+
+
+def cdiv(a: int, b: int) -> int:
+    """Ceiling division of non-negative integers."""
+    return -(-int(a) // int(b))
+
+
+@functools.lru_cache(maxsize=None)
+def _num_sms(index: int) -> int:
+    return torch.cuda.get_device_properties(index).multi_processor_count
+
+
+def num_sms(device: torch.device | str | None = None) -> int:
+    """Streaming multiprocessors on ``device`` (cached); 8 on CPU so that interpreter grids stay small."""
+    device = torch.device(device) if device is not None else None
+    if device is None or device.type != "cuda":
+        return 8
+    return _num_sms(device.index if device.index is not None else torch.cuda.current_device())
+
+
+def is_capturing(device: torch.device | None = None) -> bool:
+    """True while a CUDA graph is being captured on the current stream (host syncs are illegal then)."""
+    if device is not None and torch.device(device).type != "cuda":
+        return False
+    if not torch.cuda.is_available():
+        return False
+    return bool(torch.cuda.is_current_stream_capturing())
+
+
+def dtype_of(name: str, t: torch.Tensor, allowed: tuple[torch.dtype, ...]) -> None:
+    """Raise ``TypeError`` naming ``name`` unless ``t.dtype`` is one of ``allowed``."""
+    if t.dtype not in allowed:
+        names = ", ".join(str(d).replace("torch.", "") for d in allowed)
+        raise TypeError(f"{name} must have dtype in ({names}), got {str(t.dtype).replace('torch.', '')}")
+
+
+def check_tensor(
+    name: str,
+    t: torch.Tensor,
+    ndim: int | None = None,
+    shape: tuple | None = None,
+    dtypes: tuple[torch.dtype, ...] | None = None,
+    device: torch.device | None = None,
+    last_dim_contiguous: bool = False,
+) -> None:
+    """Validate one tensor argument; errors name the argument and the offending property.
+
+    ``shape`` entries may be ``None`` (any size). ``last_dim_contiguous`` asks for stride 1 on the last dim, which
+    is what the kernels' 16-byte vector loads need.
+    """
+    if not isinstance(t, torch.Tensor):
+        raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
+    if ndim is not None and t.dim() != ndim:
+        raise ValueError(f"{name} must have {ndim} dims, got shape {list(t.shape)}")
+    if shape is not None:
+        if t.dim() != len(shape) or any(s is not None and int(s) != d for s, d in zip(shape, t.shape)):
+            want = "[" + ", ".join("*" if s is None else str(int(s)) for s in shape) + "]"
+            raise ValueError(f"{name} must have shape {want}, got {list(t.shape)}")
+    if dtypes is not None:
+        dtype_of(name, t, dtypes)
+    if device is not None and t.device != torch.device(device):
+        raise ValueError(f"{name} is on {t.device} but the other inputs are on {device}")
+    if last_dim_contiguous and t.dim() > 0 and t.shape[-1] > 1 and t.stride(-1) != 1:
+        raise ValueError(f"{name} must be contiguous in its last dim (stride {t.stride(-1)})")
