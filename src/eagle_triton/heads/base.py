@@ -112,6 +112,8 @@ class DraftHead(nn.Module):
         (EAGLE-3 or EAGLE-1) is detected; on a subclass a checkpoint of the other kind is an error.
         """
         root = Path(path)
+        if not root.is_dir():
+            raise CheckpointError(f"draft head checkpoint {root} is not a directory")
         cfg_path = root / "config.json"
         if not cfg_path.is_file():
             raise CheckpointError(f"draft head checkpoint {root} has no config.json")
