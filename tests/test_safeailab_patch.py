@@ -1,0 +1,79 @@
+"""patch_ea_model_with_triton_drafter on a stand-in with SafeAILab's attribute layout."""
+
+import pytest
+import torch
+
+from eagle_triton import TreeConfig
+from eagle_triton.integrations.safeailab import head_from_ea_layer, patch_ea_model_with_triton_drafter
+from eagle_triton.testing import random_eagle3_head
+from safeailab_standin import EaModelStandIn
+
+
+def test_head_shares_the_ea_layer_weights():
+    model = EaModelStandIn(random_eagle3_head(), TreeConfig(20, 3, 4))
+    head = head_from_ea_layer(model.ea_layer)
+    assert head.fc.weight is model.ea_layer.fc.weight
+    assert head.midlayer.mlp.down_proj.weight is model.ea_layer.midlayer.mlp.down_proj.weight
+    assert head.d2t is model.ea_layer.d2t
+
+
+@pytest.mark.parametrize("cfg", [(20, 3, 4), (60, 7, 10)])
+def test_patched_drafting_equals_original_over_a_generation(cfg):
+    base = random_eagle3_head()
+    tc = TreeConfig(*cfg)
+    orig, patched = EaModelStandIn(base, tc), EaModelStandIn(base, tc)
+    with pytest.warns(RuntimeWarning, match="PyTorch reference"):
+        patch_ea_model_with_triton_drafter(patched)
+    W = base.feature_width
+    ids = torch.randint(0, 256, (1, 8))
+    feats = torch.randn(1, 7, W)
+    for model in (orig, patched):
+        model.ea_layer.reset_kv()
+    for step in range(3):
+        a = orig.ea_layer.topK_genrate(feats, ids, None, None if step != 1 else object())
+        b = patched.ea_layer.topK_genrate(feats, ids, None, None if step != 1 else object())
+        for x, y in zip(a, b):
+            assert torch.equal(x, y) and x.device == y.device
+        for (k, v), (k2, v2) in zip(orig.ea_layer.stable_kv, patched.ea_layer.stable_kv):
+            assert torch.equal(k, k2) and torch.equal(v, v2)
+        row = a[1][0]
+        acc = a[0][0, row[row >= 0][1:2]]
+        ids = torch.cat([ids, acc[None], torch.randint(0, 256, (1, 1))], 1)
+        feats = torch.randn(1, acc.numel() + 1, W)
+    # reset_kv() on the EAGLE object resets the patched drafter too
+    patched.ea_layer.reset_kv()
+    orig.ea_layer.reset_kv()
+    ids = torch.randint(0, 256, (1, 5))
+    feats = torch.randn(1, 4, W)
+    assert torch.equal(orig.ea_layer.topK_genrate(feats, ids, None, None)[0],
+                       patched.ea_layer.topK_genrate(feats, ids, None, None)[0])
+
+
+def test_use_triton_false_restores_the_original():
+    model = EaModelStandIn(random_eagle3_head(), TreeConfig(20, 3, 4))
+    bound = model.ea_layer.topK_genrate
+    with pytest.warns(RuntimeWarning):
+        patch_ea_model_with_triton_drafter(model)
+    assert model.ea_layer.topK_genrate != bound
+    patch_ea_model_with_triton_drafter(model, use_triton=False)
+    assert model.ea_layer.topK_genrate == bound and "topK_genrate" not in model.ea_layer.__dict__
+
+
+def test_rejects_objects_without_the_layout():
+    with pytest.raises(TypeError, match="SafeAILab's layout"):
+        patch_ea_model_with_triton_drafter(torch.nn.Linear(2, 2))
+
+
+def test_eagle1_layout_uses_the_target_head_argument():
+    from eagle_triton.testing import random_eagle1_head
+
+    base = random_eagle1_head()
+    tc = TreeConfig(20, 3, 4)
+    orig, patched = EaModelStandIn(base, tc), EaModelStandIn(base, tc)
+    patch_ea_model_with_triton_drafter(patched, backend="torch")
+    ids = torch.randint(0, 256, (1, 6))
+    feats = torch.randn(1, 5, base.feature_width)
+    a = orig.ea_layer.topK_genrate(feats, ids, base.target_lm_head, None)
+    b = patched.ea_layer.topK_genrate(feats, ids, base.target_lm_head, None)
+    for x, y in zip(a, b):
+        assert torch.equal(x, y)
