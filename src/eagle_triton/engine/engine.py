@@ -1,0 +1,334 @@
+"""The lossless EAGLE engine: prefill, draft a tree, verify, accept, compact, draft again.
+
+One loop (reference/EAGLE_ALGORITHM.md section 3) composed from plain steps:
+
+1. ``target.prefill(prompt)`` -> logits of the last row (the first new token, the *root*) and the features of
+   every prompt row.
+2. ``drafter.draft(features, accepted + root)`` -> a :class:`~eagle_triton.DraftTree` of ``T + 1`` tokens.
+3. ``target.verify(tree)`` -> logits and features of every tree node (tree-masked attention, depth positions).
+4. ``accept_tree`` (greedy or lossless sampling) -> accepted path, accepted drafts and the bonus token.
+5. ``target.commit`` compacts the KV cache to root + accepted path; the features of those rows feed step 2.
+
+Each step reads back from the device once (the accepted tokens, for the stop check). ``speculative=False`` runs
+the same target and sampling code one token per step: the fair baseline, and the oracle of the equality tests.
+Batch size 1.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+
+import torch
+
+from ..config import TreeConfig
+from ..drafter import TreeDrafter
+from ..heads import DraftHead
+from .accept import accept_tree
+from .loading import load_head, load_target, load_tokenizer
+from .sampling import SamplingParams, probs_from_logits, sample_from_probs
+from .stats import GenerationStats, PhaseTimer
+from .target import TargetModel
+
+__all__ = ["EagleEngine"]
+
+
+class EagleEngine:
+    """Speculative generation with an EAGLE draft head, exactly reproducing the target's own decoding.
+
+    Parameters
+    ----------
+    target: a :class:`~eagle_triton.engine.target.TargetModel` (fast :class:`LlamaTarget` or generic
+        :class:`HFTarget`); see :meth:`from_pretrained` to build one from a path.
+    head: an EAGLE-3 or EAGLE-1 draft head fitting the target (vocabulary, feature width), or ``None`` for plain
+        decoding only.
+    tree_config: tree shape (``TreeConfig(60, 7, 10)`` by default).
+    max_length: longest sequence (prompt + new tokens); the KV cache holds this plus one tree.
+    tokenizer: optional, for string prompts and decoding.
+    drafter: a drafter object (``reset()``, ``draft(hidden, input_ids, sampling)``, ``feature_mode``) instead of
+        a :class:`~eagle_triton.TreeDrafter` over ``head`` (tests drive the engine with stub drafters).
+    drafter_backend: ``"auto"`` (the fused Triton drafter on CUDA when available, else ``"torch"``), ``"torch"`` or
+        ``"triton"``.
+    expect_kind: ``"eagle3"`` or ``"eagle1"``: reject a head of the other kind.
+    """
+
+    def __init__(self, target: TargetModel, head: DraftHead | None = None, tree_config: TreeConfig | None = None,
+                 max_length: int = 2048, tokenizer=None, drafter=None, drafter_backend: str = "auto",
+                 expect_kind: str | None = None):
+        if not isinstance(target, TargetModel):
+            raise TypeError(f"target must be a TargetModel (see EagleEngine.from_pretrained), got "
+                            f"{type(target).__name__}")
+        if isinstance(max_length, bool) or not isinstance(max_length, int) or max_length < 2:
+            raise ValueError(f"max_length must be an int >= 2, got {max_length!r}")
+        self.target = target
+        self.tokenizer = tokenizer
+        self.tree_config = tree_config or TreeConfig()
+        self.max_length = max_length
+        self.head = None
+        if head is not None and drafter is not None:
+            raise ValueError("pass a draft head or a drafter, not both")
+        if head is not None:
+            self.head = self._fit_head(head, expect_kind)
+            self.drafter = self._make_drafter(self.head, drafter_backend)
+            feature_mode = self.head.kind
+        elif drafter is not None:
+            self.drafter = drafter
+            feature_mode = getattr(drafter, "feature_mode", None)
+            self.tree_config = getattr(drafter, "tree_config", self.tree_config)
+        else:
+            self.drafter = None
+            feature_mode = None
+        self.feature_mode = feature_mode
+        self._capacity = max_length + self.tree_config.total_tokens + 1
+        target.setup(self._capacity, feature_mode)
+
+    # -- construction ------------------------------------------------------------------------------------------
+    def _fit_head(self, head: DraftHead, expect_kind: str | None) -> DraftHead:
+        t = self.target
+        if not isinstance(head, DraftHead):
+            raise TypeError(f"head must be an EAGLE draft head, got {type(head).__name__}")
+        if expect_kind is not None and head.kind != expect_kind:
+            names = {"eagle3": "EAGLE-3", "eagle1": "EAGLE-1"}
+            raise ValueError(f"an {names.get(head.kind, head.kind)} draft head was given where an "
+                             f"{names.get(expect_kind, expect_kind)} head is expected")
+        if head.config.vocab_size != t.vocab_size:
+            raise ValueError(f"draft head vocabulary {head.config.vocab_size} does not match the target vocabulary "
+                             f"{t.vocab_size}")
+        want = t.feature_width(head.kind)
+        if head.feature_width != want:
+            what = ("3 x target hidden size, the EAGLE-3 taps" if head.kind == "eagle3"
+                    else "the target hidden size, the EAGLE-1 feature")
+            raise ValueError(
+                f"{type(head).__name__} ingests features of width {head.feature_width} but the target gives "
+                f"{want} ({what}; target hidden size {t.hidden_size}): the head was trained for another target"
+                + (" or is an EAGLE-1 head" if head.kind == "eagle3" and head.feature_width == t.hidden_size else "")
+                + (" or is an EAGLE-3 head" if head.kind == "eagle1" and head.feature_width == 3 * t.hidden_size
+                   else "")
+            )
+        if head.kind == "eagle1":
+            head.set_target_lm_head(t.lm_head)
+        return head.to(device=t.device, dtype=t.dtype).eval()
+
+    def _make_drafter(self, head: DraftHead, backend: str) -> TreeDrafter:
+        if backend == "auto":
+            if self.target.device.type == "cuda":
+                try:
+                    return TreeDrafter(head, self.tree_config, backend="triton")
+                except (ValueError, ImportError, NotImplementedError):
+                    pass
+            backend = "torch"
+        return TreeDrafter(head, self.tree_config, backend=backend)
+
+    @classmethod
+    def from_pretrained(cls, target, draft=None, tree_config: TreeConfig | None = None, *, device=None, dtype=None,
+                        max_length: int = 2048, target_impl: str = "auto", draft_kind: str | None = None,
+                        gguf_file: str | None = None, attention: str = "auto", cuda_graphs: bool | None = None,
+                        drafter_backend: str = "auto", tokenizer=True) -> EagleEngine:
+        """Build an engine from paths.
+
+        Parameters
+        ----------
+        target: transformers model directory, safetensors checkpoint directory, ``.gguf`` file, hub id, a
+            transformers model, or a :class:`TargetModel`.
+        draft: draft-head checkpoint directory (EAGLE format) or a :class:`~eagle_triton.DraftHead`; ``None``
+            for plain decoding.
+        device, dtype: ``"auto"``/``None`` = CUDA + bf16 when available, else CPU + fp32.
+        target_impl: ``"auto"``, ``"fast"`` or ``"generic"`` (see :func:`~eagle_triton.engine.loading.load_target`).
+        draft_kind: demand ``"eagle3"`` or ``"eagle1"``.
+        attention: attention/KV back end of the fast path (``"auto"``, ``"torch"``, ``"triton"``).
+        tokenizer: ``True`` to load the target's tokenizer (when ``target`` is a path), or a tokenizer object.
+        """
+        kwargs = {}
+        if not isinstance(target, TargetModel) and target_impl != "generic":
+            kwargs = {"ops": attention, "cuda_graphs": cuda_graphs}
+        runner = load_target(target, device=device, dtype=dtype, impl=target_impl, gguf_file=gguf_file, **kwargs)
+        tok = None
+        if tokenizer is True:
+            if isinstance(target, (str, os.PathLike)):
+                tok = load_tokenizer(target, gguf_file)
+        elif tokenizer not in (False, None):
+            tok = tokenizer
+        head = load_head(draft, runner, draft_kind) if draft is not None else None
+        return cls(runner, head, tree_config, max_length=max_length, tokenizer=tok, drafter_backend=drafter_backend,
+                   expect_kind=draft_kind)
+
+    # -- generation --------------------------------------------------------------------------------------------
+    @property
+    def speculative(self) -> bool:
+        """Whether the engine has a drafter (``generate`` then speculates unless told otherwise)."""
+        return self.drafter is not None
+
+    def _prompt_ids(self, prompt, input_ids) -> list[int]:
+        if (prompt is None) == (input_ids is None):
+            raise ValueError("pass exactly one of prompt (a string) or input_ids (token ids)")
+        if prompt is not None:
+            if not isinstance(prompt, str):
+                raise TypeError(f"prompt must be a string, got {type(prompt).__name__}; use input_ids= for ids")
+            if not prompt:
+                raise ValueError("the prompt is empty")
+            if self.tokenizer is None:
+                raise ValueError("a string prompt needs a tokenizer: pass tokenizer= or use input_ids=")
+            ids = list(self.tokenizer(prompt, add_special_tokens=True)["input_ids"])
+        else:
+            if isinstance(input_ids, torch.Tensor):
+                if input_ids.dim() == 2:
+                    if input_ids.shape[0] != 1:
+                        raise ValueError(f"batch size 1 only: input_ids has shape {list(input_ids.shape)}")
+                    input_ids = input_ids[0]
+                if input_ids.dim() != 1:
+                    raise ValueError(f"input_ids must be [N] or [1, N], got shape {list(input_ids.shape)}")
+                if input_ids.is_floating_point():
+                    raise TypeError(f"input_ids must be integers, got {input_ids.dtype}")
+                ids = [int(x) for x in input_ids.tolist()]
+            else:
+                ids = [int(x) for x in input_ids]
+        if not ids:
+            raise ValueError("the prompt is empty (no tokens)")
+        bad = [x for x in ids if not 0 <= x < self.target.vocab_size]
+        if bad:
+            raise ValueError(f"prompt token ids {bad[:5]} are outside the target vocabulary [0, {self.target.vocab_size})")
+        if len(ids) >= self.max_length:
+            raise ValueError(f"the prompt has {len(ids)} tokens but max_length is {self.max_length}: it leaves no room "
+                             "for a new token (raise max_length or shorten the prompt)")
+        return ids
+
+    @torch.no_grad()
+    def generate(self, prompt: str | None = None, max_new_tokens: int = 128, temperature: float = 0.0,
+                 top_p: float = 1.0, top_k: int = 0, seed: int | None = None, *, input_ids=None,
+                 speculative: bool | None = None, eos_token_id: int | list[int] | None | str = "default"
+                 ) -> tuple[list[int], GenerationStats]:
+        """Generate up to ``max_new_tokens`` tokens after the prompt.
+
+        Parameters
+        ----------
+        prompt: text (encoded with the tokenizer as is; chat templates are the caller's business) ...
+        input_ids: ... or token ids (``list[int]``, ``[N]`` or ``[1, N]`` tensor).
+        max_new_tokens: exact cap on new tokens.
+        temperature, top_p, top_k: temperature <= 1e-5 is greedy; otherwise the target distribution is processed
+            by temperature, top-p, top-k (EAGLE's order) and sampled losslessly.
+        seed: seeds the engine's generator (a fixed seed reproduces the run).
+        speculative: ``False`` decodes one token per step with the same target; default: speculate when the
+            engine has a draft head.
+        eos_token_id: stop token(s); default: the target's. Generation stops right after the first one, which is
+            included in the output (as transformers does). ``None`` disables it.
+
+        Returns
+        -------
+        ``(token_ids, stats)``: the new tokens only, and a :class:`GenerationStats`.
+        """
+        if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int) or max_new_tokens < 0:
+            raise ValueError(f"max_new_tokens must be an int >= 0, got {max_new_tokens!r}")
+        params = SamplingParams(float(temperature), float(top_p), int(top_k))
+        ids = self._prompt_ids(prompt, input_ids)
+        if speculative is None:
+            speculative = self.speculative
+        if speculative and self.drafter is None:
+            raise ValueError("speculative decoding needs a draft head: this engine has none")
+        if eos_token_id == "default":
+            eos = set(self.target.eos_token_ids)
+        elif eos_token_id is None:
+            eos = set()
+        else:
+            eos = {int(eos_token_id)} if isinstance(eos_token_id, int) else {int(x) for x in eos_token_id}
+        t = self.target
+        dev = t.device
+        N = len(ids)
+        budget = min(max_new_tokens, self.max_length - N)
+        stats = GenerationStats(prompt_tokens=N, speculative=bool(speculative), device=str(dev),
+                                tree=str(self.tree_config) if speculative else None)
+        if max_new_tokens == 0:
+            stats.stop_reason = "max_new_tokens"
+            return [], stats
+        gen = torch.Generator(device=dev)
+        gen.manual_seed(int(seed) if seed is not None else int(torch.randint(0, 2**62, (1,)).item()))
+        timer = PhaseTimer(dev)
+        if dev.type == "cuda":
+            torch.cuda.synchronize(dev)
+        t0 = time.perf_counter()
+
+        if t.feature_mode != self.feature_mode or t.capacity < self._capacity:  # target shared with another engine
+            t.setup(self._capacity, self.feature_mode)
+        t.reset()
+        if speculative:
+            self.drafter.reset()
+        seq = torch.zeros(1, N + budget + self.tree_config.total_tokens + 2, dtype=torch.long, device=dev)
+        prompt_t = torch.tensor([ids], dtype=torch.long, device=dev)
+        seq[:, :N] = prompt_t
+
+        timer.start("prefill")
+        logits, feats = t.prefill(prompt_t)
+        root = self._pick(logits, params, gen)  # [1]
+        seq[0, N] = root[0]
+        timer.stop()
+        out = [int(root.item())]
+        emitted = 0
+        L = N  # tokens in the target KV; seq[L] is the pending root
+
+        def stop_reason(new: list[int]) -> str | None:
+            for j, tok in enumerate(new):
+                if tok in eos:
+                    del new[j + 1:]
+                    return "eos"
+            return None
+
+        reason = stop_reason(out)
+        hidden = feats
+        while reason is None and len(out) < budget:
+            if speculative:
+                timer.start("draft")
+                tree = self.drafter.draft(hidden, seq[:, :L + 1], sampling=not params.greedy)
+                timer.stop()
+                timer.start("verify")
+                logits, tfeats = t.verify(tree.draft_tokens, tree.positions, tree.tree_mask[:, 0] > 0.5)
+                timer.stop()
+                timer.start("accept")
+                res = accept_tree(tree, logits, params, gen)
+                host = torch.cat([res.accept_len.view(1), res.tokens[0]]).tolist()  # the step's one sync
+                a = int(host[0])
+                new = [int(x) for x in host[1:a + 2]]
+                t.commit(res.accept_index, res.accept_len, a)
+                if tfeats is not None:
+                    hidden = tfeats[:, res.accept_index[0, :a + 1]]
+                seq[0, L + 1:L + a + 2] = res.tokens[0, :a + 1]
+                L += a + 1
+                timer.stop()
+                stats.record_step(a)
+                emitted += a + 1
+            else:
+                timer.start("verify")
+                logits, _ = t.decode(seq[:, L:L + 1])
+                timer.stop()
+                timer.start("accept")
+                tok = self._pick(logits, params, gen)
+                seq[0, L + 1] = tok[0]
+                new = [int(tok.item())]  # the step's one sync
+                L += 1
+                timer.stop()
+                stats.record_step(0)
+                emitted += 1
+            reason = stop_reason(new)
+            out.extend(new)
+        if len(out) > budget:
+            del out[budget:]  # an EOS past the cap was cut too
+        if not (reason == "eos" and out[-1] in eos):
+            reason = "max_new_tokens" if budget == max_new_tokens else "max_length"
+        phases = timer.totals()
+        stats.total_s = time.perf_counter() - t0
+        stats.prefill_s, stats.draft_s = phases["prefill"], phases["draft"]
+        stats.verify_s, stats.accept_s = phases["verify"], phases["accept"]
+        stats.new_tokens = len(out)
+        stats.stop_reason = reason
+        stats.finalize(emitted)
+        return out, stats
+
+    @staticmethod
+    def _pick(logits: torch.Tensor, params: SamplingParams, gen: torch.Generator) -> torch.Tensor:
+        """Next token from ``[1, V]`` logits: argmax (greedy) or a sample of the processed distribution."""
+        if params.greedy:
+            return logits.argmax(dim=-1)
+        return sample_from_probs(probs_from_logits(logits, params), gen)
+
+    def decode(self, token_ids: list[int], skip_special_tokens: bool = True) -> str:
+        if self.tokenizer is None:
+            raise ValueError("no tokenizer: cannot decode")
+        return self.tokenizer.decode(token_ids, skip_special_tokens=skip_special_tokens)

@@ -1,0 +1,70 @@
+"""The target's static, preallocated KV cache (gpt-fast ``KVCache`` / EAGLE ``kv_cache.py`` behaviour)."""
+
+from __future__ import annotations
+
+import torch
+
+__all__ = ["StaticKVCache", "find_multiple"]
+
+
+def find_multiple(n: int, k: int) -> int:
+    """Smallest multiple of ``k`` that is ``>= n``."""
+    return n if n % k == 0 else n + k - (n % k)
+
+
+class StaticKVCache:
+    """K and V buffers ``[NL, B, Lmax, Hkv, D]`` (flash-attn layout per layer) plus ``seqlens [B]`` int32.
+
+    ``seqlens`` lives on the device (graph-capturable); ``host_len`` mirrors it on the host for batch 1, updated
+    only from values the engine already read (no extra synchronisation).
+
+    Parameters
+    ----------
+    num_layers, batch_size, max_length, num_kv_heads, head_dim: buffer sizes; ``max_length`` is rounded up to a
+        multiple of 8.
+    dtype, device: storage of the buffers.
+    """
+
+    def __init__(self, num_layers: int, batch_size: int, max_length: int, num_kv_heads: int, head_dim: int,
+                 dtype: torch.dtype, device: torch.device | str):
+        if max_length < 1:
+            raise ValueError(f"max_length must be >= 1, got {max_length}")
+        self.max_length = find_multiple(int(max_length), 8)
+        shape = (num_layers, batch_size, self.max_length, num_kv_heads, head_dim)
+        self.k = torch.zeros(shape, dtype=dtype, device=device)
+        self.v = torch.zeros(shape, dtype=dtype, device=device)
+        self.seqlens = torch.zeros(batch_size, dtype=torch.int32, device=device)
+        self.host_len = 0
+
+    @property
+    def num_layers(self) -> int:
+        return self.k.shape[0]
+
+    def layer(self, i: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(k_cache, v_cache)`` of layer ``i``, each ``[B, Lmax, Hkv, D]`` (views)."""
+        return self.k[i], self.v[i]
+
+    def reset(self) -> None:
+        self.seqlens.zero_()
+        self.host_len = 0
+
+    def advance(self, n: int) -> None:
+        """Commit ``n`` rows written after the current length (prefill, plain decoding)."""
+        self.seqlens.add_(n)
+        self.host_len += n
+
+    def check_room(self, n: int) -> None:
+        if self.host_len + n > self.max_length:
+            raise ValueError(
+                f"KV cache capacity exceeded: {self.host_len} rows held + {n} new > {self.max_length} allocated"
+            )
+
+    def compact(self, ops, accept_index: torch.Tensor, accept_len: torch.Tensor, accept_len_host: int) -> None:
+        """Keep root + accepted path of the verified tree (``accept_len`` drafts) and commit them.
+
+        ``seqlens`` is set explicitly to ``old + accept_len + 1`` afterwards, whatever the back end's op does to it.
+        """
+        new_len = self.seqlens + (accept_len.to(torch.int32) + 1)
+        ops.compact_kv_cache(self.k, self.v, self.seqlens, accept_index, accept_len)
+        self.seqlens.copy_(new_len)
+        self.host_len += int(accept_len_host) + 1

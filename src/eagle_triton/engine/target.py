@@ -1,0 +1,430 @@
+"""The target model runners: the interface the engine drives, and the fast Llama-family implementation.
+
+:class:`LlamaTarget` is a compact (gpt-fast style) implementation of Llama 2/3.x (llama3 rope scaling included),
+Mistral, Qwen2/2.5 (q/k/v bias) and Qwen3 (q/k RMSNorm), with weights taken from a transformers model (so GGUF
+files load through transformers) or read from a safetensors checkpoint directory. It owns a static KV cache and
+runs three kinds of forward: prefill (causal over the prompt), decode (one token) and tree verification (the
+``T + 1`` tree tokens with the ancestor mask and depth-based positions). On CUDA the decode and verify steps are
+replayed from CUDA graphs. Each forward returns logits and the draft head's features: the EAGLE-3 taps (residual
+stream entering layers ``2, L // 2, L - 3``, concatenated in ascending layer order) or the final normalised hidden
+state (EAGLE-1).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+
+from .backend import select_ops
+from .cuda_graphs import GraphedStep
+from .kv_cache import StaticKVCache
+
+__all__ = ["TargetModel", "LlamaTarget", "TargetConfig", "eagle3_tap_layers", "SUPPORTED_MODEL_TYPES"]
+
+SUPPORTED_MODEL_TYPES = ("llama", "mistral", "qwen2", "qwen3")
+
+
+def eagle3_tap_layers(num_layers: int) -> tuple[int, int, int]:
+    """Layers whose *input* residual stream EAGLE-3 taps: ``2, L // 2, L - 3`` in ascending order (transformers'
+    ``output_hidden_states`` indices). Duplicates are kept for very shallow models so the width stays ``3 H``."""
+    if num_layers < 3:
+        raise ValueError(f"EAGLE-3 taps layers 2, L//2, L-3 and needs a target with >= 3 layers, got {num_layers}")
+    return tuple(sorted((2, num_layers // 2, num_layers - 3)))
+
+
+class TargetModel:
+    """What the engine needs from a target model (batch 1).
+
+    Attributes: ``vocab_size``, ``hidden_size``, ``num_layers``, ``device``, ``dtype``, ``eos_token_ids`` (list),
+    ``feature_mode`` (``None``, ``"eagle3"`` or ``"eagle1"``), ``length`` (committed tokens, host int).
+
+    Methods
+    -------
+    setup(max_length, feature_mode): allocate caches for sequences of up to ``max_length`` tokens (plus one tree).
+    reset(): forget the sequence.
+    prefill(input_ids [1, N]) -> (logits [1, V] of the last row, features [1, N, W] or None); commits N rows.
+    decode(input_ids [1, 1]) -> (logits [1, V], features [1, 1, W] or None); commits the row.
+    verify(tokens [1, T+1], depths [1, T+1], tree_mask [1, T+1, T+1] bool) -> (logits [1, T+1, V], features
+        [1, T+1, W] or None); rows are written but not committed.
+    commit(accept_index [1, C], accept_len [1], accept_len_host): keep root + accepted path of the verified tree.
+    input_embeddings() -> ``[V, H]`` tensor (the draft head's ``embed_tokens``); lm_head(h) -> logits.
+    """
+
+    feature_mode: str | None = None
+
+    def feature_width(self, mode: str | None) -> int:
+        if mode == "eagle3":
+            return 3 * self.hidden_size
+        if mode == "eagle1":
+            return self.hidden_size
+        return 0
+
+
+@dataclass(frozen=True)
+class TargetConfig:
+    """Shape and options of a Llama-family target, read from a transformers config."""
+
+    model_type: str
+    vocab_size: int
+    hidden_size: int
+    intermediate_size: int
+    num_layers: int
+    num_heads: int
+    num_kv_heads: int
+    head_dim: int
+    rms_norm_eps: float
+    tie_word_embeddings: bool
+    sliding_window: int | None = None
+
+    @classmethod
+    def from_hf(cls, cfg) -> TargetConfig:
+        model_type = getattr(cfg, "model_type", None)
+        if model_type not in SUPPORTED_MODEL_TYPES:
+            raise ValueError(
+                f"the fast target path supports model types {SUPPORTED_MODEL_TYPES}, got {model_type!r}; "
+                "use the generic transformers path (target_impl='generic') for other models"
+            )
+        act = getattr(cfg, "hidden_act", "silu")
+        if act not in ("silu", "swish"):
+            raise ValueError(f"fast target path: hidden_act {act!r} is not supported (only silu)")
+        heads = cfg.num_attention_heads
+        kv_heads = getattr(cfg, "num_key_value_heads", None) or heads
+        head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // heads
+        window = getattr(cfg, "sliding_window", None)
+        active = window is not None and (model_type == "mistral" or bool(getattr(cfg, "use_sliding_window", False)))
+        return cls(
+            model_type=model_type, vocab_size=cfg.vocab_size, hidden_size=cfg.hidden_size,
+            intermediate_size=cfg.intermediate_size, num_layers=cfg.num_hidden_layers, num_heads=heads,
+            num_kv_heads=kv_heads, head_dim=head_dim, rms_norm_eps=float(cfg.rms_norm_eps),
+            tie_word_embeddings=bool(getattr(cfg, "tie_word_embeddings", False)),
+            sliding_window=int(window) if active else None,
+        )
+
+
+def _rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+    """transformers' LlamaRMSNorm: normalise in fp32, cast back, multiply by the weight in the input dtype."""
+    dtype = x.dtype
+    x32 = x.to(torch.float32)
+    x32 = x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + eps)
+    return weight * x32.to(dtype)
+
+
+def _rotate_half(x: torch.Tensor) -> torch.Tensor:
+    half = x.shape[-1] // 2
+    return torch.cat((-x[..., half:], x[..., :half]), dim=-1)
+
+
+class _Layer:
+    __slots__ = ("w_qkv", "b_qkv", "w_o", "b_o", "w_gate_up", "b_gate_up", "w_down", "b_down", "ln_in", "ln_post",
+                 "q_norm", "k_norm")
+
+
+def _rotary_from_config(hf_config, device):
+    """``(inv_freq [D/2] fp32, attention_scaling)`` computed by transformers' own rotary class for the config, so
+    every rope type it knows (default, llama3, linear, dynamic at init, yarn...) matches it exactly."""
+    model_type = hf_config.model_type
+    import importlib
+
+    mod = importlib.import_module(f"transformers.models.{model_type}.modeling_{model_type}")
+    cls_name = {"llama": "LlamaRotaryEmbedding", "mistral": "MistralRotaryEmbedding", "qwen2": "Qwen2RotaryEmbedding",
+                "qwen3": "Qwen3RotaryEmbedding"}[model_type]
+    rope = getattr(mod, cls_name)(config=hf_config, device=device)
+    return rope.inv_freq.detach().float().to(device), float(getattr(rope, "attention_scaling", 1.0))
+
+
+class LlamaTarget(TargetModel):
+    """Fast Llama-family runner. Build with :meth:`from_hf` or :meth:`from_pretrained`.
+
+    Parameters
+    ----------
+    config: the :class:`TargetConfig`.
+    state_dict: transformers parameter names (``model.layers.{i}.self_attn.q_proj.weight`` ...); q/k/v/o and MLP
+        biases and the Qwen3 ``q_norm``/``k_norm`` are used when present.
+    inv_freq, attention_scaling: RoPE frequencies and cos/sin scale (from transformers' rotary class).
+    device, dtype: where and in what precision the weights live.
+    ops: ``"auto"`` (Triton kernels on CUDA when available), ``"torch"`` or ``"triton"``.
+    cuda_graphs: capture the decode and verify steps on CUDA (default: on for CUDA).
+    eos_token_ids: end-of-sequence ids (the engine's default stop tokens).
+    """
+
+    def __init__(self, config: TargetConfig, state_dict: dict[str, torch.Tensor], inv_freq: torch.Tensor,
+                 attention_scaling: float = 1.0, device=None, dtype: torch.dtype | None = None, ops: str = "auto",
+                 cuda_graphs: bool | None = None, eos_token_ids=None):
+        self.config = c = config
+        first = state_dict["model.embed_tokens.weight"]
+        self.device = torch.device(device) if device is not None else first.device
+        self.dtype = dtype or first.dtype
+        self.vocab_size, self.hidden_size, self.num_layers = c.vocab_size, c.hidden_size, c.num_layers
+        self.eos_token_ids = list(eos_token_ids or [])
+        self.ops = select_ops(self.device, ops)
+        self.use_cuda_graphs = (self.device.type == "cuda") if cuda_graphs is None else bool(cuda_graphs)
+        if self.use_cuda_graphs and self.device.type != "cuda":
+            raise ValueError("cuda_graphs=True needs a CUDA device")
+        self.inv_freq = inv_freq.float().to(self.device)
+        self.attention_scaling = attention_scaling
+        self._load(state_dict)
+        self.cache: StaticKVCache | None = None
+        self.feature_mode: str | None = None
+        self.taps: tuple[int, ...] = ()
+        self._graphs = GraphedStep(self._step) if self.use_cuda_graphs else None
+        self._max_length = 0
+
+    # -- construction ------------------------------------------------------------------------------------------
+    def _w(self, sd, name, required=True):
+        t = sd.get(name)
+        if t is None:
+            if required:
+                raise KeyError(f"target weights lack {name!r}")
+            return None
+        return t.detach().to(device=self.device, dtype=self.dtype)
+
+    def _load(self, sd: dict[str, torch.Tensor]) -> None:
+        c = self.config
+        self.embed = self._w(sd, "model.embed_tokens.weight")
+        if tuple(self.embed.shape) != (c.vocab_size, c.hidden_size):
+            raise ValueError(f"embed_tokens has shape {list(self.embed.shape)}, config says "
+                             f"[{c.vocab_size}, {c.hidden_size}]")
+        self.norm = self._w(sd, "model.norm.weight")
+        lm = sd.get("lm_head.weight")
+        self.lm_head_weight = self.embed if (lm is None or c.tie_word_embeddings) else self._w(sd, "lm_head.weight")
+        self.layers = []
+        for i in range(c.num_layers):
+            p = f"model.layers.{i}."
+            L = _Layer()
+            q, k, v = (self._w(sd, p + f"self_attn.{n}_proj.weight") for n in "qkv")
+            L.w_qkv = torch.cat([q, k, v], 0)
+            biases = [self._w(sd, p + f"self_attn.{n}_proj.bias", False) for n in "qkv"]
+            if any(b is not None for b in biases):
+                sizes = (q.shape[0], k.shape[0], v.shape[0])
+                L.b_qkv = torch.cat([b if b is not None else torch.zeros(n, device=self.device, dtype=self.dtype)
+                                     for b, n in zip(biases, sizes)])
+            else:
+                L.b_qkv = None
+            L.w_o = self._w(sd, p + "self_attn.o_proj.weight")
+            L.b_o = self._w(sd, p + "self_attn.o_proj.bias", False)
+            gate, up = self._w(sd, p + "mlp.gate_proj.weight"), self._w(sd, p + "mlp.up_proj.weight")
+            L.w_gate_up = torch.cat([gate, up], 0)
+            bg, bu = self._w(sd, p + "mlp.gate_proj.bias", False), self._w(sd, p + "mlp.up_proj.bias", False)
+            L.b_gate_up = None if bg is None else torch.cat([bg, bu])
+            L.w_down = self._w(sd, p + "mlp.down_proj.weight")
+            L.b_down = self._w(sd, p + "mlp.down_proj.bias", False)
+            L.ln_in = self._w(sd, p + "input_layernorm.weight")
+            L.ln_post = self._w(sd, p + "post_attention_layernorm.weight")
+            L.q_norm = self._w(sd, p + "self_attn.q_norm.weight", False)
+            L.k_norm = self._w(sd, p + "self_attn.k_norm.weight", False)
+            expect = (c.num_heads + 2 * c.num_kv_heads) * c.head_dim
+            if L.w_qkv.shape != (expect, c.hidden_size):
+                raise ValueError(f"layer {i}: q/k/v projections give {list(L.w_qkv.shape)}, config implies "
+                                 f"[{expect}, {c.hidden_size}]")
+            self.layers.append(L)
+
+    @classmethod
+    def from_hf(cls, model, device=None, dtype=None, **kwargs) -> LlamaTarget:
+        """Take the weights of a transformers ``*ForCausalLM`` (Llama, Mistral, Qwen2, Qwen3).
+
+        Tensors already on ``device`` in ``dtype`` are shared, not copied (except the fused q/k/v and gate/up).
+        """
+        cfg = model.config
+        tcfg = TargetConfig.from_hf(cfg)
+        sd = dict(model.state_dict())
+        dev = torch.device(device) if device is not None else next(model.parameters()).device
+        rope = getattr(getattr(model, "model", None), "rotary_emb", None)
+        if rope is not None and hasattr(rope, "inv_freq"):
+            inv_freq, scaling = rope.inv_freq.detach().float(), float(getattr(rope, "attention_scaling", 1.0))
+        else:
+            inv_freq, scaling = _rotary_from_config(cfg, "cpu")
+        kwargs.setdefault("eos_token_ids", _eos_ids(model))
+        return cls(tcfg, sd, inv_freq, scaling, device=dev, dtype=dtype or next(model.parameters()).dtype, **kwargs)
+
+    @classmethod
+    def from_pretrained(cls, path, device=None, dtype=None, **kwargs) -> LlamaTarget:
+        """Read a transformers-format checkpoint directory (``config.json`` + safetensors, sharded or not)."""
+        from safetensors.torch import load_file
+        from transformers import AutoConfig
+
+        root = Path(path)
+        if not (root / "config.json").is_file():
+            raise FileNotFoundError(f"{root} has no config.json (not a transformers checkpoint directory)")
+        cfg = AutoConfig.from_pretrained(str(root))
+        tcfg = TargetConfig.from_hf(cfg)
+        index = root / "model.safetensors.index.json"
+        if index.is_file():
+            files = sorted(set(json.loads(index.read_text())["weight_map"].values()))
+        elif (root / "model.safetensors").is_file():
+            files = ["model.safetensors"]
+        else:
+            raise FileNotFoundError(f"{root} has no model.safetensors or model.safetensors.index.json")
+        sd: dict[str, torch.Tensor] = {}
+        for f in files:
+            if not (root / f).is_file():
+                raise FileNotFoundError(f"shard {f} listed in {index} is missing")
+            sd.update(load_file(str(root / f)))
+        dtype = dtype or _config_dtype(cfg) or torch.float32
+        inv_freq, scaling = _rotary_from_config(cfg, "cpu")
+        eos = _as_list(getattr(cfg, "eos_token_id", None))
+        gen = root / "generation_config.json"
+        if gen.is_file():
+            eos = _as_list(json.loads(gen.read_text()).get("eos_token_id")) or eos
+        kwargs.setdefault("eos_token_ids", eos)
+        return cls(tcfg, sd, inv_freq, scaling, device=device or "cpu", dtype=dtype, **kwargs)
+
+    # -- caches ------------------------------------------------------------------------------------------------
+    def setup(self, max_length: int, feature_mode: str | None = None) -> None:
+        """Allocate the KV cache for ``max_length`` rows (callers add room for one tree) and choose features."""
+        c = self.config
+        if feature_mode not in (None, "eagle3", "eagle1"):
+            raise ValueError(f"feature_mode must be None, 'eagle3' or 'eagle1', got {feature_mode!r}")
+        if c.sliding_window is not None and max_length > c.sliding_window:
+            raise ValueError(f"{c.model_type} uses a sliding window of {c.sliding_window} tokens, which the fast path "
+                             f"does not implement; use max_length <= {c.sliding_window}")
+        if self.cache is None or self.cache.max_length < max_length:
+            self.cache = StaticKVCache(c.num_layers, 1, max_length, c.num_kv_heads, c.head_dim, self.dtype,
+                                       self.device)
+            n = self.cache.max_length
+            t = torch.arange(n, device=self.device, dtype=torch.float32)
+            freqs = t[:, None] * self.inv_freq[None, :]
+            emb = torch.cat((freqs, freqs), dim=-1)
+            self.cos = (emb.cos() * self.attention_scaling).to(self.dtype)
+            self.sin = (emb.sin() * self.attention_scaling).to(self.dtype)
+            if self._graphs is not None:
+                self._graphs.reset()
+        if feature_mode != self.feature_mode:
+            self.feature_mode = feature_mode
+            self.taps = eagle3_tap_layers(c.num_layers) if feature_mode == "eagle3" else ()
+            if self._graphs is not None:
+                self._graphs.reset()
+        self.cache.reset()
+
+    def reset(self) -> None:
+        if self.cache is not None:
+            self.cache.reset()
+
+    @property
+    def length(self) -> int:
+        return 0 if self.cache is None else self.cache.host_len
+
+    @property
+    def capacity(self) -> int:
+        return 0 if self.cache is None else self.cache.max_length
+
+    def input_embeddings(self) -> torch.Tensor:
+        return self.embed
+
+    def lm_head(self, h: torch.Tensor) -> torch.Tensor:
+        return F.linear(h, self.lm_head_weight)
+
+    # -- forward -----------------------------------------------------------------------------------------------
+    def _forward(self, tokens, positions, tree_mask, kv_limit, last_only: bool):
+        """Run the layers on ``tokens [1, S]`` written at rows ``seqlens + j``; returns (logits, features)."""
+        c, cache, ops = self.config, self.cache, self.ops
+        B, S = tokens.shape
+        x = F.embedding(tokens, self.embed)
+        cos = self.cos[positions].unsqueeze(2)  # [B, S, 1, D]
+        sin = self.sin[positions].unsqueeze(2)
+        taps = []
+        nq, nkv, hd = c.num_heads * c.head_dim, c.num_kv_heads * c.head_dim, c.head_dim
+        scale = hd ** -0.5
+        for i, L in enumerate(self.layers):
+            for t in self.taps:
+                if t == i:
+                    taps.append(x)
+            h = _rms_norm(x, L.ln_in, c.rms_norm_eps)
+            qkv = F.linear(h, L.w_qkv, L.b_qkv)
+            q = qkv[..., :nq].view(B, S, c.num_heads, hd)
+            k = qkv[..., nq:nq + nkv].view(B, S, c.num_kv_heads, hd)
+            v = qkv[..., nq + nkv:].reshape(B, S, c.num_kv_heads, hd)
+            if L.q_norm is not None:
+                q = _rms_norm(q, L.q_norm, c.rms_norm_eps)
+                k = _rms_norm(k, L.k_norm, c.rms_norm_eps)
+            q = q * cos + _rotate_half(q) * sin
+            k = k * cos + _rotate_half(k) * sin
+            k_cache, v_cache = cache.layer(i)
+            ops.append_kv_cache(k_cache, v_cache, k, v, cache.seqlens)
+            o = ops.tree_attention(q, k_cache, v_cache, cache.seqlens, tree_mask, softmax_scale=scale,
+                                   kv_limit=kv_limit)
+            x = x + F.linear(o.reshape(B, S, nq), L.w_o, L.b_o)
+            h = _rms_norm(x, L.ln_post, c.rms_norm_eps)
+            gu = F.linear(h, L.w_gate_up, L.b_gate_up)
+            gate, up = gu.chunk(2, dim=-1)
+            x = x + F.linear(F.silu(gate) * up, L.w_down, L.b_down)
+        h = _rms_norm(x, self.norm, c.rms_norm_eps)
+        if self.feature_mode == "eagle3":
+            feats = torch.cat(taps, dim=-1)
+        elif self.feature_mode == "eagle1":
+            feats = h
+        else:
+            feats = None
+        logits = self.lm_head(h[:, -1:] if last_only else h)
+        return logits, feats
+
+    def _step(self, tokens, positions, tree_mask):
+        """The fixed-shape step captured in CUDA graphs (decode: ``tree_mask=None``; verify: the tree mask)."""
+        return self._forward(tokens, positions, tree_mask, None, last_only=False)
+
+    def _run(self, tokens, positions, tree_mask):
+        S = tokens.shape[1]
+        self.cache.check_room(S)
+        if self._graphs is not None:
+            return self._graphs((S, tree_mask is None), tokens, positions, tree_mask)
+        limit = self.cache.host_len + S if self.ops.reads_kv_limit else None
+        return self._forward(tokens, positions, tree_mask, limit, last_only=False)
+
+    def _check_ids(self, ids: torch.Tensor, what: str) -> torch.Tensor:
+        if ids.dim() != 2 or ids.shape[0] != 1:
+            raise ValueError(f"{what} must be [1, S] token ids, got shape {list(ids.shape)}")
+        return ids.to(self.device, torch.long)
+
+    @torch.no_grad()
+    def prefill(self, input_ids: torch.Tensor):
+        ids = self._check_ids(input_ids, "input_ids")
+        N = ids.shape[1]
+        self.cache.check_room(N)
+        positions = torch.arange(self.cache.host_len, self.cache.host_len + N, device=self.device).view(1, N)
+        limit = self.cache.host_len + N if self.ops.reads_kv_limit else None
+        logits, feats = self._forward(ids, positions, None, limit, last_only=True)
+        self.cache.advance(N)
+        return logits[:, -1], feats
+
+    @torch.no_grad()
+    def decode(self, input_ids: torch.Tensor):
+        ids = self._check_ids(input_ids, "input_ids")
+        positions = self.cache.seqlens.view(1, 1).long()
+        logits, feats = self._run(ids, positions, None)
+        self.cache.advance(1)
+        return logits[:, -1], feats
+
+    @torch.no_grad()
+    def verify(self, tokens: torch.Tensor, depths: torch.Tensor, tree_mask: torch.Tensor):
+        ids = self._check_ids(tokens, "tree tokens")
+        positions = self.cache.seqlens.view(1, 1).long() + depths.to(self.device).long()
+        return self._run(ids, positions, tree_mask.to(self.device, torch.bool))
+
+    def commit(self, accept_index: torch.Tensor, accept_len: torch.Tensor, accept_len_host: int) -> None:
+        self.cache.compact(self.ops, accept_index, accept_len, accept_len_host)
+
+
+def _as_list(x) -> list[int]:
+    if x is None:
+        return []
+    if isinstance(x, (list, tuple)):
+        return [int(v) for v in x]
+    return [int(x)]
+
+
+def _eos_ids(model) -> list[int]:
+    gen = getattr(model, "generation_config", None)
+    eos = _as_list(getattr(gen, "eos_token_id", None)) if gen is not None else []
+    return eos or _as_list(getattr(model.config, "eos_token_id", None))
+
+
+def _config_dtype(cfg) -> torch.dtype | None:
+    d = getattr(cfg, "dtype", None) or getattr(cfg, "torch_dtype", None)
+    if isinstance(d, torch.dtype):
+        return d
+    if isinstance(d, str) and hasattr(torch, d):
+        return getattr(torch, d)
+    return None
