@@ -1,0 +1,19 @@
+"""Triton kernels of the speculative step, each beside a PyTorch reference with the same signature.
+
+Dimension glossary used in the docstrings: ``B``/``bs`` batch, ``D`` SGLang tree size including the root
+(``draft_token_num``), ``N = T + 1`` EAGLE tree size including the root, ``S`` draft steps, ``K`` top-k,
+``V`` vocabulary, ``C`` columns of EAGLE's retrieve indices (``depth + 2``).
+"""
+
+# --- tree building, verification, sampling helpers, tree conversions (SGLang-compatible and EAGLE-style) ---
+from .tree_build import build_tree_kernel_efficient, build_tree_kernel_efficient_ref
+from .verify import (
+    tree_speculative_sampling_target_only,
+    tree_speculative_sampling_target_only_ref,
+    verify_tree,
+    verify_tree_greedy,
+    verify_tree_greedy_ref,
+    verify_tree_ref,
+)
+from .tree_convert import eagle_to_sglang, sglang_to_eagle, sglang_accept_to_eagle, eagle_accept_to_sglang
+# --- end tree/verify/sampling exports ---
