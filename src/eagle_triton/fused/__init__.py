@@ -1,0 +1,39 @@
+"""The fused persistent drafter (``backend="triton"``) and the multi-kernel CUDA-graph drafter (``"graph"``).
+
+Public API: :class:`DrafterConfig`, :class:`Weights`, :class:`Buffers`, :class:`DraftInputs`,
+:func:`launch_drafter` (one launch per draft) and :func:`launch_drafter_ref` (the PyTorch reference, per sequence).
+``AOT_SPECS`` lists ``(kernel, signature, constexprs)`` for the compile-only gate (sm_90, no GPU needed).
+"""
+
+from __future__ import annotations
+
+from ..drafter import register_draft_backend
+from .host import (
+    Buffers,
+    DraftInputs,
+    DraftOutput,
+    DrafterConfig,
+    FusedDraftBackend,
+    Weights,
+    launch_drafter,
+    launch_drafter_ref,
+    triton_available,
+)
+from .kernel import fused_drafter_kernel
+from .specs import AOT_SPECS
+
+register_draft_backend("triton", FusedDraftBackend)
+
+__all__ = [
+    "AOT_SPECS",
+    "Buffers",
+    "DraftInputs",
+    "DraftOutput",
+    "DrafterConfig",
+    "FusedDraftBackend",
+    "Weights",
+    "fused_drafter_kernel",
+    "launch_drafter",
+    "launch_drafter_ref",
+    "triton_available",
+]

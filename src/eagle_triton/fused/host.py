@@ -1,0 +1,591 @@
+"""Host side of the fused drafter: configuration, weights, preallocated buffers, the launch and the reference.
+
+``launch_drafter(cfg, X, weights, bufs)`` drafts one EAGLE-2 tree per sequence in a single kernel launch, with
+no host synchronisation (CUDA-graph capturable once the buffers exist). ``launch_drafter_ref`` is the same
+operation computed by the PyTorch reference drafter, sequence by sequence (the oracle, and the fallback where
+no GPU or Triton is available).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import warnings
+from dataclasses import dataclass, field, fields, replace
+
+import torch
+
+from ..config import TreeConfig
+from ..drafter.reference import TorchDraftBackend, check_draft_inputs
+from ..drafter.tree import DraftTree, lexicographic_row_order
+from ..heads.base import DraftHead
+
+__all__ = [
+    "DrafterConfig",
+    "Weights",
+    "Buffers",
+    "DraftInputs",
+    "DraftOutput",
+    "launch_drafter",
+    "launch_drafter_ref",
+    "FusedDraftBackend",
+    "triton_available",
+]
+
+
+def _pow2(n: int) -> int:
+    n = int(n)
+    return 1 if n <= 1 else 1 << (n - 1).bit_length()
+
+
+def _interpreting() -> bool:
+    return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
+
+
+def triton_available(device: torch.device | str) -> tuple[bool, str]:
+    """Whether the fused kernel can run for tensors on ``device``, and why not."""
+    try:
+        import triton  # noqa: F401
+    except Exception as exc:  # pragma: no cover - triton is a dependency
+        return False, f"Triton is not importable ({exc})"
+    dev = torch.device(device)
+    if dev.type == "cuda":
+        return True, ""
+    if dev.type == "cpu" and _interpreting():
+        return True, ""
+    return False, f"no CUDA device for tensors on {dev} and TRITON_INTERPRET is not set"
+
+
+# ------------------------------------------------------------------------------------------------ config
+@dataclass(frozen=True)
+class DrafterConfig:
+    """Shapes, capacities and tiling of one fused drafter.
+
+    Model shape: ``hidden_size`` H, ``num_heads``/``num_kv_heads``/``head_dim``, ``intermediate_size``,
+    ``draft_vocab`` (rows of ``lm_head``), ``feature_width`` (3 x target hidden for EAGLE-3). Tree: ``top_k`` K,
+    ``depth`` D, ``total_tokens`` (T + 1). Capacities: ``max_batch`` sequences, ``max_len`` draft-KV rows per
+    sequence (accepted rows plus the ``D * K`` scratch tree rows), ``max_new_rows`` rows per root step.
+    Launch: ``nprog`` resident programs (``None``: one per SM on the GPU, 1 under the interpreter),
+    ``nsplit`` KV splits of the attention, and the tile sizes.
+    """
+
+    hidden_size: int
+    num_heads: int
+    num_kv_heads: int
+    head_dim: int
+    intermediate_size: int
+    draft_vocab: int
+    feature_width: int
+    vocab_size: int
+    rms_eps: float
+    has_d2t: bool
+    top_k: int = 10
+    depth: int = 7
+    total_tokens: int = 60
+    max_batch: int = 1
+    max_len: int = 2048
+    max_new_rows: int = 256
+    dtype: torch.dtype = torch.bfloat16
+    nprog: int | None = None
+    nsplit: int | None = None
+    block_n: int = 16
+    block_k: int | None = None
+    block_kv: int | None = None
+    stages: int = 3
+    num_warps: int = 4
+
+    def __post_init__(self):
+        TreeConfig(self.total_tokens, self.depth, self.top_k)  # validates the tree shape
+        if self.num_heads * self.head_dim <= 0 or self.num_heads % self.num_kv_heads:
+            raise ValueError(f"num_heads {self.num_heads} must be a positive multiple of num_kv_heads "
+                             f"{self.num_kv_heads}")
+        if self.head_dim & (self.head_dim - 1) or self.head_dim < 16:
+            raise ValueError(f"head_dim {self.head_dim} must be a power of two >= 16 for the fused kernel")
+        if self.head_dim % self.block_n or self.block_n % 2 or self.block_n < 16:
+            raise ValueError(f"block_n {self.block_n} must be even, >= 16 and divide head_dim {self.head_dim}")
+        if self.block_n < self.kp:
+            raise ValueError(f"block_n {self.block_n} must be >= the padded top_k {self.kp}")
+        if self.max_len < self.max_new_rows + self.depth * self.top_k:
+            raise ValueError(f"max_len {self.max_len} cannot hold max_new_rows {self.max_new_rows} plus the "
+                             f"{self.depth * self.top_k} tree rows")
+        if self.draft_vocab < self.top_k:
+            raise ValueError(f"draft vocabulary {self.draft_vocab} is smaller than top_k {self.top_k}")
+        if self.dtype not in (torch.float32, torch.float16, torch.bfloat16):
+            raise TypeError(f"dtype must be float32, float16 or bfloat16, got {self.dtype}")
+
+    @classmethod
+    def from_head(cls, head: DraftHead, tree_config: TreeConfig | None = None, **kw) -> DrafterConfig:
+        """Shapes from an :class:`~eagle_triton.Eagle3DraftHead` (its dtype), tree from ``tree_config``."""
+        if getattr(head, "kind", None) != "eagle3":
+            raise ValueError(f"the fused drafter supports EAGLE-3 heads only, got kind {getattr(head, 'kind', None)!r}")
+        tc = tree_config or TreeConfig()
+        c = head.config
+        kw.setdefault("dtype", head.dtype)
+        return cls(hidden_size=c.hidden_size, num_heads=c.num_attention_heads, num_kv_heads=c.num_key_value_heads,
+                   head_dim=c.head_dim, intermediate_size=c.intermediate_size, draft_vocab=head.draft_vocab_size,
+                   feature_width=head.feature_width, vocab_size=c.vocab_size, rms_eps=float(c.rms_norm_eps),
+                   has_d2t=bool(head.has_vocab_map), top_k=tc.top_k, depth=tc.depth, total_tokens=tc.total_tokens,
+                   **kw)
+
+    def with_(self, **kw) -> DrafterConfig:
+        return replace(self, **kw)
+
+    # derived sizes
+    @property
+    def tree(self) -> TreeConfig:
+        return TreeConfig(self.total_tokens, self.depth, self.top_k)
+
+    @property
+    def kp(self) -> int:
+        return max(2, _pow2(self.top_k))
+
+    @property
+    def num_candidates(self) -> int:
+        return self.top_k + self.depth * self.top_k**2
+
+    def resolved_nprog(self, device) -> int:
+        if self.nprog is not None:
+            return int(self.nprog)
+        dev = torch.device(device)
+        if dev.type == "cuda":
+            return torch.cuda.get_device_properties(dev).multi_processor_count
+        return 1
+
+    def launch_params(self, device, batch: int, new_rows: int) -> dict:
+        """Every constexpr of the kernel for this device (block sizes shrink under the interpreter)."""
+        interp = torch.device(device).type != "cuda"
+        nprog = self.resolved_nprog(device)
+        K, H = self.top_k, self.hidden_size
+        gq = self.num_heads // self.num_kv_heads
+        bk = self.block_k or (32 if interp else 256)
+        bk = min(bk, _pow2(H))
+        bkv = self.block_kv or (16 if interp else 64)
+        mq = max(batch * K, batch)
+        bm = 16 if interp else min(64, max(16, _pow2(mq)))
+        nsplit = self.nsplit or (2 if interp else max(1, min(32, _pow2(max(1, nprog // (batch * self.num_kv_heads))) )))
+        nsplit = _pow2(nsplit)
+        npp = _pow2(nprog)
+        return dict(
+            H=H, W=self.feature_width, NH=self.num_heads, NKV=self.num_kv_heads, HD=self.head_dim,
+            INTER=self.intermediate_size, VD=self.draft_vocab, HAS_D2T=self.has_d2t,
+            K=K, KP=self.kp, D=self.depth, T=self.total_tokens - 1, TP=_pow2(self.total_tokens),
+            NCP=_pow2(self.num_candidates), CP=_pow2(self.depth + 2),
+            NPROG=nprog, NPP=npp, LOG_NPP=npp.bit_length() - 1, NSPLIT=nsplit,
+            BM=bm, BN=self.block_n, BK=bk, BKV=bkv, BQ=max(16, _pow2(K * gq)),
+            IEEE=self.dtype == torch.float32, STAGES=1 if interp else self.stages,
+        )
+
+
+# ------------------------------------------------------------------------------------------------ weights
+@dataclass
+class Weights:
+    """The head's tensors in the layout the kernel reads (all contiguous, on one device).
+
+    ``cos``/``sin`` are the head's fp32 RoPE tables ``[P, head_dim]`` (the kernel rounds them to the model dtype
+    as the reference does). ``head`` keeps the module for the reference path.
+    """
+
+    fc: torch.Tensor
+    embed: torch.Tensor
+    input_norm: torch.Tensor
+    hidden_norm: torch.Tensor
+    wq: torch.Tensor
+    wk: torch.Tensor
+    wv: torch.Tensor
+    wo: torch.Tensor
+    post_norm: torch.Tensor
+    w_gate: torch.Tensor
+    w_up: torch.Tensor
+    w_down: torch.Tensor
+    final_norm: torch.Tensor
+    lm_head: torch.Tensor
+    d2t: torch.Tensor
+    cos: torch.Tensor
+    sin: torch.Tensor
+    head: DraftHead | None = None
+
+    @classmethod
+    def from_head(cls, head: DraftHead, max_positions: int) -> Weights:
+        if getattr(head, "kind", None) != "eagle3":
+            raise ValueError("Weights.from_head: the fused drafter supports EAGLE-3 heads only")
+        m = head.midlayer
+        rot = m.self_attn.rotary_emb
+        rot.ensure_length(max_positions)
+        c = lambda t: t.detach().contiguous()  # noqa: E731
+        d2t = head.d2t if head.has_vocab_map else torch.zeros(1, dtype=torch.long, device=head.device)
+        return cls(
+            fc=c(head.fc.weight), embed=c(head.embed_tokens.weight), input_norm=c(m.input_layernorm.weight),
+            hidden_norm=c(m.hidden_norm.weight), wq=c(m.self_attn.q_proj.weight), wk=c(m.self_attn.k_proj.weight),
+            wv=c(m.self_attn.v_proj.weight), wo=c(m.self_attn.o_proj.weight),
+            post_norm=c(m.post_attention_layernorm.weight), w_gate=c(m.mlp.gate_proj.weight),
+            w_up=c(m.mlp.up_proj.weight), w_down=c(m.mlp.down_proj.weight), final_norm=c(head.norm.weight),
+            lm_head=c(head.lm_head.weight), d2t=c(d2t.long()),
+            cos=c(rot.cos_cached[:max_positions].float()), sin=c(rot.sin_cached[:max_positions].float()), head=head,
+        )
+
+    def tensors(self):
+        return [getattr(self, f.name) for f in fields(self) if f.name != "head"]
+
+    def check(self, cfg: DrafterConfig) -> None:
+        H, W, I, V = cfg.hidden_size, cfg.feature_width, cfg.intermediate_size, cfg.draft_vocab
+        QW, KVW = cfg.num_heads * cfg.head_dim, cfg.num_kv_heads * cfg.head_dim
+        want = dict(fc=(H, W), embed=(cfg.vocab_size, H), input_norm=(H,), hidden_norm=(H,), wq=(QW, 2 * H),
+                    wk=(KVW, 2 * H), wv=(KVW, 2 * H), wo=(H, QW), post_norm=(H,), w_gate=(I, H), w_up=(I, H),
+                    w_down=(H, I), final_norm=(H,), lm_head=(V, H))
+        dev = self.fc.device
+        for name, shape in want.items():
+            t = getattr(self, name)
+            if tuple(t.shape) != shape:
+                raise ValueError(f"weights.{name} has shape {list(t.shape)}, expected {list(shape)}")
+            if t.dtype != cfg.dtype:
+                raise TypeError(f"weights.{name} has dtype {t.dtype}, the drafter config says {cfg.dtype}")
+            if t.device != dev or not t.is_contiguous():
+                raise ValueError(f"weights.{name} must be contiguous on {dev}")
+        if cfg.has_d2t and tuple(self.d2t.shape) != (V,):
+            raise ValueError(f"weights.d2t has shape {list(self.d2t.shape)}, expected [{V}]")
+        if self.cos.shape[0] < cfg.max_len + cfg.depth + 1 or self.cos.shape[1] != cfg.head_dim:
+            raise ValueError(f"RoPE tables {list(self.cos.shape)} must cover max_len + depth + 1 = "
+                             f"{cfg.max_len + cfg.depth + 1} positions of head_dim {cfg.head_dim}")
+
+
+# ------------------------------------------------------------------------------------------------ buffers
+@dataclass
+class Buffers:
+    """Preallocated device memory of one drafter: the persistent draft KV and every scratch/output buffer.
+
+    ``k_cache``/``v_cache``: ``[B, max_len, nkv, hd]`` post-RoPE rows (accepted rows first, then scratch tree
+    rows); ``kv_len``: ``[B]`` int32 rows held per sequence (advanced on device by each draft). Outputs of the last
+    draft: ``draft_tokens [B, T+1]``, ``retrieve [B, T, D+2]`` (-1 padded), ``tree_mask [B, 1, T+1, T+1]``,
+    ``positions [B, T+1]``, ``parents [B, T+1]``, ``num_leaves [B]``, ``max_depth [B]``. ``status[0]`` becomes
+    1 if a draft ran out of KV capacity (rows past ``max_len`` were dropped).
+    """
+
+    k_cache: torch.Tensor
+    v_cache: torch.Tensor
+    kv_len: torch.Tensor
+    scratch: dict = field(default_factory=dict)
+    draft_tokens: torch.Tensor | None = None
+    retrieve: torch.Tensor | None = None
+    tree_mask: torch.Tensor | None = None
+    positions: torch.Tensor | None = None
+    parents: torch.Tensor | None = None
+    num_leaves: torch.Tensor | None = None
+    max_depth: torch.Tensor | None = None
+    barrier: torch.Tensor | None = None
+    status: torch.Tensor | None = None
+    batch: int = 1
+    new_rows: int = 1
+    nprog: int = 1
+
+    @classmethod
+    def allocate(cls, cfg: DrafterConfig, device, batch: int | None = None, new_rows: int | None = None) -> Buffers:
+        B = cfg.max_batch if batch is None else int(batch)
+        S = cfg.max_new_rows if new_rows is None else int(new_rows)
+        if not 1 <= B <= cfg.max_batch:
+            raise ValueError(f"batch {B} outside 1..max_batch={cfg.max_batch}")
+        if not 1 <= S <= cfg.max_new_rows:
+            raise ValueError(f"new_rows {S} outside 1..max_new_rows={cfg.max_new_rows}")
+        dev = torch.device(device)
+        p = cfg.launch_params(dev, B, S)
+        dt = cfg.dtype
+        H, K, D, T = cfg.hidden_size, cfg.top_k, cfg.depth, cfg.total_tokens - 1
+        KP, NCP, TP, NPP, NSPLIT = p["KP"], p["NCP"], p["TP"], p["NPP"], p["NSPLIT"]
+        QW = cfg.num_heads * cfg.head_dim
+        mcap = max(B * S, B * K)
+        mq = B * K
+        e = lambda *s, dtype=dt: torch.empty(*s, dtype=dtype, device=dev)  # noqa: E731
+        z = lambda *s, dtype=torch.int32: torch.zeros(*s, dtype=dtype, device=dev)  # noqa: E731
+        scratch = dict(
+            hbuf=e(2, mcap, H), qbuf=e(mcap, QW), att_o=e(mq * cfg.num_heads * NSPLIT, cfg.head_dim,
+                                                          dtype=torch.float32),
+            att_ml=e(mq * cfg.num_heads * NSPLIT * 2, dtype=torch.float32), attn=e(mq, QW), h1=e(mq, H),
+            act=e(mq, cfg.intermediate_size), lm_key=e(mq * NPP * KP, dtype=torch.int64),
+            lm_ms=e(mq * NPP * 2, dtype=torch.float32), ch_lp=e(mq, KP, dtype=torch.float32),
+            ch_id=z(mq, KP), tok_in=z(mq, dtype=torch.int64), src=z(mq), sc=z(B, KP, dtype=torch.float32),
+            fr=z(B, KP), anc=z(2, B, KP, D + 1), cand_sc=z(B, NCP, dtype=torch.float32),
+            cand_tok=z(B, NCP, dtype=torch.int64), par_list=z(B, 1 + D * K), node_of=z(B, NCP), selg=z(B, TP),
+            pnode=z(B, TP), posb=z(B, TP),
+        )
+        kvshape = (B, cfg.max_len, cfg.num_kv_heads, cfg.head_dim)
+        return cls(
+            k_cache=torch.zeros(kvshape, dtype=dt, device=dev), v_cache=torch.zeros(kvshape, dtype=dt, device=dev),
+            kv_len=z(B), scratch=scratch,
+            draft_tokens=z(B, T + 1, dtype=torch.int64), retrieve=z(B, T, D + 2, dtype=torch.int64),
+            tree_mask=z(B, 1, T + 1, T + 1, dtype=torch.float32), positions=z(B, T + 1, dtype=torch.int64),
+            parents=z(B, T + 1, dtype=torch.int64), num_leaves=z(B, dtype=torch.int64),
+            max_depth=z(B, dtype=torch.int64), barrier=z(2), status=z(1), batch=B, new_rows=S, nprog=p["NPROG"],
+        )
+
+    def reset(self) -> None:
+        """Forget every sequence's draft KV (start of a generation) and clear the control words."""
+        self.kv_len.zero_()
+        self.barrier.zero_()
+        self.status.zero_()
+
+
+# ------------------------------------------------------------------------------------------------ I/O types
+@dataclass
+class DraftInputs:
+    """One draft's inputs for ``B`` sequences.
+
+    features: ``[B, S, W]`` target features of the rows not yet in the draft KV (padded to ``S``).
+    input_ids: ``[B, S]`` int64 token paired with each row (row ``j`` pairs feature ``j`` with token ``j + 1`` of
+        the sequence); the last valid entry of each row, ``input_ids[b, num_new[b] - 1]``, is the root token.
+    num_new: ``[B]`` int32 valid rows per sequence on the device, or ``None`` for ``S`` everywhere.
+    """
+
+    features: torch.Tensor
+    input_ids: torch.Tensor
+    num_new: torch.Tensor | None = None
+
+
+class DraftOutput(tuple):
+    """``(draft_tokens, retrieve_indices, tree_mask, tree_position_ids)`` plus ``.fallback`` (True when the
+    PyTorch reference ran instead of the kernel), ``.reason`` and ``.buffers`` (parents, leaf counts)."""
+
+    def __new__(cls, items, fallback: bool = False, reason: str = "", buffers: Buffers | None = None):
+        obj = super().__new__(cls, items)
+        obj.fallback = fallback
+        obj.reason = reason
+        obj.buffers = buffers
+        return obj
+
+    draft_tokens = property(lambda self: self[0])
+    retrieve_indices = property(lambda self: self[1])
+    tree_mask = property(lambda self: self[2])
+    tree_position_ids = property(lambda self: self[3])
+
+
+def _as_inputs(X) -> DraftInputs:
+    if isinstance(X, DraftInputs):
+        return X
+    if isinstance(X, (tuple, list)) and len(X) in (2, 3):
+        return DraftInputs(*X)
+    raise TypeError("X must be DraftInputs(features, input_ids, num_new) or a (features, input_ids[, num_new]) tuple")
+
+
+def _check_launch(cfg: DrafterConfig, X: DraftInputs, weights: Weights, bufs: Buffers) -> torch.Tensor:
+    f, ids = X.features, X.input_ids
+    if f.dim() != 3 or f.shape[-1] != cfg.feature_width:
+        raise ValueError(f"features must be [B, S, {cfg.feature_width}], got {list(f.shape)}")
+    B, S = f.shape[:2]
+    if B != bufs.batch:
+        raise ValueError(f"features hold {B} sequences but the buffers were allocated for {bufs.batch}")
+    if S > bufs.new_rows:
+        raise ValueError(f"features hold {S} rows per sequence; the buffers hold at most {bufs.new_rows} "
+                         "(Buffers.allocate(new_rows=...))")
+    if f.dtype != cfg.dtype:
+        raise TypeError(f"features dtype {f.dtype} differs from the drafter's {cfg.dtype}")
+    if tuple(ids.shape) != (B, S) or ids.dtype != torch.int64:
+        raise ValueError(f"input_ids must be int64 [B, S] = [{B}, {S}], got {ids.dtype} {list(ids.shape)}")
+    dev = weights.fc.device
+    for name, t in (("features", f), ("input_ids", ids), ("k_cache", bufs.k_cache)):
+        if t.device != dev:
+            raise ValueError(f"{name} is on {t.device} but the weights are on {dev}")
+    nn_ = X.num_new
+    if nn_ is None:
+        nn_ = bufs.scratch.setdefault(("num_new", S), torch.full((B,), S, dtype=torch.int32, device=dev))
+    elif tuple(nn_.shape) != (B,) or nn_.dtype != torch.int32 or nn_.device != dev:
+        raise ValueError(f"num_new must be int32 [{B}] on {dev}, got {nn_.dtype} {list(nn_.shape)} on {nn_.device}")
+    return nn_
+
+
+# ------------------------------------------------------------------------------------------------ launch
+def launch_drafter(cfg: DrafterConfig, X, weights: Weights, bufs: Buffers, fallback: bool = True) -> DraftOutput:
+    """Draft one EAGLE-2 tree per sequence with the fused persistent kernel (one launch, no host sync).
+
+    Parameters
+    ----------
+    cfg: the drafter's :class:`DrafterConfig`.
+    X: :class:`DraftInputs` ``(features [B, S, W], input_ids [B, S], num_new [B] | None)``.
+    weights: :class:`Weights` of the head, bufs: :class:`Buffers` (its draft KV advances by ``num_new``).
+    fallback: where no GPU (or Triton) is available, run :func:`launch_drafter_ref` instead, with a warning, and
+        mark the result (``.fallback``); with ``fallback=False`` that raises ``RuntimeError``.
+
+    Returns
+    -------
+    :class:`DraftOutput` ``(draft_tokens [B, T+1], retrieve_indices [B, T, D+2] (-1 padded), tree_mask
+    [B, 1, T+1, T+1] float, tree_position_ids [B, T+1])``: views of ``bufs``, overwritten by the next launch.
+    """
+    X = _as_inputs(X)
+    ok, why = triton_available(X.features.device)
+    if not ok:
+        if not fallback:
+            raise RuntimeError(f"fused drafter unavailable: {why}")
+        warnings.warn(f"fused drafter unavailable ({why}); running the PyTorch reference drafter", RuntimeWarning,
+                      stacklevel=2)
+        out = launch_drafter_ref(cfg, X, weights, bufs)
+        return DraftOutput(tuple(out), fallback=True, reason=why, buffers=bufs)
+    num_new = _check_launch(cfg, X, weights, bufs)
+    from .kernel import fused_drafter_kernel
+
+    B, S = X.features.shape[:2]
+    p = cfg.launch_params(X.features.device, B, S)
+    if p["NPROG"] != bufs.nprog:
+        raise ValueError(f"buffers were allocated for {bufs.nprog} programs, the config now gives {p['NPROG']}")
+    sc = bufs.scratch
+    w = weights
+    mcap = sc["hbuf"].shape[1]
+    fused_drafter_kernel[(p["NPROG"],)](
+        w.fc, w.embed, w.input_norm, w.hidden_norm, w.wq, w.wk, w.wv, w.wo, w.post_norm, w.w_gate, w.w_up,
+        w.w_down, w.final_norm, w.lm_head, w.d2t, w.cos, w.sin,
+        X.features, X.input_ids, num_new,
+        bufs.k_cache, bufs.v_cache, bufs.kv_len,
+        sc["hbuf"], sc["qbuf"], sc["att_o"], sc["att_ml"], sc["attn"], sc["h1"], sc["act"], sc["lm_key"],
+        sc["lm_ms"], sc["ch_lp"], sc["ch_id"], sc["tok_in"], sc["src"], sc["sc"], sc["fr"], sc["anc"],
+        sc["cand_sc"], sc["cand_tok"], sc["par_list"], sc["node_of"], sc["selg"], sc["pnode"], sc["posb"],
+        bufs.draft_tokens, bufs.retrieve, bufs.tree_mask, bufs.positions, bufs.parents, bufs.num_leaves,
+        bufs.max_depth, bufs.barrier, bufs.status,
+        B, S, cfg.max_len, mcap, cfg.rms_eps, math.sqrt(cfg.head_dim),
+        num_warps=cfg.num_warps, **p,
+    )
+    return DraftOutput((bufs.draft_tokens, bufs.retrieve, bufs.tree_mask, bufs.positions), buffers=bufs)
+
+
+def launch_drafter_ref(cfg: DrafterConfig, X, weights: Weights, bufs: Buffers) -> DraftOutput:
+    """:func:`launch_drafter` computed by the PyTorch reference drafter, one sequence at a time (host syncs).
+
+    Reads and advances the same draft KV in ``bufs`` and fills the same output buffers.
+    """
+    X = _as_inputs(X)
+    if weights.head is None:
+        raise ValueError("launch_drafter_ref needs weights.head (build Weights with Weights.from_head)")
+    num_new = _check_launch(cfg, X, weights, bufs)
+    head, tc = weights.head, cfg.tree
+    B = X.features.shape[0]
+    T, D = cfg.total_tokens - 1, cfg.depth
+    for b in range(B):
+        n = int(num_new[b])
+        L0 = int(bufs.kv_len[b])
+        if L0 + n + D * cfg.top_k > cfg.max_len:
+            bufs.status.fill_(1)
+            raise RuntimeError(f"sequence {b}: {L0} + {n} rows plus the tree exceed max_len {cfg.max_len}")
+        ref = TorchDraftBackend(head, tc)
+        if L0 > 0:
+            ref.stable_kv = ((bufs.k_cache[b, :L0].permute(1, 0, 2)[None].contiguous(),
+                              bufs.v_cache[b, :L0].permute(1, 0, 2)[None].contiguous()),)
+        # input_ids of the reference: any L0 + 1 leading tokens (unused once the KV holds them), then the new ones
+        ids = torch.cat([torch.zeros(1, L0 + 1, dtype=torch.long, device=X.input_ids.device),
+                         X.input_ids[b:b + 1, :n]], dim=1)
+        tree = ref.draft(X.features[b:b + 1, :n], ids)
+        k, v = ref.stable_kv[0]
+        bufs.k_cache[b, :L0 + n] = k[0].permute(1, 0, 2)
+        bufs.v_cache[b, :L0 + n] = v[0].permute(1, 0, 2)
+        bufs.kv_len[b] = L0 + n
+        bufs.draft_tokens[b] = tree.draft_tokens[0]
+        bufs.retrieve[b] = tree.retrieve_indices_padded[0]
+        bufs.tree_mask[b] = tree.tree_mask[0]
+        bufs.positions[b] = tree.positions[0]
+        bufs.parents[b] = tree.parents[0]
+        bufs.num_leaves[b] = tree.num_leaves[0]
+        bufs.max_depth[b] = tree.max_depth[0]
+    assert bufs.retrieve.shape[1] == T
+    return DraftOutput((bufs.draft_tokens, bufs.retrieve, bufs.tree_mask, bufs.positions), buffers=bufs)
+
+
+# ------------------------------------------------------------------------------------------------ backend
+class FusedDraftBackend:
+    """``TreeDrafter(head, tree_config, backend="triton")``: the fused kernel behind the reference's interface.
+
+    Options: ``max_len`` (draft-KV rows per sequence; grows on demand), ``nprog``, ``fallback`` (True: use the
+    reference drafter with a warning where the kernel cannot run: no GPU and no interpreter, or an EAGLE-1 head).
+    ``self.fallback_reason`` says why the reference runs ("" when the kernel runs).
+    """
+
+    name = "triton"
+
+    def __init__(self, head: DraftHead, tree_config: TreeConfig, max_len: int | None = None, nprog: int | None = None,
+                 fallback: bool = True, **tuning):
+        self.head = head
+        self.cfg_tree = tree_config
+        self.fallback_reason = ""
+        if head.kind != "eagle3":
+            self.fallback_reason = f"the fused drafter supports EAGLE-3 heads only (got {head.kind})"
+        else:
+            ok, why = triton_available(head.device)
+            if not ok:
+                self.fallback_reason = why
+        if self.fallback_reason:
+            if not fallback:
+                raise RuntimeError(f"fused drafter unavailable: {self.fallback_reason}")
+            warnings.warn(f"fused drafter unavailable ({self.fallback_reason}); using the PyTorch reference drafter",
+                          RuntimeWarning, stacklevel=3)
+            self._ref = TorchDraftBackend(head, tree_config)
+            return
+        self._ref = None
+        self._tuning = dict(tuning, nprog=nprog)
+        self._max_len = max_len or 256
+        self._cfg = None
+        self.bufs = None
+        self.weights = None
+        self._kv_len = 0
+
+    # -- state ------------------------------------------------------------------------------------------------
+    def reset(self) -> None:
+        if self._ref is not None:
+            return self._ref.reset()
+        self._kv_len = 0
+        if self.bufs is not None:
+            self.bufs.reset()
+
+    @property
+    def kv_len(self) -> int:
+        return self._ref.kv_len if self._ref is not None else self._kv_len
+
+    @property
+    def stable_kv(self):
+        if self._ref is not None:
+            return self._ref.stable_kv
+        if self._kv_len == 0:
+            return None
+        L = self._kv_len
+        k = self.bufs.k_cache[:, :L].permute(0, 2, 1, 3)
+        v = self.bufs.v_cache[:, :L].permute(0, 2, 1, 3)
+        return ((k, v),)
+
+    def _ensure(self, batch: int, new_rows: int) -> None:
+        tc = self.cfg_tree
+        need_len = self._kv_len + new_rows + tc.depth * tc.top_k
+        cfg = self._cfg
+        if (cfg is not None and self.bufs.batch == batch and new_rows <= cfg.max_new_rows
+                and need_len <= cfg.max_len):
+            return
+        max_len = max(self._max_len, _pow2(need_len))
+        max_new = max(_pow2(new_rows), cfg.max_new_rows if cfg is not None else 1)
+        max_new = min(max_new, max_len - tc.depth * tc.top_k)
+        new_cfg = DrafterConfig.from_head(self.head, tc, max_batch=batch, max_len=max_len, max_new_rows=max_new,
+                                          **self._tuning)
+        if self.weights is None or self.weights.cos.shape[0] < max_len + tc.depth + 1:
+            self.weights = Weights.from_head(self.head, max_len + tc.depth + 1)
+            self.weights.check(new_cfg)
+        bufs = Buffers.allocate(new_cfg, self.head.device, batch=batch, new_rows=max_new)
+        if self.bufs is not None and self._kv_len:
+            if self.bufs.batch != batch:
+                raise ValueError(f"batch changed from {self.bufs.batch} to {batch} without reset()")
+            bufs.k_cache[:, :self._kv_len] = self.bufs.k_cache[:, :self._kv_len]
+            bufs.v_cache[:, :self._kv_len] = self.bufs.v_cache[:, :self._kv_len]
+            bufs.kv_len.fill_(self._kv_len)
+        self._cfg, self.bufs, self._max_len = new_cfg, bufs, max_len
+
+    # -- drafting ---------------------------------------------------------------------------------------------
+    @torch.no_grad()
+    def draft(self, hidden_states: torch.Tensor, input_ids: torch.Tensor, sampling: bool = False) -> DraftTree:
+        if self._ref is not None:
+            return self._ref.draft(hidden_states, input_ids, sampling=sampling)
+        check_draft_inputs(self.head, hidden_states, input_ids, self._kv_len)
+        B, S = hidden_states.shape[:2]
+        self._ensure(B, S)
+        new_ids = input_ids[:, 1 + self._kv_len:].to(device=hidden_states.device, dtype=torch.long).contiguous()
+        out = launch_drafter(self._cfg, DraftInputs(hidden_states.contiguous(), new_ids), self.weights, self.bufs,
+                             fallback=False)
+        self._kv_len += S
+        bufs = self.bufs
+        retrieve = out.retrieve_indices.clone()
+        if sampling:
+            order = lexicographic_row_order(retrieve)
+            retrieve = retrieve.gather(1, order.unsqueeze(-1).expand_as(retrieve))
+        return DraftTree(
+            draft_tokens=out.draft_tokens.clone(), tree_mask=out.tree_mask.clone(), positions=bufs.positions.clone(),
+            parents=bufs.parents.clone(), retrieve_indices_padded=retrieve,
+            num_leaves=bufs.num_leaves.clone(), max_depth=bufs.max_depth.clone(), sampling=sampling,
+        )
