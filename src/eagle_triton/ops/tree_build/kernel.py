@@ -66,7 +66,7 @@ def _build_tree_kernel(
     walk_parent = tl.where(parent >= 1, parent, -1)
     cur = offs
     active = is_node
-    anc = offs[:, None] < 0  # all False, [BLOCK_D, BLOCK_D]
+    anc = (offs[:, None] < 0) & (offs[None, :] < 0)  # all False, [BLOCK_D, BLOCK_D]
     count = tl.zeros([BLOCK_D], dtype=tl.int64)
     for _ in range(depth):
         hit = offs[None, :] == cur[:, None]

@@ -12,8 +12,9 @@ from .kernel import _tree_verify_kernel
 __all__ = ["verify_tree_greedy", "tree_speculative_sampling_target_only", "verify_tree", "AOT_SPECS"]
 
 
-def _block_v(V: int) -> int:
-    return max(16, min(next_power_of_2(V), 128 if is_interpreter() else 2048))
+def _block_v(V: int, cap: int = 2048) -> int:
+    # EAGLE's rule tests membership of a [BLOCK_V, BLOCK_N] tile against the rejected tokens: a smaller cap.
+    return max(16, min(next_power_of_2(V), 128 if is_interpreter() else cap))
 
 
 def verify_tree_greedy(
@@ -189,7 +190,7 @@ def verify_tree(
         _tree_verify_kernel[(B,)](
             bonus, accept_path, accept_length, cand, cand, nt, ns, cand, uniform_samples,
             uniform_samples_for_final_sampling, target_probs, target_probs, N, C, V, B * N, B, 1.0, 1.0,
-            RULE=2, EAGLE_OUT=True, BLOCK_C=block_c, BLOCK_N=max(2, next_power_of_2(N)), BLOCK_V=_block_v(V),
+            RULE=2, EAGLE_OUT=True, BLOCK_C=block_c, BLOCK_N=max(2, next_power_of_2(N)), BLOCK_V=_block_v(V, 512),
             num_warps=4,
         )
     return accept_length, accept_path, bonus
@@ -214,5 +215,5 @@ AOT_SPECS = [
     _spec(0, False, 2, 2, 16),
     _spec(1, False, 2, 2, 2048),
     _spec(0, True, 16, 2, 16),
-    _spec(2, True, 16, 64, 2048),
+    _spec(2, True, 16, 64, 512),
 ]
