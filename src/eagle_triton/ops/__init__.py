@@ -15,5 +15,17 @@ from .verify import (
     verify_tree_greedy_ref,
     verify_tree_ref,
 )
+from .sampling import (
+    philox_uniform,
+    philox_uniform_ref,
+    sampling_from_probs,
+    sampling_from_probs_ref,
+    softmax_with_temperature,
+    softmax_with_temperature_ref,
+    top_k_renorm_probs,
+    top_k_renorm_probs_ref,
+    top_p_renorm_probs,
+    top_p_renorm_probs_ref,
+)
 from .tree_convert import eagle_to_sglang, sglang_to_eagle, sglang_accept_to_eagle, eagle_accept_to_sglang
 # --- end tree/verify/sampling exports ---
