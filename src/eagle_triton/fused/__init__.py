@@ -20,9 +20,11 @@ from .host import (
     triton_available,
 )
 from .kernel import fused_drafter_kernel
+from .multikernel import GraphDraftBackend, MultiKernelDrafter, multikernel_draft
 from .specs import AOT_SPECS
 
 register_draft_backend("triton", FusedDraftBackend)
+register_draft_backend("graph", GraphDraftBackend)
 
 __all__ = [
     "AOT_SPECS",
@@ -31,9 +33,12 @@ __all__ = [
     "DraftOutput",
     "DrafterConfig",
     "FusedDraftBackend",
+    "GraphDraftBackend",
+    "MultiKernelDrafter",
     "Weights",
     "fused_drafter_kernel",
     "launch_drafter",
     "launch_drafter_ref",
+    "multikernel_draft",
     "triton_available",
 ]
