@@ -29,3 +29,9 @@ from .sampling import (
 )
 from .tree_convert import eagle_to_sglang, sglang_to_eagle, sglang_accept_to_eagle, eagle_accept_to_sglang
 # --- end tree/verify/sampling exports ---
+
+# --- attention, KV cache, LM-head top-k ---
+from .attention import draft_tree_attention, draft_tree_attention_ref, tree_attention, tree_attention_ref
+from .kv_cache import append_kv_cache, append_kv_cache_ref, compact_kv_cache, compact_kv_cache_ref
+from .lm_head_topk import lm_head_topk, lm_head_topk_ref
+# --- end attention / KV cache / LM-head exports ---
