@@ -536,7 +536,7 @@ def fused_drafter_kernel(
                     e_tk_n = e_cid_n.to(tl.int64)
                     if HAS_D2T:
                         e_tk_n += tl.load(d2t + e_cid_n, mask=kok, other=0)
-                    e_ol = tl.arange(0, DP1)[None, :]
+                    e_ol = tl.arange(0, CP)[None, :]  # CP = pow2(D + 2) >= D + 1 levels
                     e_a_old = tl.load(anc + ((apar * B + b) * KP + e_prow_[:, None]) * DP1 + e_ol,
                                     mask=kok[:, None] & (e_ol < s), other=0, cache_modifier=".cg")
                     e_a_new = tl.where(e_ol == s, s * K + offc[:, None], e_a_old)

@@ -110,7 +110,7 @@ def multikernel_draft(cfg: DrafterConfig, w: Weights, features, input_ids, num_n
     frontier = torch.arange(K, device=dev).expand(B, K)
     hid = h_last.expand(B, K, h_last.shape[-1])
     ids = toks
-    DK = max(D * K, 1)
+    DK = max(D * K, K)
     tmask = torch.zeros(B, K, DK, dtype=torch.bool, device=dev)
     tmask[:, torch.arange(K), torch.arange(K)] = True
     rel = keys[None, :] - L[:, None]  # [B, Lmax1] tree-relative slot
