@@ -262,7 +262,10 @@ class LlamaTarget(TargetModel):
         for f in files:
             if not (root / f).is_file():
                 raise FileNotFoundError(f"shard {f} listed in {index} is missing")
-            sd.update(load_file(str(root / f)))
+            try:
+                sd.update(load_file(str(root / f)))
+            except Exception as e:  # safetensors raises its own error type for corrupt headers
+                raise ValueError(f"cannot read safetensors file {root / f}: {e}") from e
         dtype = dtype or _config_dtype(cfg) or torch.float32
         inv_freq, scaling = _rotary_from_config(cfg, "cpu")
         eos = _as_list(getattr(cfg, "eos_token_id", None))

@@ -1,0 +1,219 @@
+"""Tree acceptance (greedy, lossless sampling) and logits processing, against brute force and exact
+distributions. Frequency tests use a chi-square goodness-of-fit test at significance 1e-3 (cells with an expected
+count below 5 pooled); a correct sampler fails one with probability 1e-3, a seed is fixed so runs are stable."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from scipy.stats import chi2
+
+from eagle_triton.drafter.tree import build_tree_buffers
+from eagle_triton.engine import SamplingParams, accept_greedy, accept_sampling, process_logits, sample_from_probs
+
+ALPHA = 1e-3
+
+
+def chi_square_ok(counts: torch.Tensor, probs: torch.Tensor) -> tuple[bool, float, float]:
+    """Goodness of fit of ``counts`` to ``probs``; zero-probability cells must be empty."""
+    counts, probs = counts.double(), probs.double() / probs.sum()
+    n = counts.sum()
+    assert counts[probs == 0].sum() == 0, "a zero-probability outcome was drawn"
+    expected = probs * n
+    big = expected >= 5
+    obs = torch.cat([counts[big], counts[~big].sum().view(1)])
+    exp = torch.cat([expected[big], expected[~big].sum().view(1)])
+    keep = exp > 0
+    obs, exp = obs[keep], exp[keep]
+    stat = float(((obs - exp) ** 2 / exp).sum())
+    df = max(int(keep.sum()) - 1, 1)
+    crit = float(chi2.ppf(1 - ALPHA, df))
+    return stat <= crit, stat, crit
+
+
+@pytest.mark.parametrize("params", [SamplingParams(0.7, 1.0, 0), SamplingParams(1.0, 0.8, 0),
+                                    SamplingParams(1.3, 0.9, 7), SamplingParams(0.5, 1.0, 3),
+                                    SamplingParams(1.0, 0.05, 0)])
+def test_process_logits_matches_transformers_warpers(params):
+    from transformers.generation.logits_process import (
+        TemperatureLogitsWarper,
+        TopKLogitsWarper,
+        TopPLogitsWarper,
+    )
+
+    g = torch.Generator().manual_seed(0)
+    logits = torch.randn(4, 37, generator=g) * 3
+    logits[1, :5] = logits[1, 5]  # ties at the top-k boundary
+    ref = logits.clone()
+    if params.temperature != 1.0:
+        ref = TemperatureLogitsWarper(params.temperature)(None, ref)
+    if params.top_p < 1.0:
+        ref = TopPLogitsWarper(params.top_p)(None, ref)
+    if params.top_k > 0:
+        ref = TopKLogitsWarper(params.top_k)(None, ref)
+    out = process_logits(logits, params)
+    assert torch.equal(torch.isinf(out), torch.isinf(ref))
+    torch.testing.assert_close(out[~torch.isinf(out)], ref[~torch.isinf(ref)], atol=0, rtol=0)
+
+
+def test_sampling_params_validation():
+    for bad in [dict(temperature=-1.0), dict(top_p=0.0), dict(top_p=1.5), dict(top_k=-2), dict(top_k=1.5)]:
+        with pytest.raises(ValueError):
+            SamplingParams(**bad)
+    assert SamplingParams(1e-6).greedy and not SamplingParams(0.1).greedy
+
+
+def test_sample_from_probs_frequencies():
+    g = torch.Generator().manual_seed(1)
+    probs = torch.tensor([0.5, 0.0, 0.2, 0.05, 0.25, 0.0, 1e-3])
+    draws = sample_from_probs(probs.expand(60000, -1).contiguous(), g)
+    ok, stat, crit = chi_square_ok(torch.bincount(draws, minlength=7), probs)
+    assert ok, (stat, crit)
+
+
+def _path_to(parents, node):
+    path = []
+    while node >= 0:
+        path.append(node)
+        node = int(parents[node])
+    return path[::-1]
+
+
+def _brute_greedy(tokens, parents, logits):
+    """Longest root-to-node path whose every token is the target's argmax after its parent (EAGLE's rule; with
+    duplicate sibling tokens several paths may tie, all emitting the same tokens)."""
+    pred = logits.argmax(-1)
+    best = [0]
+    stack = [[0]]
+    while stack:
+        path = stack.pop()
+        if len(path) > len(best):
+            best = path
+        cur = path[-1]
+        for n in range(len(parents)):
+            if int(parents[n]) == cur and int(tokens[n]) == int(pred[cur]):
+                stack.append(path + [n])
+    return best, [int(pred[p]) for p in best]
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_accept_greedy_vs_brute_force(seed):
+    g = torch.Generator().manual_seed(seed)
+    B, N, V, levels = 3, 13, 6, 4
+    parents = []
+    for _ in range(B):
+        par, depth = [-1], [0]
+        while len(par) < N:
+            p = int(torch.randint(0, len(par), (1,), generator=g))
+            if depth[p] < levels:
+                par.append(p)
+                depth.append(depth[p] + 1)
+        parents.append(par)
+    parents = torch.tensor(parents)
+    tokens = torch.randint(0, V, (B, N), generator=g)
+    logits = torch.randn(B, N, V, generator=g)
+    # plant matches so that long paths get accepted
+    for b in range(B):
+        for n in range(1, N):
+            if torch.rand(1, generator=g) < 0.6:
+                logits[b, parents[b, n], tokens[b, n]] += 10.0
+    _, _, retrieve, _, _ = build_tree_buffers(parents, levels)
+    res = accept_greedy(tokens, retrieve, logits)
+    C = retrieve.shape[-1]
+    for b in range(B):
+        path, toks = _brute_greedy(tokens[b], parents[b], logits[b])
+        a = len(path) - 1
+        assert int(res.accept_len[b]) == a
+        got = res.accept_index[b].tolist()
+        assert got[0] == 0 and got[a + 1:] == [-1] * (C - a - 1)
+        bonus = int(logits[b, got[a]].argmax())  # tied paths may end at different (duplicate-token) nodes
+        assert res.tokens[b].tolist() == toks[:a] + [bonus] + [-1] * (C - a - 1)
+        for j in range(a):  # a valid path of drafted tokens equal to the emitted ones
+            assert int(parents[b, got[j + 1]]) == got[j] and int(tokens[b, got[j + 1]]) == toks[j]
+
+
+def test_accept_greedy_full_depth_and_root_only():
+    parents = torch.tensor([[-1, 0, 1, 2, 0]])
+    tokens = torch.tensor([[9, 1, 2, 3, 4]])
+    V = 10
+    logits = torch.full((1, 5, V), -5.0)
+    for node, nxt in [(0, 1), (1, 2), (2, 3), (3, 7)]:
+        logits[0, node, nxt] = 5.0
+    _, _, retrieve, _, _ = build_tree_buffers(parents, 3)
+    res = accept_greedy(tokens, retrieve, logits)
+    assert res.accept_len.tolist() == [3] and res.tokens.tolist() == [[1, 2, 3, 7]]
+    assert res.accept_index.tolist() == [[0, 1, 2, 3]]
+    logits[0, 0] = 0
+    logits[0, 0, 5] = 1.0  # root's argmax is in no child
+    res = accept_greedy(tokens, retrieve, logits)
+    assert res.accept_len.tolist() == [0] and res.tokens.tolist() == [[5, -1, -1, -1]]
+
+
+# tree for the sampling tests: root -> (1: a, 2: b, 3: c); 1 -> (4: d, 5: e); 2 -> (6: f); 4 -> (7: g)
+PARENTS = [-1, 0, 0, 0, 1, 1, 2, 4]
+TOKENS = [0, 3, 5, 1, 2, 4, 0, 6]
+
+
+def _sampling_case(params, B, seed):
+    g = torch.Generator().manual_seed(seed)
+    V = 8
+    N = len(PARENTS)
+    logits = torch.randn(N, V, generator=g) * 1.5
+    logits[0, 3] += 1.0
+    parents = torch.tensor([PARENTS]).expand(B, N).contiguous()
+    tokens = torch.tensor([TOKENS]).expand(B, N).contiguous()
+    res = accept_sampling(tokens, parents, logits.expand(B, N, V).contiguous(), params, 4, generator=g)
+    probs = torch.softmax(process_logits(logits, params), -1)
+    return res, probs
+
+
+@pytest.mark.parametrize("params", [SamplingParams(1.0), SamplingParams(0.7, 0.9, 5)], ids=["t1", "t07-p09-k5"])
+def test_accept_sampling_is_lossless(params):
+    """First emitted token ~ p(root); second token, given the first is a drafted child, ~ p(child)."""
+    B = 40000
+    res, probs = _sampling_case(params, B, seed=7)
+    first = res.tokens[:, 0]
+    ok, stat, crit = chi_square_ok(torch.bincount(first, minlength=8), probs[0])
+    assert ok, ("first token", stat, crit)
+    for node in (1, 2, 3):  # children of the root
+        sel = first == TOKENS[node]
+        second = res.tokens[sel, 1]
+        assert (second >= 0).all()  # an accepted child always emits a following token
+        ok, stat, crit = chi_square_ok(torch.bincount(second, minlength=8), probs[node])
+        assert ok, (f"second token after node {node}", stat, crit)
+    # third token after a -> d (node 4) follows p(node 4)
+    sel = (res.tokens[:, 0] == TOKENS[1]) & (res.tokens[:, 1] == TOKENS[4])
+    ok, stat, crit = chi_square_ok(torch.bincount(res.tokens[sel, 2], minlength=8), probs[4])
+    assert ok, ("third token", stat, crit)
+
+
+def test_accept_sampling_structure_and_determinism():
+    params = SamplingParams(1.0)
+    B = 2000
+    res, _ = _sampling_case(params, B, seed=3)
+    res2, _ = _sampling_case(params, B, seed=3)
+    assert torch.equal(res.tokens, res2.tokens) and torch.equal(res.accept_index, res2.accept_index)
+    n = res.accept_len
+    for b in range(0, B, 97):
+        a = int(n[b])
+        path = res.accept_index[b].tolist()
+        assert path[0] == 0 and all(x == -1 for x in path[a + 1:])
+        for j in range(a):
+            assert PARENTS[path[j + 1]] == path[j]
+            assert res.tokens[b, j] == TOKENS[path[j + 1]]
+        assert res.tokens[b, a] >= 0 and all(x == -1 for x in res.tokens[b, a + 1:].tolist())
+    assert int(n.max()) == 3 and int(n.min()) == 0  # the deep path a -> d -> g and immediate rejections occur
+
+
+def test_accept_sampling_one_hot_target_accepts_everything():
+    """A target certain of the drafted path accepts it whole; coins at the edge of [0, 1) change nothing."""
+    N, V = len(PARENTS), 8
+    logits = torch.full((1, N, V), -1e4)
+    for node, nxt in [(0, TOKENS[1]), (1, TOKENS[4]), (4, TOKENS[7]), (7, 5)]:
+        logits[0, node, nxt] = 0.0
+    for coin in (0.0, 0.999999):
+        res = accept_sampling(torch.tensor([TOKENS]), torch.tensor([PARENTS]), logits, SamplingParams(1.0), 4,
+                              coins=torch.full((1, N), coin))
+        assert res.accept_len.tolist() == [3]
+        assert res.tokens.tolist() == [[TOKENS[1], TOKENS[4], TOKENS[7], 5]]
+        assert res.accept_index.tolist() == [[0, 1, 4, 7]]
