@@ -109,6 +109,8 @@ def _renorm_kernel(probs_ptr, param_ptr, out_ptr, V, TOP_P: tl.constexpr, BLOCK_
             ok = cnt >= k
         jbest = tl.max(tl.where(ok & (js >= 1), js, 0), axis=0)
         t = t + (jbest << shift)
+    if TOP_P:
+        t = tl.where(target_mass >= 1.0, 0, t)  # top_p >= 1 keeps the row whatever the rounding of its sum
     kept = tl.zeros([BLOCK_V], dtype=tl.float32)
     for start in range(0, V, BLOCK_V):
         idx = start + tl.arange(0, BLOCK_V)

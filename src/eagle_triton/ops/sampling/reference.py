@@ -60,7 +60,7 @@ def top_p_renorm_probs_ref(probs: torch.Tensor, top_p) -> torch.Tensor:
     reach = csum >= p.unsqueeze(1)
     n = torch.where(reach.any(-1), reach.to(torch.int8).argmax(-1), torch.full_like(p, V - 1, dtype=torch.int64))
     tau = sorted_p.gather(1, n.unsqueeze(1))
-    tau = torch.where(reach.any(-1, keepdim=True), tau, torch.zeros_like(tau))
+    tau = torch.where(reach.any(-1, keepdim=True) & (p < 1).unsqueeze(1), tau, torch.zeros_like(tau))
     kept = torch.where(probs >= tau, probs, torch.zeros_like(probs))
     return kept / kept.sum(-1, keepdim=True)
 
