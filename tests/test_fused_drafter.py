@@ -305,39 +305,32 @@ def test_gpu_cuda_graph_capture_replays_the_same_trees():
 
 
 def llama8b_head(peaked: bool, dtype=torch.bfloat16, seed=0):
+    """A random head at the Llama-3.1-8B EAGLE-3 shape, built on the GPU (peaked: lm_head x 12, deep trees)."""
     from eagle_triton import Eagle3DraftHead
-    from eagle_triton.testing import _randomize  # noqa: PLC2701
 
     torch.manual_seed(seed)
-    head = Eagle3DraftHead(llama31_8b_eagle3_config())
-    g = torch.Generator().manual_seed(seed)
     with torch.device("cuda"):
-        head = head.to("cuda")
+        head = Eagle3DraftHead(llama31_8b_eagle3_config())
     with torch.no_grad():
         for name, p in head.named_parameters():
             if name.endswith("norm.weight") or "layernorm" in name:
-                p.copy_(1.0 + 0.1 * torch.randn(p.shape, device="cuda"))
+                p.copy_(1.0 + 0.1 * torch.randn_like(p))
             else:
-                p.copy_(0.02 * torch.randn(p.shape, device="cuda"))
+                p.normal_(0.0, 0.02)
         head.embed_tokens.weight.normal_()
         if peaked:
             head.lm_head.weight.mul_(12.0)
-        used = torch.randperm(128256, generator=g)[:32000].sort().values.cuda()
+        used = torch.randperm(128256, device="cuda")[:32000].sort().values
         head.d2t.copy_(used - torch.arange(32000, device="cuda"))
-    del _randomize
     return head.to(dtype).eval()
 
 
 def match_rate_8b(n_inputs: int, peaked: bool, dtype=torch.bfloat16, ulps: float = 4.0, prompt=96):
-    """Kernel vs reference at the Llama-3.1-8B shape in ``dtype`` over fresh inputs (decode calls after one
-    prefill). Returns (trees, identical, separated, identical among separated)."""
+    """Kernel vs reference at the Llama-3.1-8B shape in ``dtype`` over fresh prefill inputs.
+    Returns (trees, identical, separated at ``ulps``, identical among separated)."""
     head = llama8b_head(peaked, dtype)
     tc = TreeConfig(60, 7, 10)
     stats = [0, 0, 0, 0]
-    rng = np.random.default_rng()
-    for drafters, trees in run_calls(head, tc, ["torch", "triton"], n_inputs, prompt, rng, device="cuda"):
-        pass
-    # separated-tree statistics on independent single calls (margins need the reference's internals)
     for _ in range(n_inputs):
         feats = torch.randn(1, prompt, head.feature_width, device="cuda", dtype=dtype)
         ids = torch.randint(0, 128256, (1, prompt + 1), device="cuda")

@@ -1,0 +1,260 @@
+"""Draft latency of the fused persistent drafter vs the multi-kernel CUDA-graph drafter vs the reference drafter,
+with the HBM floor measured in the same run. GPU only.
+
+    python bench/bench_fused_drafter.py --quick          # 8B shape, 60/7/10, decode, batch 1
+    python bench/bench_fused_drafter.py                  # the full sweep (8B: 60/7/10 and 60/5/10, random and
+                                                         # peaked heads, decode and prefill, batch 1-16; SmolLM2)
+
+Writes ``fused_drafter.json`` and ``fused_drafter.png`` under ``$OUT`` (else bench/results/). Kernels are compiled
+first in parallel subprocesses (``--jobs``), one per shape variant, so that compile time stays out of the lease.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import subprocess
+import sys
+import time
+
+import torch
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "src"))
+
+from eagle_triton import DraftHeadConfig, Eagle3DraftHead, TreeConfig, TreeDrafter  # noqa: E402
+from eagle_triton.fused import Buffers, DraftInputs, DrafterConfig, MultiKernelDrafter, Weights  # noqa: E402
+from eagle_triton.fused import launch_drafter  # noqa: E402
+
+SHAPES = {
+    "llama31-8b": dict(hidden_size=4096, intermediate_size=14336, num_attention_heads=32, num_key_value_heads=8,
+                       vocab_size=128256, draft_vocab_size=32000),
+    "smollm2-135m": dict(hidden_size=576, intermediate_size=1536, num_attention_heads=9, num_key_value_heads=3,
+                         vocab_size=49152, draft_vocab_size=12288),
+}
+
+
+def make_head(shape: str, peaked: bool, dtype=torch.bfloat16, seed=0) -> Eagle3DraftHead:
+    cfg = DraftHeadConfig(rms_norm_eps=1e-5, architectures=["LlamaForCausalLMEagle3"], **SHAPES[shape])
+    torch.manual_seed(seed)
+    with torch.device("cuda"):
+        head = Eagle3DraftHead(cfg)
+    with torch.no_grad():
+        for name, p in head.named_parameters():
+            if name.endswith("norm.weight") or "layernorm" in name:
+                p.copy_(1.0 + 0.1 * torch.randn_like(p))
+            else:
+                p.normal_(0.0, 0.02)
+        head.embed_tokens.weight.normal_()
+        if peaked:  # sharper next-token distributions: deep trees
+            head.lm_head.weight.mul_(12.0)
+        V, Vd = cfg.vocab_size, cfg.effective_draft_vocab
+        used = torch.randperm(V, device="cuda")[:Vd].sort().values
+        head.d2t.copy_(used - torch.arange(Vd, device="cuda"))
+    return head.to(dtype).eval()
+
+
+def weight_bytes_per_step(c: DrafterConfig) -> int:
+    H, QW, KVW = c.hidden_size, c.num_heads * c.head_dim, c.num_kv_heads * c.head_dim
+    return 2 * (2 * H * (QW + 2 * KVW) + QW * H + 3 * H * c.intermediate_size + c.draft_vocab * H)
+
+
+def floor_bytes(c: DrafterConfig, batch: int, S: int, prefix: int) -> int:
+    """Bytes a draft must move: fc once, every midlayer + lm_head weight once per forward (root + depth),
+    the features, and the draft KV read by each forward (prefix + tree rows)."""
+    steps = c.depth + 1
+    kv_row = 2 * 2 * c.num_kv_heads * c.head_dim
+    kv = batch * kv_row * (steps * (prefix + S) + c.top_k * c.depth * (c.depth + 1) // 2)
+    return 2 * c.hidden_size * c.feature_width + steps * weight_bytes_per_step(c) + 2 * batch * S * c.feature_width + kv
+
+
+def copy_bandwidth() -> float:
+    from triton.testing import do_bench
+
+    a = torch.randn(1 << 30, device="cuda", dtype=torch.bfloat16)
+    b = torch.empty_like(a)
+    ms = do_bench(lambda: b.copy_(a), warmup=50, rep=300, return_mode="median")
+    del a, b
+    return 2 * (1 << 30) * 2 / (ms * 1e-3)
+
+
+def bench_case(head, tc, batch, S, prefix, do_ref, do_graph, rep_ms=300):
+    from triton.testing import do_bench
+
+    dt = head.dtype
+    max_len = max(256, 1 << (prefix + S + tc.depth * tc.top_k + 1).bit_length())
+    cfg = DrafterConfig.from_head(head, tc, max_batch=batch, max_len=max_len, max_new_rows=S)
+    w = Weights.from_head(head, max_len + tc.depth + 2)
+    bufs = Buffers.allocate(cfg, "cuda")
+    feats = [torch.randn(batch, S, head.feature_width, device="cuda", dtype=dt) for _ in range(2)]
+    ids = torch.randint(0, head.config.vocab_size, (batch, S), device="cuda")
+    kv0 = torch.full((batch,), prefix, dtype=torch.int32, device="cuda")
+    bufs.k_cache.normal_()
+    bufs.v_cache.normal_()
+    X = DraftInputs(feats[0], ids)
+    res = {}
+
+    def fused():
+        bufs.kv_len.copy_(kv0)
+        launch_drafter(cfg, X, w, bufs, fallback=False)
+
+    fused()
+    torch.cuda.synchronize()
+    assert int(bufs.status[0]) == 0
+    res["fused_ms"] = do_bench(fused, warmup=25, rep=rep_ms, return_mode="median")
+    res["fused_ms_again"] = do_bench(fused, warmup=10, rep=rep_ms, return_mode="median")
+    res["fused_max_depth"] = float(bufs.max_depth.float().mean())
+    if do_graph:
+        mk = MultiKernelDrafter(cfg, w, batch, S, "cuda")
+        mk.features.copy_(feats[0])
+        mk.input_ids.copy_(ids)
+        mk.k_cache.normal_()
+        mk.v_cache.normal_()
+        mk.kv_len.copy_(kv0)
+        mk.capture()
+
+        def graph():
+            mk.kv_len.copy_(kv0)
+            mk.replay()
+
+        res["graph_ms"] = do_bench(graph, warmup=25, rep=rep_ms, return_mode="median")
+        # same trees as the fused kernel on these inputs? (bf16: near-ties may differ)
+        mk.kv_len.copy_(kv0)
+        out = mk.replay()
+        bufs.kv_len.copy_(kv0)
+        bufs.k_cache[:, :prefix] = mk.k_cache[:, :prefix]
+        bufs.v_cache[:, :prefix] = mk.v_cache[:, :prefix]
+        launch_drafter(cfg, X, w, bufs)
+        res["graph_fused_same_tokens"] = float((out.draft_tokens == bufs.draft_tokens).all(1).float().mean())
+        del mk
+    if do_ref and batch == 1:
+        d = TreeDrafter(head, tc)
+        pre_f = torch.randn(1, prefix, head.feature_width, device="cuda", dtype=dt) if prefix else None
+        pre_ids = torch.randint(0, head.config.vocab_size, (1, prefix + 1), device="cuda")
+        all_ids = torch.cat([pre_ids, ids[:1]], 1)
+
+        def ref():
+            d.reset()
+            if prefix:
+                d._impl.stable_kv = kv_state
+            d.draft(feats[0][:1], all_ids)
+
+        kv_state = None
+        if prefix:
+            d.draft(pre_f, pre_ids)
+            kv_state = d._impl.stable_kv
+        # the reference is slow: time a few calls with events after one warm-up
+        ref()
+        ts = []
+        for _ in range(7):
+            s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            s.record()
+            ref()
+            e.record()
+            torch.cuda.synchronize()
+            ts.append(s.elapsed_time(e))
+        res["ref_ms"] = sorted(ts)[len(ts) // 2]
+    res["bytes"] = floor_bytes(cfg, batch, S, prefix)
+    del bufs, w
+    torch.cuda.empty_cache()
+    return res
+
+
+def warm_variant(spec: str) -> None:
+    """Compile one kernel variant (run in a subprocess): spec = shape:total:depth:topk:batch."""
+    shape, total, depth, k, batch = spec.split(":")
+    head = make_head(shape, False)
+    tc = TreeConfig(int(total), int(depth), int(k))
+    bench_case(head, tc, int(batch), 4, 8, False, False, rep_ms=1)
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--jobs", type=int, default=12)
+    ap.add_argument("--warm", default=None, help=argparse.SUPPRESS)
+    ap.add_argument("--out", default=os.environ.get("OUT") or os.path.join(os.path.dirname(__file__), "results"))
+    ap.add_argument("--batches", default=None)
+    ap.add_argument("--no-ref", action="store_true")
+    args = ap.parse_args(argv)
+    if args.warm:
+        warm_variant(args.warm)
+        return 0
+    import triton
+
+    t0 = time.time()
+    cases = []  # (shape, peaked, tree, scenario, batch)
+    batches = [int(b) for b in args.batches.split(",")] if args.batches else ([1] if args.quick else [1, 2, 4, 8, 16])
+    trees = [(60, 7, 10)] if args.quick else [(60, 7, 10), (60, 5, 10)]
+    for tr in trees:
+        for peaked in ([False] if args.quick else [False, True]):
+            for scen in (["decode"] if args.quick else ["decode", "prefill"]):
+                for b in batches:
+                    cases.append(("llama31-8b", peaked, tr, scen, b))
+    if not args.quick:
+        for b in batches:
+            cases.append(("smollm2-135m", False, (60, 7, 10), "decode", b))
+    variants = sorted({f"{c[0]}:{c[2][0]}:{c[2][1]}:{c[2][2]}:{c[4]}" for c in cases})
+    procs, done = [], 0
+    for v in variants:
+        while len([p for p in procs if p.poll() is None]) >= args.jobs:
+            time.sleep(0.5)
+        procs.append(subprocess.Popen([sys.executable, __file__, "--warm", v]))
+    fails = [v for v, p in zip(variants, procs) if p.wait() != 0]
+    print(f"compiled {len(variants)} variants in {time.time() - t0:.0f} s; failures: {fails}", flush=True)
+    bw = copy_bandwidth()
+    rows = []
+    heads = {}
+    for shape, peaked, tr, scen, b in cases:
+        key = (shape, peaked)
+        if key not in heads:
+            heads.clear()
+            torch.cuda.empty_cache()
+            heads[key] = make_head(shape, peaked)
+        head = heads[key]
+        S, prefix = (4, 512) if scen == "decode" else (512, 0)
+        tc = TreeConfig(*tr)
+        r = bench_case(head, tc, b, S, prefix, do_ref=not args.no_ref, do_graph=True)
+        r.update(shape=shape, peaked=peaked, tree=f"{tr[0]}/{tr[1]}/{tr[2]}", scenario=scen, batch=b,
+                 floor_ms=r["bytes"] / bw * 1e3, fused_TBps=r["bytes"] / (r["fused_ms"] * 1e-3) / 1e12)
+        rows.append(r)
+        print(f"{shape:13s} {'peaked' if peaked else 'random':6s} {r['tree']:8s} {scen:7s} B={b:2d} "
+              f"ref {r.get('ref_ms', float('nan')):7.2f}  graph {r.get('graph_ms', float('nan')):6.3f}  "
+              f"fused {r['fused_ms']:6.3f} ({r['fused_ms_again']:6.3f})  floor {r['floor_ms']:6.3f} ms  "
+              f"{r['fused_TBps']:.2f} TB/s  depth {r['fused_max_depth']:.1f}", flush=True)
+    meta = dict(device=torch.cuda.get_device_name(), date=datetime.datetime.now().isoformat(timespec="seconds"),
+                torch=torch.__version__, triton=triton.__version__, copy_TBps=bw / 1e12,
+                command=" ".join([os.path.basename(sys.executable)] + sys.argv),
+                sms=torch.cuda.get_device_properties(0).multi_processor_count, wall_s=time.time() - t0)
+    os.makedirs(args.out, exist_ok=True)
+    with open(os.path.join(args.out, "fused_drafter.json"), "w") as f:
+        json.dump(dict(meta=meta, rows=rows), f, indent=1)
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+
+        groups = sorted({(r["shape"], r["peaked"], r["tree"], r["scenario"]) for r in rows})
+        fig, axes = plt.subplots(1, len(groups), figsize=(4 * len(groups), 3.5), squeeze=False)
+        for ax, g in zip(axes[0], groups):
+            rs = [r for r in rows if (r["shape"], r["peaked"], r["tree"], r["scenario"]) == g]
+            xs = [r["batch"] for r in rs]
+            for col, lab in (("fused_ms", "fused"), ("graph_ms", "multi-kernel graph"), ("floor_ms", "floor")):
+                ax.plot(xs, [r.get(col, float("nan")) for r in rs], "o-", label=lab)
+            ax.set_xscale("log", base=2)
+            ax.set_title(f"{g[0]} {'peaked' if g[1] else 'random'}\n{g[2]} {g[3]}", fontsize=8)
+            ax.set_xlabel("batch")
+            ax.set_ylabel("ms per draft")
+        axes[0][0].legend(fontsize=7)
+        fig.tight_layout()
+        fig.savefig(os.path.join(args.out, "fused_drafter.png"), dpi=100)
+    except Exception as exc:  # matplotlib missing on the device: JSON still written
+        print("no plot:", exc)
+    print(json.dumps(meta))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
