@@ -11,8 +11,7 @@ import torch
 
 from .compat.sglang import TreeMaskMode, organize_draft_results
 from .compat.sglang import build_tree_kernel_efficient as _build_tree
-from . import ops
-from .ops._utils import is_interpreter
+from .compat.sglang import verify_tree_greedy as _verify_tree_greedy_op
 
 __all__ = ["TreeMaskMode", "TreeStructure", "organize_draft_results", "build_tree_structure",
            "verify_tree_greedy", "compute_tree_statistics"]
@@ -62,8 +61,7 @@ def verify_tree_greedy(
     predicts = torch.full((bs * D,), -1, dtype=torch.int32, device=dev)
     accept_index = torch.full((bs, num_spec_step), -1, dtype=torch.int32, device=dev)
     accept_token_num = torch.empty(bs, dtype=torch.int32, device=dev)
-    verify = ops.verify_tree_greedy if dev.type == "cuda" or is_interpreter() else ops.verify_tree_greedy_ref
-    verify(predicts, accept_index, accept_token_num, candidates, retrive_index,
+    _verify_tree_greedy_op(predicts, accept_index, accept_token_num, candidates, retrive_index,
                            retrive_next_token, retrive_next_sibling, target_predict)
     return predicts, accept_index, accept_token_num
 

@@ -7,7 +7,8 @@ import torch
 from .compat.sglang import fast_topk as fast_topk_torch
 from .compat.sglang import select_top_k_tokens
 from . import ops
-from .ops._utils import is_interpreter, next_power_of_2
+from .ops._dispatch import with_cpu_fallback
+from .ops._utils import next_power_of_2
 
 __all__ = ["fast_topk_torch", "select_top_k_tokens", "generate_token_bitmask", "sample_from_logits",
            "calculate_acceptance_rate", "pad_to_alignment", "next_power_of_2"]
@@ -49,7 +50,7 @@ def sample_from_logits(
 
 def _op(name: str, like: torch.Tensor):
     """The Triton op on a GPU (or under the interpreter), its PyTorch reference on a plain CPU."""
-    return getattr(ops, name if like.is_cuda or is_interpreter() else name + "_ref")
+    return with_cpu_fallback(getattr(ops, name), getattr(ops, name + "_ref"))
 
 
 def calculate_acceptance_rate(accept_lengths, max_draft_tokens: int) -> float:

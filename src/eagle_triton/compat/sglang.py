@@ -15,8 +15,15 @@ from enum import IntEnum
 
 import torch
 
-from ..ops.tree_build import build_tree_kernel_efficient as _build_tree_op
-from ..ops.verify import tree_speculative_sampling_target_only, verify_tree_greedy
+from ..ops import _dispatch
+from ..ops import tree_build as _tb
+from ..ops import verify as _vf
+
+# The Triton kernels on a GPU (or under the interpreter), their references for plain CPU tensors.
+_build_tree_op = _dispatch.with_cpu_fallback(_tb.build_tree_kernel_efficient, _tb.build_tree_kernel_efficient_ref)
+verify_tree_greedy = _dispatch.with_cpu_fallback(_vf.verify_tree_greedy, _vf.verify_tree_greedy_ref)
+tree_speculative_sampling_target_only = _dispatch.with_cpu_fallback(
+    _vf.tree_speculative_sampling_target_only, _vf.tree_speculative_sampling_target_only_ref)
 
 __all__ = [
     "TreeMaskMode",
