@@ -216,3 +216,29 @@ def test_static_cache_and_backend_selection():
         select_ops("cpu", "triton")
     with pytest.raises(ValueError, match="unknown attention back end"):
         select_ops("cpu", "flash")
+
+
+def test_engine_on_the_triton_ops(tiny_model):
+    """The engine driven through :class:`TritonOps` (the eagle_triton.ops kernels; the Triton interpreter on a CPU
+    machine) produces transformers' greedy tokens: the convention bridge to ops.compact_kv_cache holds."""
+    import os
+
+    if not (torch.cuda.is_available() or os.environ.get("TRITON_INTERPRET") == "1"):
+        pytest.skip("needs CUDA or the Triton interpreter")
+    from engine_testlib import hf_greedy
+
+    from eagle_triton import TreeConfig
+    from eagle_triton.engine import EagleEngine
+    from eagle_triton.engine.backend import TritonOps
+    from eagle_triton.testing import random_eagle3_head
+
+    dev = "cuda" if torch.cuda.is_available() else "cpu"
+    m = tiny_llama(layers=4, hidden=32, heads=2, kv_heads=1, seed=2)
+    t = LlamaTarget.from_hf(m, device=dev, cuda_graphs=False)
+    t.ops = TritonOps()
+    head = random_eagle3_head(hidden_size=32, intermediate_size=48, num_attention_heads=2, num_key_value_heads=1,
+                              vocab_size=128, draft_vocab_size=48, seed=1)
+    eng = EagleEngine(t, head, TreeConfig(8, 2, 3), max_length=64)
+    prompt = list(range(3, 10))
+    out, stats = eng.generate(input_ids=prompt, max_new_tokens=6)
+    assert out == hf_greedy(m, prompt, 6) and stats.steps >= 1

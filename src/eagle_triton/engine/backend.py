@@ -133,7 +133,13 @@ class TorchOps:
 
 class TritonOps:
     """The Triton kernels of :mod:`eagle_triton.ops` (pinned signatures). ``kv_limit`` is ignored: the kernels
-    read ``cache_seqlens`` on the device."""
+    read ``cache_seqlens`` on the device. Their host-side validation (a device sync per call) is turned off: the
+    engine checks capacity on the host from lengths it already knows.
+
+    Convention bridge: ``ops.compact_kv_cache`` takes the number of rows to keep (root included) and leaves
+    ``cache_seqlens`` alone; this back end takes accepted drafts (root excluded) like :func:`compact_kv_cache_torch`
+    and the caller (:meth:`StaticKVCache.compact`) sets ``cache_seqlens``.
+    """
 
     name = "triton"
     reads_kv_limit = False
@@ -146,13 +152,14 @@ class TritonOps:
         self._compact = ops.compact_kv_cache
 
     def tree_attention(self, q, k_cache, v_cache, cache_seqlens, tree_mask=None, softmax_scale=None, kv_limit=None):
-        return self._tree_attention(q, k_cache, v_cache, cache_seqlens, tree_mask, softmax_scale=softmax_scale)
+        return self._tree_attention(q, k_cache, v_cache, cache_seqlens, tree_mask, softmax_scale=softmax_scale,
+                                    validate=False)
 
     def append_kv_cache(self, k_cache, v_cache, k_new, v_new, cache_seqlens):
-        self._append(k_cache, v_cache, k_new, v_new, cache_seqlens)
+        self._append(k_cache, v_cache, k_new, v_new, cache_seqlens, validate=False)
 
     def compact_kv_cache(self, k_cache, v_cache, cache_seqlens, accept_index, accept_len):
-        self._compact(k_cache, v_cache, cache_seqlens, accept_index, accept_len)
+        self._compact(k_cache, v_cache, cache_seqlens, accept_index, accept_len + 1, validate=False)
 
 
 def select_ops(device: torch.device | str, name: str = "auto"):
