@@ -30,6 +30,21 @@ def _register_lazy(module: str, *names: str) -> None:
         _LAZY[n] = module
 
 
+_OPS = (
+    "build_tree_kernel_efficient", "verify_tree_greedy", "tree_speculative_sampling_target_only", "verify_tree",
+    "softmax_with_temperature", "top_k_renorm_probs", "top_p_renorm_probs", "sampling_from_probs", "philox_uniform",
+    "tree_attention", "draft_tree_attention", "append_kv_cache", "compact_kv_cache", "lm_head_topk",
+)
+_register_lazy(".ops", *_OPS, *(f"{n}_ref" for n in _OPS), "eagle_to_sglang", "sglang_to_eagle")
+_register_lazy(".engine", "EagleEngine", "GenerationStats")
+_register_lazy(".frontier", "FrontierConfig", "frontier_generate", "register_triton_backend")
+_register_lazy(".integrations.safeailab", "patch_ea_model_with_triton_drafter")
+_register_lazy(".integrations.seeds", "GPUAssertionError", "optimize_eagle_with_triton", "restore_eagle",
+               "fused_draft_token_generation")
+_register_lazy(".integrations.aiter", "EAGLEConfig", "EAGLEInference")
+_register_lazy(".fused", "DrafterConfig", "Weights", "Buffers", "launch_drafter")
+
+
 def __getattr__(name: str):
     module = _LAZY.get(name)
     if module is None:
@@ -43,7 +58,7 @@ def __dir__():
     return sorted(set(globals()) | set(_LAZY))
 
 
-__all__ = [
+__all__ = sorted(_LAZY) + [
     "CheckpointError",
     "DraftHead",
     "DraftHeadConfig",
