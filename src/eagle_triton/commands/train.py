@@ -63,6 +63,8 @@ def register(subparsers) -> None:
     r.add_argument("--stage", choices=["data", "train", "all"], default="all")
     r.add_argument("--data-time-budget", type=float, default=None, help="seconds of data generation in this call")
     r.add_argument("--train-time-budget", type=float, default=None, help="seconds of training in this call")
+    r.add_argument("--allow-partial-data", action="store_true",
+                   help="train on the batches generated so far when --data-time-budget ends data generation early")
     r.add_argument("--stop-at-step", type=int, default=None, help="pause training at this step (resumable)")
     r.add_argument("--out", default=None, help="copy the finished head (published format) here")
     r.add_argument("--device", default=None, help="default: cuda if available, else cpu")
@@ -108,7 +110,7 @@ def run(args) -> int:
         if args.export_data:
             n = export_dataset(data_dir, args.export_data)
             print(f"exported {n} conversations to {args.export_data}")
-        if not status["complete"]:
+        if not status["complete"] and not args.allow_partial_data:
             print("data generation paused (time budget); run the same command again to continue")
             return 0
     if args.stage == "data":
@@ -134,3 +136,17 @@ def run(args) -> int:
         shutil.copytree(run_dir / "head", dest)
         print(f"head written to {dest}")
     return 0
+
+
+def main(argv=None) -> int:
+    """``python -m eagle_triton.commands.train ...`` (the same flags as ``eagle-triton train``)."""
+    import argparse
+
+    parser = argparse.ArgumentParser(prog="eagle-triton")
+    register(parser.add_subparsers())
+    args = parser.parse_args(["train"] + list(sys.argv[1:] if argv is None else argv))
+    return args.func(args)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

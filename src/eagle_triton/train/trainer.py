@@ -83,7 +83,7 @@ class TrainConfig:
     seed: int = 0
     amp_dtype: str = "bfloat16"
     save_dtype: str = "bfloat16"
-    max_shard_bytes: int | None = 15 * 2**20
+    max_shard_bytes: int | None = 16 * 2**20 - 2**16
     rewarmup_steps: int = 30
     stop_at_step: int | None = None
     init_from_target: bool = True
