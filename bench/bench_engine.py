@@ -47,8 +47,8 @@ def load_prompts(path: Path, n: int) -> list[tuple[int, str]]:
 
 
 def versions() -> dict:
-    import triton
     import transformers
+    import triton
 
     info = {"torch": torch.__version__, "triton": triton.__version__, "transformers": transformers.__version__,
             "python": platform.python_version()}
@@ -61,7 +61,7 @@ def versions() -> dict:
 
 
 def first_divergence(a: list[int], b: list[int]) -> int | None:
-    for i, (x, y) in enumerate(zip(a, b)):
+    for i, (x, y) in enumerate(zip(a, b, strict=False)):
         if x != y:
             return i
     return None if len(a) == len(b) else min(len(a), len(b))

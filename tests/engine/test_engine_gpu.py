@@ -14,7 +14,8 @@ from eagle_triton.testing import random_eagle3_head
 pytestmark = pytest.mark.gpu
 
 
-def _engine(model, dtype, graphs, ops="auto", tree=TreeConfig(16, 3, 4), head_seed=1):
+def _engine(model, dtype, graphs, ops="auto", tree=None, head_seed=1):
+    tree = tree or TreeConfig(16, 3, 4)
     t = LlamaTarget.from_hf(model, device="cuda", dtype=dtype, ops=ops, cuda_graphs=graphs)
     head = random_eagle3_head(hidden_size=64, vocab_size=128, draft_vocab_size=48, seed=head_seed)
     return EagleEngine(t, head, tree, max_length=256)

@@ -11,7 +11,7 @@ The captured function must not synchronise with the host and must read all chang
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 import torch
 
@@ -69,7 +69,7 @@ class GraphedStep:
         entry = self._entries.get(key)
         if entry is None:
             entry = self._capture(key, inputs)
-        for dst, src in zip(entry.static_in, inputs):
+        for dst, src in zip(entry.static_in, inputs, strict=True):
             if dst is not None:
                 dst.copy_(src)
         entry.graph.replay()

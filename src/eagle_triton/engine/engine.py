@@ -186,7 +186,9 @@ class EagleEngine:
             raise ValueError("the prompt is empty (no tokens)")
         bad = [x for x in ids if not 0 <= x < self.target.vocab_size]
         if bad:
-            raise ValueError(f"prompt token ids {bad[:5]} are outside the target vocabulary [0, {self.target.vocab_size})")
+            raise ValueError(
+                f"prompt token ids {bad[:5]} are outside the target vocabulary [0, {self.target.vocab_size})"
+            )
         if len(ids) >= self.max_length:
             raise ValueError(f"the prompt has {len(ids)} tokens but max_length is {self.max_length}: it leaves no room "
                              "for a new token (raise max_length or shorten the prompt)")

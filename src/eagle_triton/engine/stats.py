@@ -72,7 +72,8 @@ class GenerationStats:
             f"verify {self.verify_s * 1e3:.1f} ms, accept {self.accept_s * 1e3:.1f} ms",
         ]
         if self.speculative and self.accept_counts:
-            lines.append("accepted at depth >= d: " + ", ".join(f"{d + 1}:{c}" for d, c in enumerate(self.accept_counts)))
+            counts = ", ".join(f"{d + 1}:{c}" for d, c in enumerate(self.accept_counts))
+            lines.append("accepted at depth >= d: " + counts)
         return "\n".join(lines)
 
 

@@ -201,7 +201,7 @@ class LlamaTarget(TargetModel):
             if any(b is not None for b in biases):
                 sizes = (q.shape[0], k.shape[0], v.shape[0])
                 L.b_qkv = torch.cat([b if b is not None else torch.zeros(n, device=self.device, dtype=self.dtype)
-                                     for b, n in zip(biases, sizes)])
+                                     for b, n in zip(biases, sizes, strict=True)])
             else:
                 L.b_qkv = None
             L.w_o = self._w(sd, p + "self_attn.o_proj.weight")
