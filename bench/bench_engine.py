@@ -80,6 +80,7 @@ def main(argv=None) -> int:
     p.add_argument("--dtype", default="auto", help="comma-separated dtypes (auto: bfloat16,float32 on CUDA; "
                    "float32 on CPU)")
     p.add_argument("--device", default="auto")
+    p.add_argument("--drafter", choices=["auto", "torch", "triton"], default="auto", help="tree drafter back end")
     p.add_argument("--total-tokens", type=int, default=60)
     p.add_argument("--depth", type=int, default=7)
     p.add_argument("--draft-top-k", type=int, default=10)
@@ -116,6 +117,7 @@ def main(argv=None) -> int:
         "target": target_src,
         "draft": draft_src or "random",
         "tree": str(tree),
+        "drafter": args.drafter,
         "questions": str(qpath),
         "num_prompts": len(prompts),
         "max_new_tokens": args.max_new_tokens,
@@ -133,7 +135,8 @@ def main(argv=None) -> int:
             head = random_eagle3_head(hidden_size=H, intermediate_size=2 * H, num_attention_heads=max(1, H // 64),
                                       num_key_value_heads=max(1, H // 192), vocab_size=target.vocab_size,
                                       draft_vocab_size=min(8192, target.vocab_size), seed=0)
-        eng = EagleEngine(target, head, tree, max_length=args.max_length, tokenizer=tok)
+        eng = EagleEngine(target, head, tree, max_length=args.max_length, tokenizer=tok,
+                          drafter_backend=args.drafter)
         ids0 = prompt_token_ids(tok, prompts[0][1], True)
         for spec in (True, False):  # warm-up: CUDA-graph capture and Triton compilation stay out of the numbers
             eng.generate(input_ids=ids0, max_new_tokens=16, speculative=spec)
@@ -166,6 +169,10 @@ def main(argv=None) -> int:
         run = {
             "dtype": dtype_name,
             "prompts_measured": len(per_prompt),
+            "drafter_backend": getattr(eng.drafter, "backend", None),
+            "drafter_fallback": getattr(getattr(eng.drafter, "_impl", None), "fallback_reason", ""),
+            "attention_backend": getattr(getattr(target, "ops", None), "name", None),
+            "cuda_graphs": bool(getattr(target, "use_cuda_graphs", False)),
             "identical_prompts": sum(r["identical"] for r in per_prompt),
             "speculative_tokens_per_second": totals["speculative"]["tokens"] / totals["speculative"]["seconds"],
             "plain_tokens_per_second": totals["plain"]["tokens"] / totals["plain"]["seconds"],

@@ -28,6 +28,10 @@ def register(subparsers) -> None:
     m.add_argument("--draft-kind", choices=["eagle3", "eagle1"], help="demand this kind of draft head")
     m.add_argument("--target-impl", choices=["auto", "fast", "generic"], default="auto",
                    help="fast Llama-family runner or the generic transformers path (default: auto)")
+    m.add_argument("--drafter", choices=["auto", "torch", "triton"], default="auto",
+                   help="tree drafter: the fused Triton kernel (auto on CUDA) or the PyTorch reference")
+    m.add_argument("--attention", choices=["auto", "torch", "triton"], default="auto",
+                   help="attention/KV back end of the fast target path (auto: Triton kernels on CUDA)")
     m.add_argument("--device", default="auto", help="cpu, cuda, cuda:N or auto (default)")
     m.add_argument("--dtype", default="auto", help="float32, float16, bfloat16 or auto (bf16 on CUDA, fp32 on CPU)")
     m.add_argument("--max-length", type=int, default=2048, help="longest prompt + generation (default 2048)")
@@ -92,12 +96,12 @@ def run(args) -> int:
         elif draft_src is None and not args.no_speculation:
             print("eagle-triton: no --draft given: running plain decoding, no speed-up", file=sys.stderr)
         t0 = time.perf_counter()
-        kwargs = {} if args.target_impl == "generic" else {"ops": "auto"}
+        kwargs = {} if args.target_impl == "generic" else {"ops": args.attention}
         target = load_target(target_src, device=args.device, dtype=args.dtype, impl=args.target_impl, **kwargs)
         tokenizer = load_tokenizer(target_src)
         head = load_head(draft_src, target, args.draft_kind) if draft_src is not None else None
         engine = EagleEngine(target, head, tree, max_length=args.max_length, tokenizer=tokenizer,
-                             expect_kind=args.draft_kind)
+                             expect_kind=args.draft_kind, drafter_backend=args.drafter)
         load_s = time.perf_counter() - t0
         ids = prompt_token_ids(tokenizer, args.prompt, not args.no_chat_template)
         speculative = engine.speculative and not args.no_speculation
