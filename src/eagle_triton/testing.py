@@ -89,3 +89,48 @@ def random_eagle1_head(
     with torch.no_grad():
         head.embed_tokens.weight.copy_(torch.randn(head.embed_tokens.weight.shape, generator=g))
     return head.to(dtype).eval()
+
+
+class _EaLayer(torch.nn.Module):
+    """SafeAILab's draft ``Model`` attribute layout around an eagle_triton head (weights shared, not copied)."""
+
+    def __init__(self, head, tree_config):
+        super().__init__()
+        from types import SimpleNamespace
+
+        from .drafter import TreeDrafter
+
+        self.config = SimpleNamespace(**head.config.to_dict())
+        for name in ("embed_tokens", "fc", "midlayer", "norm", "lm_head", "layers"):
+            if hasattr(head, name):
+                setattr(self, name, getattr(head, name))
+        if head.kind == "eagle3":
+            self.register_buffer("d2t", head.d2t)
+            self.register_buffer("t2d", head.t2d)
+        self.top_k, self.depth = tree_config.top_k, tree_config.depth
+        self.total_tokens = tree_config.total_tokens - 1  # SafeAILab stores total_token - 1
+        self.stable_kv = None
+        self._drafter = TreeDrafter(head, tree_config)
+
+    def reset_kv(self):
+        self.stable_kv = None
+
+    def topK_genrate(self, hidden_states, input_ids, head, logits_processor):
+        if self.stable_kv is None:
+            self._drafter.reset()
+        tree = self._drafter.draft(hidden_states, input_ids, sampling=logits_processor is not None)
+        self.stable_kv = self._drafter.stable_kv
+        return tree.draft_tokens, tree.retrieve_indices.cpu(), tree.tree_mask.cpu(), tree.tree_position_ids
+
+
+class SafeAILabStandIn(torch.nn.Module):
+    """A stand-in for SafeAILab EAGLE's ``EaModel`` (``.ea_layer`` with ``fc``, ``midlayer``, ``norm``,
+    ``lm_head``, ``d2t``, ``embed_tokens``, ``top_k``, ``depth``, ``total_tokens``, ``stable_kv``, ``reset_kv()``,
+    ``topK_genrate``), for trying the EAGLE integrations without SafeAILab's package or a target model."""
+
+    def __init__(self, head=None, tree_config=None):
+        super().__init__()
+        from .config import TreeConfig
+
+        self.ea_layer = _EaLayer(head if head is not None else random_eagle3_head(seed=0),
+                                 tree_config or TreeConfig(20, 3, 4))
