@@ -34,6 +34,8 @@ def register(subparsers) -> None:
                    help="attention/KV back end of the fast target path (auto: Triton kernels on CUDA)")
     m.add_argument("--device", default="auto", help="cpu, cuda, cuda:N or auto (default)")
     m.add_argument("--dtype", default="auto", help="float32, float16, bfloat16 or auto (bf16 on CUDA, fp32 on CPU)")
+    m.add_argument("--threads", type=int, default=None,
+                   help="CPU threads for torch (default: torch's, or 1 when the machine is already busy)")
     m.add_argument("--max-length", type=int, default=2048, help="longest prompt + generation (default 2048)")
     g = p.add_argument_group("generation")
     g.add_argument("--prompt", default=DEFAULT_PROMPT, help=f"prompt text (default: {DEFAULT_PROMPT!r})")
@@ -57,6 +59,22 @@ def register(subparsers) -> None:
 def _error(msg: str) -> int:
     print(f"eagle-triton generate: error: {msg}", file=sys.stderr)
     return 2
+
+
+def cpu_threads(requested: int | None) -> int:
+    """Set torch's intra-op threads for CPU runs: ``requested``, else torch's default unless the machine is already
+    busy (1-minute load average >= cores), where spinning OpenMP threads made small models ~50x slower here."""
+    import os
+
+    import torch
+
+    if requested is not None:
+        if requested < 1:
+            raise ValueError(f"--threads must be >= 1, got {requested}")
+        torch.set_num_threads(requested)
+    elif hasattr(os, "getloadavg") and os.getloadavg()[0] >= (os.cpu_count() or 1):
+        torch.set_num_threads(1)
+    return torch.get_num_threads()
 
 
 def prompt_token_ids(tokenizer, prompt: str, chat_template: bool) -> list[int]:
@@ -95,6 +113,10 @@ def run(args) -> int:
                     draft_src = str(head_dir)
         elif draft_src is None and not args.no_speculation:
             print("eagle-triton: no --draft given: running plain decoding, no speed-up", file=sys.stderr)
+        from ..engine.loading import resolve_device
+
+        if resolve_device(args.device).type == "cpu":
+            cpu_threads(args.threads)
         t0 = time.perf_counter()
         kwargs = {} if args.target_impl == "generic" else {"ops": args.attention}
         target = load_target(target_src, device=args.device, dtype=args.dtype, impl=args.target_impl, **kwargs)
