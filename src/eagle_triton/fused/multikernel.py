@@ -111,14 +111,15 @@ def multikernel_draft(cfg: DrafterConfig, w: Weights, features, input_ids, num_n
     hid = h_last.expand(B, K, h_last.shape[-1])
     ids = toks
     DK = max(D * K, K)
+    ar_k = torch.arange(K, device=dev)
     tmask = torch.zeros(B, K, DK, dtype=torch.bool, device=dev)
-    tmask[:, torch.arange(K), torch.arange(K)] = True
+    tmask[:, ar_k, ar_k] = True
     rel = keys[None, :] - L[:, None]  # [B, Lmax1] tree-relative slot
     in_tree = (rel >= 0) & (rel < DK)
     relc = rel.clamp(0, DK - 1)
     bidx = torch.arange(B, device=dev)[:, None]
     for i in range(D):
-        slots = (L[:, None] + i * K + torch.arange(K, device=dev)[None, :])
+        slots = L[:, None] + i * K + ar_k[None, :]
         pos = (L + i)[:, None].expand(B, K)
         tv = tmask.gather(2, relc[:, None, :].expand(B, K, Lmax1)) & in_tree[:, None, :]
         km = (keys[None, None, :] < L[:, None, None]) | tv
@@ -136,7 +137,7 @@ def multikernel_draft(cfg: DrafterConfig, w: Weights, features, input_ids, num_n
         scores_list.append(cu.view(B, -1))
         new = torch.zeros(B, K, DK, dtype=torch.bool, device=dev)
         if i + 1 < D:
-            new[:, torch.arange(K), (i + 1) * K + torch.arange(K)] = True
+            new[:, ar_k, (i + 1) * K + ar_k] = True
         tmask = tmask.gather(1, prow[:, :, None].expand(B, K, DK)) | new
     kv_len.add_(num_new.to(kv_len.dtype))
     scores_flat = torch.cat(scores_list, dim=1)
