@@ -36,7 +36,8 @@ _OPS = (
     "tree_attention", "draft_tree_attention", "append_kv_cache", "compact_kv_cache", "lm_head_topk",
 )
 _register_lazy(".ops", *_OPS, *(f"{n}_ref" for n in _OPS), "eagle_to_sglang", "sglang_to_eagle")
-_register_lazy(".engine", "EagleEngine", "GenerationStats")
+_register_lazy(".engine", "EagleEngine", "GenerationStats", "SamplingParams", "LlamaTarget", "HFTarget", "load_target",
+               "ModelLoadError")
 _register_lazy(".frontier", "FrontierConfig", "frontier_generate", "register_triton_backend")
 _register_lazy(".integrations.safeailab", "patch_ea_model_with_triton_drafter")
 _register_lazy(".integrations.seeds", "GPUAssertionError", "optimize_eagle_with_triton", "restore_eagle",
