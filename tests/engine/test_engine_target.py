@@ -13,10 +13,7 @@ from eagle_triton.drafter.tree import build_tree_buffers
 from eagle_triton.engine import LlamaTarget, StaticKVCache, eagle3_tap_layers
 from eagle_triton.engine.backend import (
     TorchOps,
-    append_kv_cache_torch,
-    compact_kv_cache_torch,
     select_ops,
-    tree_attention_torch,
 )
 
 ATOL = 2e-5  # fp32, different but equivalent op orders (fused q/k/v, manual attention vs SDPA)
@@ -167,7 +164,7 @@ def _dense_attention(q, k_cache, v_cache, seqlens, tree_mask):
 
 @pytest.mark.parametrize("B,Tq,Hq,Hkv,D,use_tree", [(1, 1, 2, 1, 8, False), (2, 5, 4, 2, 16, True),
                                                     (1, 7, 3, 3, 8, True), (2, 3, 6, 2, 4, False)])
-def test_tree_attention_torch_vs_dense(B, Tq, Hq, Hkv, D, use_tree):
+def test_torch_ops_tree_attention_vs_dense(B, Tq, Hq, Hkv, D, use_tree):
     g = torch.Generator().manual_seed(Tq * 7 + Hq)
     Lmax = 24
     seqlens = torch.randint(0, Lmax - Tq, (B,), generator=g).to(torch.int32)
@@ -177,10 +174,11 @@ def test_tree_attention_torch_vs_dense(B, Tq, Hq, Hkv, D, use_tree):
     if use_tree:
         parents = torch.stack([_random_parents(Tq, 3, g)[0] for _ in range(B)])
         tree_mask = build_tree_buffers(parents, 3)[0]
-    out = tree_attention_torch(q, k_cache, v_cache, seqlens, tree_mask)
+    ops = TorchOps()
+    out = ops.tree_attention(q, k_cache, v_cache, seqlens, tree_mask)
     torch.testing.assert_close(out.double(), _dense_attention(q, k_cache, v_cache, seqlens, tree_mask),
                                atol=1e-5, rtol=1e-5)
-    limited = tree_attention_torch(q, k_cache, v_cache, seqlens, tree_mask, kv_limit=int(seqlens.max()) + Tq)
+    limited = ops.tree_attention(q, k_cache, v_cache, seqlens, tree_mask, kv_limit=int(seqlens.max()) + Tq)
     torch.testing.assert_close(limited, out, atol=1e-6, rtol=1e-6)
 
 
@@ -191,7 +189,8 @@ def test_append_and_compact_kv_cache_exact():
     seqlens = torch.tensor([4, 7], dtype=torch.int32)
     k_new, v_new = torch.randn(B, 5, H, D, generator=g), torch.randn(B, 5, H, D, generator=g)
     before_k = k.clone()
-    append_kv_cache_torch(k[1], v[1], k_new, v_new, seqlens)
+    ops = TorchOps()
+    ops.append_kv_cache(k[1], v[1], k_new, v_new, seqlens)
     assert torch.equal(k[1, 0, 4:9], k_new[0]) and torch.equal(k[1, 1, 7:12], k_new[1])
     assert torch.equal(v[1, 1, 7:12], v_new[1]) and torch.equal(k[0], before_k[0])
     assert torch.equal(k[1, 0, :4], before_k[1, 0, :4]) and torch.equal(k[1, 0, 9:], before_k[1, 0, 9:])
@@ -200,9 +199,9 @@ def test_append_and_compact_kv_cache_exact():
     ref_k = k.clone()
     ref_k[:, 0, 4:7] = k[:, 0, [4, 6, 7]]
     ref_k[:, 1, 7:9] = k[:, 1, [7, 8]]
-    compact_kv_cache_torch(k, v, seqlens, accept_index, accept_len)
+    ops.compact_kv_cache(k, v, seqlens, accept_index, accept_len)  # accepted drafts, root excluded
     assert torch.equal(k, ref_k)
-    assert seqlens.tolist() == [7, 9]
+    assert seqlens.tolist() == [4, 7]  # the op leaves lengths alone: StaticKVCache.compact advances them
 
 
 def test_static_cache_and_backend_selection():
