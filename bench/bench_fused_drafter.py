@@ -79,12 +79,12 @@ def copy_bandwidth() -> float:
     return 2 * (1 << 30) * 2 / (ms * 1e-3)
 
 
-def bench_case(head, tc, batch, S, prefix, do_ref, do_graph, rep_ms=300):
+def bench_case(head, tc, batch, S, prefix, do_ref, do_graph, rep_ms=300, tuning=None):
     from triton.testing import do_bench
 
     dt = head.dtype
     max_len = max(256, 1 << (prefix + S + tc.depth * tc.top_k + 1).bit_length())
-    cfg = DrafterConfig.from_head(head, tc, max_batch=batch, max_len=max_len, max_new_rows=S)
+    cfg = DrafterConfig.from_head(head, tc, max_batch=batch, max_len=max_len, max_new_rows=S, **(tuning or {}))
     w = Weights.from_head(head, max_len + tc.depth + 2)
     bufs = Buffers.allocate(cfg, "cuda")
     feats = [torch.randn(batch, S, head.feature_width, device="cuda", dtype=dt) for _ in range(2)]
@@ -161,12 +161,22 @@ def bench_case(head, tc, batch, S, prefix, do_ref, do_graph, rep_ms=300):
     return res
 
 
+def parse_tuning(t: str) -> dict:
+    """``block_k:num_warps:stages:programs_per_sm`` -> DrafterConfig options ("" = defaults)."""
+    if not t:
+        return {}
+    bk, nw, st, pps = (int(x) for x in t.split(":"))
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    return dict(block_k=bk, num_warps=nw, stages=st, nprog=sms * pps)
+
+
 def warm_variant(spec: str) -> None:
-    """Compile one kernel variant (run in a subprocess): spec = shape:total:depth:topk:batch."""
+    """Compile one kernel variant (run in a subprocess): spec = shape:total:depth:topk:batch[/tuning]."""
+    spec, _, tun = spec.partition("/")
     shape, total, depth, k, batch = spec.split(":")
     head = make_head(shape, False)
     tc = TreeConfig(int(total), int(depth), int(k))
-    bench_case(head, tc, int(batch), 4, 8, False, False, rep_ms=1)
+    bench_case(head, tc, int(batch), 4, 8, False, False, rep_ms=1, tuning=parse_tuning(tun))
 
 
 def main(argv=None) -> int:
@@ -177,6 +187,8 @@ def main(argv=None) -> int:
     ap.add_argument("--out", default=os.environ.get("OUT") or os.path.join(os.path.dirname(__file__), "results"))
     ap.add_argument("--batches", default=None)
     ap.add_argument("--no-ref", action="store_true")
+    ap.add_argument("--tunings", default="", help="comma list of block_k:num_warps:stages:programs_per_sm timed "
+                    "at 8B 60/7/10 decode batch 1 before the sweep")
     args = ap.parse_args(argv)
     if args.warm:
         warm_variant(args.warm)
@@ -195,7 +207,9 @@ def main(argv=None) -> int:
     if not args.quick:
         for b in batches:
             cases.append(("smollm2-135m", False, (60, 7, 10), "decode", b))
+    tunings = [t for t in args.tunings.split(",") if t]
     variants = sorted({f"{c[0]}:{c[2][0]}:{c[2][1]}:{c[2][2]}:{c[4]}" for c in cases})
+    variants += [f"llama31-8b:60:7:10:1/{t}" for t in tunings]
     procs, done = [], 0
     for v in variants:
         while len([p for p in procs if p.poll() is None]) >= args.jobs:
@@ -206,6 +220,17 @@ def main(argv=None) -> int:
     bw = copy_bandwidth()
     rows = []
     heads = {}
+    if tunings:
+        head = make_head("llama31-8b", False)
+        for t in tunings:
+            r = bench_case(head, TreeConfig(60, 7, 10), 1, 4, 512, False, False, tuning=parse_tuning(t))
+            r.update(shape="llama31-8b", peaked=False, tree="60/7/10", scenario="decode", batch=1, tuning=t,
+                     floor_ms=r["bytes"] / bw * 1e3, fused_TBps=r["bytes"] / (r["fused_ms"] * 1e-3) / 1e12)
+            print(f"tuning {t}: fused {r['fused_ms']:.3f} ({r['fused_ms_again']:.3f}) ms, floor {r['floor_ms']:.3f}, "
+                  f"{r['fused_TBps']:.2f} TB/s", flush=True)
+            rows.append(r)
+        del head
+        torch.cuda.empty_cache()
     for shape, peaked, tr, scen, b in cases:
         key = (shape, peaked)
         if key not in heads:
@@ -236,10 +261,11 @@ def main(argv=None) -> int:
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
 
-        groups = sorted({(r["shape"], r["peaked"], r["tree"], r["scenario"]) for r in rows})
+        rows_p = [r for r in rows if "tuning" not in r]
+        groups = sorted({(r["shape"], r["peaked"], r["tree"], r["scenario"]) for r in rows_p})
         fig, axes = plt.subplots(1, len(groups), figsize=(4 * len(groups), 3.5), squeeze=False)
         for ax, g in zip(axes[0], groups):
-            rs = [r for r in rows if (r["shape"], r["peaked"], r["tree"], r["scenario"]) == g]
+            rs = [r for r in rows_p if (r["shape"], r["peaked"], r["tree"], r["scenario"]) == g]
             xs = [r["batch"] for r in rs]
             for col, lab in (("fused_ms", "fused"), ("graph_ms", "multi-kernel graph"), ("floor_ms", "floor")):
                 ax.plot(xs, [r.get(col, float("nan")) for r in rs], "o-", label=lab)
