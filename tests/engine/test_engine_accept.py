@@ -10,6 +10,7 @@ from scipy.stats import chi2
 
 from eagle_triton.drafter.tree import build_tree_buffers
 from eagle_triton.engine import SamplingParams, accept_greedy, accept_sampling, process_logits, sample_from_probs
+from eagle_triton.engine.accept import accept_tree
 
 ALPHA = 1e-3
 
@@ -217,3 +218,52 @@ def test_accept_sampling_one_hot_target_accepts_everything():
         assert res.accept_len.tolist() == [3]
         assert res.tokens.tolist() == [[TOKENS[1], TOKENS[4], TOKENS[7], 5]]
         assert res.accept_index.tolist() == [[0, 1, 4, 7]]
+
+
+def _random_tree(seed, cfg=(16, 3, 4)):
+    from eagle_triton import TreeConfig, TreeDrafter
+    from eagle_triton.testing import random_eagle3_head
+
+    head = random_eagle3_head(vocab_size=32, draft_vocab_size=24, seed=seed)
+    with torch.no_grad():
+        head.lm_head.weight.mul_(4.0)
+    drafter = TreeDrafter(head, TreeConfig(*cfg))
+    return drafter.draft(torch.randn(1, 5, head.feature_width), torch.randint(0, 32, (1, 6)))
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_kernel_path_greedy_equals_torch_path(seed):
+    """The Triton verify_tree kernel (interpreter here) and the PyTorch rule accept the same path."""
+    tree = _random_tree(seed)
+    N = tree.draft_tokens.shape[1]
+    logits = torch.randn(1, N, 32)
+    # make the target agree with the tree along some paths so acceptance is non-trivial
+    for n in range(1, N):
+        if torch.rand(()) < 0.6:
+            logits[0, int(tree.parents[0, n]), int(tree.draft_tokens[0, n])] += 8.0
+    a = accept_tree(tree, logits, SamplingParams(0.0), use_kernel=False)
+    b = accept_tree(tree, logits, SamplingParams(0.0), use_kernel=True)
+    assert torch.equal(a.accept_len, b.accept_len)
+    assert torch.equal(a.accept_index, b.accept_index) and torch.equal(a.tokens, b.tokens)
+
+
+def test_kernel_path_sampling_wiring_matches_verify_tree_ref():
+    """The engine's kernel path processes the logits, draws coins and lays out tokens exactly as
+    ops.verify_tree_ref does with the same coins (the rule itself is frequency-tested in tests/ops/test_verify.py)."""
+    from eagle_triton.ops import verify_tree_ref
+
+    tree = _random_tree(5, cfg=(8, 2, 3))
+    B, N = 1, tree.draft_tokens.shape[1]
+    logits = torch.randn(B, N, 32)
+    params = SamplingParams(0.9, 0.95, 12)
+    for seed in range(6):
+        res = accept_tree(tree, logits, params, torch.Generator().manual_seed(seed), use_kernel=True)
+        g = torch.Generator().manual_seed(seed)
+        coins, final = torch.rand(B, N, generator=g), torch.rand(B, generator=g)
+        probs = torch.softmax(process_logits(logits, params), -1).float()
+        n, path, bonus = verify_tree_ref(tree.draft_tokens, tree.retrieve_indices_padded, target_probs=probs,
+                                         uniform_samples=coins, uniform_samples_for_final_sampling=final)
+        a = int(n[0])
+        assert int(res.accept_len[0]) == a and res.accept_index[0, : a + 1].tolist() == path[0, : a + 1].tolist()
+        assert res.tokens[0, :a].tolist() == tree.draft_tokens[0, path[0, 1 : a + 1]].tolist()
+        assert int(res.tokens[0, a]) == int(bonus[0]) and (res.tokens[0, a + 1 :] == -1).all()

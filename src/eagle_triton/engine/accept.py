@@ -1,7 +1,9 @@
 """Tree verification in PyTorch: which drafted tokens the target accepts, and the bonus token.
 
 Both rules are batched over a leading ``B``, keep every tensor on the device (no host synchronisation) and return
-an :class:`AcceptResult` in SGLang's conventions, so a Triton ``verify`` kernel can replace them one for one.
+an :class:`AcceptResult` in SGLang's conventions. On CUDA, :func:`accept_tree` runs the Triton kernel
+:func:`eagle_triton.ops.verify_tree` instead (greedy: identical result; sampling: EAGLE's one-coin-per-sibling
+rule, the same distribution), and these PyTorch rules are the CPU path.
 
 * Greedy (:func:`accept_greedy`, SafeAILab ``evaluate_posterior`` with ``logits_processor=None``): the longest
   root-to-leaf prefix whose every token equals the target's argmax after its parent; the bonus token is the
@@ -23,7 +25,7 @@ import torch
 
 from .sampling import SamplingParams, probs_from_logits, sample_from_probs
 
-__all__ = ["AcceptResult", "accept_greedy", "accept_sampling", "accept_tree"]
+__all__ = ["AcceptResult", "accept_greedy", "accept_sampling", "accept_tree", "accept_with_kernel"]
 
 
 @dataclass
@@ -129,9 +131,37 @@ def accept_sampling(
     return AcceptResult(path, n, tokens)
 
 
-def accept_tree(tree, logits: torch.Tensor, params: SamplingParams, generator: torch.Generator | None = None
-                ) -> AcceptResult:
-    """Verify a :class:`~eagle_triton.DraftTree` with the rule ``params`` calls for."""
+def accept_with_kernel(tree, logits: torch.Tensor, params: SamplingParams,
+                       generator: torch.Generator | None = None) -> AcceptResult:
+    """:func:`eagle_triton.ops.verify_tree` (one Triton program per sequence) in :class:`AcceptResult` form."""
+    from ..ops import verify_tree
+
+    draft_tokens, retrieve = tree.draft_tokens, tree.retrieve_indices_padded
+    B, N = draft_tokens.shape
+    dev = draft_tokens.device
+    if params.greedy:
+        accept_len, path, bonus = verify_tree(draft_tokens, retrieve, target_logits=logits)
+    else:
+        probs = probs_from_logits(logits, params).float().contiguous()
+        coins = torch.rand(B, N, generator=generator, device=dev)
+        final = torch.rand(B, generator=generator, device=dev)
+        accept_len, path, bonus = verify_tree(draft_tokens, retrieve, target_probs=probs, uniform_samples=coins,
+                                              uniform_samples_for_final_sampling=final)
+    C = path.shape[1]
+    col = torch.arange(C, device=dev).view(1, C)
+    n = accept_len.view(B, 1)
+    drafted = draft_tokens.gather(1, torch.cat([path[:, 1:], path[:, :1]], 1).clamp(min=0))
+    tokens = torch.where(col < n, drafted, torch.where(col == n, bonus.view(B, 1), torch.full_like(path, -1)))
+    accept_index = torch.where(col <= n, path, torch.full_like(path, -1))
+    return AcceptResult(accept_index, accept_len, tokens)
+
+
+def accept_tree(tree, logits: torch.Tensor, params: SamplingParams, generator: torch.Generator | None = None,
+                use_kernel: bool | None = None) -> AcceptResult:
+    """Verify a :class:`~eagle_triton.DraftTree` with the rule ``params`` calls for: the Triton kernel on CUDA
+    (``use_kernel=None``), the PyTorch rules elsewhere."""
+    if use_kernel if use_kernel is not None else logits.is_cuda:
+        return accept_with_kernel(tree, logits, params, generator)
     if params.greedy:
         return accept_greedy(tree.draft_tokens, tree.retrieve_indices_padded, logits)
     return accept_sampling(tree.draft_tokens, tree.parents, logits, params, tree.retrieve_indices_padded.shape[-1],
