@@ -210,8 +210,8 @@ def main(argv=None) -> int:
     tunings = [t for t in args.tunings.split(",") if t]
     variants = sorted({f"{c[0]}:{c[2][0]}:{c[2][1]}:{c[2][2]}:{c[4]}" for c in cases})
     variants += [f"llama31-8b:60:7:10:1/{t}" for t in tunings]
-    procs, done = [], 0
-    for v in variants:
+    procs = []
+    for v in (variants if len(variants) > 1 else []):
         while len([p for p in procs if p.poll() is None]) >= args.jobs:
             time.sleep(0.5)
         procs.append(subprocess.Popen([sys.executable, __file__, "--warm", v]))

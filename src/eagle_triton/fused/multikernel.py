@@ -112,8 +112,9 @@ def multikernel_draft(cfg: DrafterConfig, w: Weights, features, input_ids, num_n
     ids = toks
     DK = max(D * K, K)
     ar_k = torch.arange(K, device=dev)
-    tmask = torch.zeros(B, K, DK, dtype=torch.bool, device=dev)
-    tmask[:, ar_k, ar_k] = True
+    ar_dk = torch.arange(DK, device=dev)
+    # no index_put with Python scalars (a host-to-device copy, illegal under graph capture)
+    tmask = (ar_dk[None, None, :] == ar_k[None, :, None]).expand(B, K, DK)
     rel = keys[None, :] - L[:, None]  # [B, Lmax1] tree-relative slot
     in_tree = (rel >= 0) & (rel < DK)
     relc = rel.clamp(0, DK - 1)
@@ -135,9 +136,7 @@ def multikernel_draft(cfg: DrafterConfig, w: Weights, features, input_ids, num_n
         ids = _to_target(cfg, w, idx.view(B, -1).gather(1, frontier))
         tokens_list.append(_to_target(cfg, w, idx).view(B, -1))
         scores_list.append(cu.view(B, -1))
-        new = torch.zeros(B, K, DK, dtype=torch.bool, device=dev)
-        if i + 1 < D:
-            new[:, ar_k, (i + 1) * K + ar_k] = True
+        new = (ar_dk[None, None, :] == ((i + 1) * K + ar_k)[None, :, None]) & (i + 1 < D)
         tmask = tmask.gather(1, prow[:, :, None].expand(B, K, DK)) | new
     kv_len.add_(num_new.to(kv_len.dtype))
     scores_flat = torch.cat(scores_list, dim=1)
