@@ -5,7 +5,8 @@
 Prompts: MT-bench first turns (``bench/data/mt_bench_questions.jsonl``) and HumanEval prompts
 (``bench/data/HumanEval.jsonl.gz``), each sent as the user turn of the target's chat template. Two methods:
 
-* ``engine`` (default when it loads): :class:`eagle_triton.engine.EagleEngine` generates greedily with and
+* ``engine`` (default when it loads): :class:`eagle_triton.engine.EagleEngine` (drafter ``--drafter``, the PyTorch
+  reference by default) generates greedily with and
   without speculation; mean accepted length = tokens per verification step (accepted drafts + 1), tokens/s =
   new tokens / wall time (after a warm-up generation per engine), and the speculative output is checked to be
   identical to plain greedy decoding.
@@ -80,7 +81,7 @@ def chat_ids(tok, prompt: str) -> list[int]:
                                    return_dict=False)
 
 
-def run_engine(args, trees, datasets, log) -> dict:
+def run_engine(args, trees, datasets, log, save=lambda r: None) -> dict:
     from eagle_triton.engine import EagleEngine, load_head, load_target, load_tokenizer
 
     t0 = time.time()
@@ -88,7 +89,8 @@ def run_engine(args, trees, datasets, log) -> dict:
     tok = load_tokenizer(args.target)
     head = load_head(args.head, runner)
     log(f"engine target + head loaded in {time.time() - t0:.1f} s ({type(runner).__name__})")
-    results: dict = {"load_s": time.time() - t0, "target_runner": type(runner).__name__, "runs": []}
+    results: dict = {"load_s": time.time() - t0, "target_runner": type(runner).__name__, "drafter": args.drafter,
+                     "runs": []}
     engines = {}
     for t in trees:
         engines[tree_name(t)] = EagleEngine(runner, head, t, max_length=args.max_length, tokenizer=tok,
@@ -101,7 +103,9 @@ def run_engine(args, trees, datasets, log) -> dict:
         for mode, name in modes:
             eng = engines[name] if name else next(iter(engines.values()))
             spec = mode == "spec"
-            eng.generate(input_ids=warm, max_new_tokens=32, speculative=spec)  # warm-up: graphs, compilation
+            tw = time.time()
+            eng.generate(input_ids=warm, max_new_tokens=8, speculative=spec)  # warm-up: graphs, compilation
+            warm_s = time.time() - tw
             steps = emitted = new = 0
             secs = 0.0
             mismatches = 0
@@ -131,7 +135,7 @@ def run_engine(args, trees, datasets, log) -> dict:
             rec = {"dataset": ds, "mode": mode, "tree": name, "prompts": used, "of": len(ids_list),
                    "new_tokens": new, "seconds": secs, "tokens_per_s": new / secs if secs else 0.0,
                    "steps": steps, "mean_accepted_length": emitted / steps if steps else 0.0,
-                   "accept_length_histogram": hist}
+                   "accept_length_histogram": hist, "warmup_s": warm_s}
             if spec:
                 rec["outputs_differing_from_plain"] = mismatches
                 rec["outputs_compared"] = sum(1 for i in range(used) if (ds, i) in plain_out)
@@ -139,6 +143,7 @@ def run_engine(args, trees, datasets, log) -> dict:
             log(f"[engine] {ds:9s} {mode:5s} {name or '-':9s} prompts {used}/{len(ids_list)}  "
                 f"tau {rec['mean_accepted_length']:.3f}  {rec['tokens_per_s']:.1f} tok/s"
                 + (f"  differing {mismatches}" if spec else ""))
+            save(results)
     for ds in datasets:
         base = next((r for r in results["runs"] if r["dataset"] == ds and r["mode"] == "plain"), None)
         for r in results["runs"]:
@@ -211,7 +216,8 @@ def main(argv=None) -> int:
     p.add_argument("--max-length", type=int, default=2048)
     p.add_argument("--budget-s", type=float, default=60.0, help="per (dataset, tree, mode): stop taking prompts")
     p.add_argument("--method", choices=["engine", "estimate", "both"], default="engine")
-    p.add_argument("--drafter", default="auto", help="engine drafter back end: auto, torch, triton")
+    p.add_argument("--drafter", default="torch",
+                   help="engine drafter back end: torch (reference, default), triton (fused) or auto")
     p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     p.add_argument("--dtype", default=None)
     p.add_argument("--out", default=os.environ.get("OUT") or str(ROOT / "bench" / "results"))
@@ -250,9 +256,16 @@ def main(argv=None) -> int:
     def log(msg):
         print(msg, flush=True)
 
+    name = f"acceptance{('_' + args.tag) if args.tag else ''}"
+
+    def save(engine_results=None):
+        if engine_results is not None:
+            results["engine"] = engine_results
+        (out / f"{name}.json").write_text(json.dumps(results, indent=2))  # after every run: a kill keeps them
+
     if args.method in ("engine", "both"):
         try:
-            results["engine"] = run_engine(args, trees, datasets, log)
+            results["engine"] = run_engine(args, trees, datasets, log, save)
         except Exception as e:  # the estimate still gives acceptance when the engine cannot run here
             import traceback
 
@@ -262,8 +275,7 @@ def main(argv=None) -> int:
                 args.method = "estimate"
     if args.method in ("estimate", "both"):
         results["estimate"] = run_estimate(args, trees, datasets, log)
-    name = f"acceptance{('_' + args.tag) if args.tag else ''}"
-    (out / f"{name}.json").write_text(json.dumps(results, indent=2))
+    save()
     plot(results, out / f"{name}.png")
     print(f"wrote {out / (name + '.json')}")
     return 0

@@ -309,3 +309,27 @@ def test_cli_train_end_to_end(tmp_path, tiny):
     assert args.func(args) == 0
     meta = json.loads((tmp_path / "w" / "run" / "history.json").read_text())
     assert meta["step"] == 4
+
+
+def test_shipped_smollm2_head_loads_strictly():
+    """The committed head: published EAGLE-3 layout, strict loading, shards below 16 MiB, bf16 weights."""
+    from safetensors import safe_open
+
+    from eagle_triton.train import smollm2_head_path
+
+    path = smollm2_head_path()
+    emb = torch.randn(49152, 576)
+    head = load_draft_head(path, embed_tokens=emb)
+    assert isinstance(head, Eagle3DraftHead)
+    c = head.config
+    assert (c.hidden_size, c.num_attention_heads, c.num_key_value_heads, c.vocab_size) == (576, 9, 3, 49152)
+    assert head.feature_width == 3 * 576 and head.draft_vocab_size == 12288 and c.rope_theta == 100000.0
+    used = head.draft_to_target(torch.arange(head.draft_vocab_size))
+    assert torch.all(used[1:] > used[:-1]) and torch.equal(head.t2d.nonzero().view(-1), used)
+    assert 2 in used.tolist()  # <|im_end|>, the stop token, is always in the draft vocabulary
+    shards = sorted(path.glob("*.safetensors"))
+    assert shards and all(f.stat().st_size < 16 * 2**20 for f in shards)
+    with safe_open(str(shards[0]), "pt") as f:
+        assert f.get_tensor("lm_head.weight").dtype == torch.bfloat16
+    meta = json.loads((path / "train_meta.json").read_text())
+    assert meta["complete"] and meta["step"] == meta["train_config"]["max_steps"]
