@@ -229,8 +229,8 @@ def fused_drafter_kernel(
             nb = tl.load(nnew + b, mask=rok, other=1)
             kvl = tl.load(kvlen + b, mask=rok, other=0)
             tok = tl.where(is_root, tl.load(ids + r, mask=rok & is_root, other=0),
-                           tl.load(tok_in + r, mask=rok & (s > 0), other=0))
-            hrow = tl.where(is_root, r, tl.load(src + r, mask=rok & (s > 0), other=0))
+                           tl.load(tok_in + r, mask=rok & (s > 0), other=0, cache_modifier=".cg"))
+            hrow = tl.where(is_root, r, tl.load(src + r, mask=rok & (s > 0), other=0, cache_modifier=".cg"))
             valid = rok & ((s > 0) | (j < nb))
             slot = tl.where(is_root, kvl + j, kvl + nb + lvl * K + j)
             pos = tl.where(is_root, kvl + j, kvl + nb + lvl)
@@ -364,7 +364,7 @@ def fused_drafter_kernel(
             r = mc * BM + offm
             rok = r < MQ
             nb = tl.load(nnew + r, mask=rok & is_root, other=1)
-            hrow = tl.where(is_root, r * S + nb - 1, tl.load(src + r, mask=rok & (s > 0), other=0))
+            hrow = tl.where(is_root, r * S + nb - 1, tl.load(src + r, mask=rok & (s > 0), other=0, cache_modifier=".cg"))
             for t in range(pid, n_ht, NPROG):
                 cols = t * BN + offn
                 cok = cols < H
