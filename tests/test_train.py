@@ -257,7 +257,7 @@ def test_ttt_loss_uses_only_response_positions(tiny):
     s = Sample(torch.randint(3, 100, (12,), generator=g), 12)  # resp_start at the end: nothing to learn
     b = prepare_batch(model, [s], used, 64, tok.pad_token_id, "cpu")
     res = ttt_loss(head, b, steps=2)
-    assert res.step_count == [0, 0] and float(res.loss) == 0.0
+    assert res.step_count == [0, 0] and float(res.loss.detach()) == 0.0
 
 
 def test_accepted_along_path():
