@@ -157,6 +157,7 @@ _CLASS_METHOD = types.SimpleNamespace(note="the class's own topK_genrate")
 
 
 def _default_backend() -> str:
+    """The fused Triton drafter on a GPU; the PyTorch reference (with a warning) elsewhere."""
     if torch.cuda.is_available():
         from ..drafter import available_draft_backends
 
