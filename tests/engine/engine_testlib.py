@@ -87,8 +87,9 @@ class OracleDrafter:
             parents.append(p)
             depth.append(depth[p] + 1)
         # Node order must put parents first; it does (appended after their parent). Sort not needed.
-        parents_t = torch.tensor([parents])
+        dev = input_ids.device  # trees live where the engine's tensors do
+        parents_t = torch.tensor([parents], device=dev)
         mask, positions, retrieve, num_leaves, max_depth = build_tree_buffers(parents_t, levels, sampling)
-        return DraftTree(draft_tokens=torch.tensor([tokens]), tree_mask=mask.unsqueeze(1).float(),
+        return DraftTree(draft_tokens=torch.tensor([tokens], device=dev), tree_mask=mask.unsqueeze(1).float(),
                          positions=positions, parents=parents_t, retrieve_indices_padded=retrieve,
                          num_leaves=num_leaves, max_depth=max_depth, sampling=sampling)

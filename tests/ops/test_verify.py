@@ -38,14 +38,15 @@ def _dyadic_probs(shape, g, peak_tokens=None, peak=0):
     return cnt / scale
 
 
-def _outs(bs, D, S1, extra=1):
-    return (torch.full((bs * D + extra,), -1, dtype=torch.int32), torch.full((bs, S1), -1, dtype=torch.int32),
-            torch.full((bs,), -5, dtype=torch.int32))
+def _outs(bs, D, S1, extra=1, device="cpu"):
+    return (torch.full((bs * D + extra,), -1, dtype=torch.int32, device=device),
+            torch.full((bs, S1), -1, dtype=torch.int32, device=device),
+            torch.full((bs,), -5, dtype=torch.int32, device=device))
 
 
 def _greedy(fn, cand, ri, nt, ns, tp, S1):
     bs, D = cand.shape
-    pred, ai, an = _outs(bs, D, S1)
+    pred, ai, an = _outs(bs, D, S1, device=cand.device)
     fn(pred, ai, an, cand, ri, nt, ns, tp)
     return pred, ai, an
 

@@ -160,7 +160,7 @@ def accept_tree(tree, logits: torch.Tensor, params: SamplingParams, generator: t
                 use_kernel: bool | None = None) -> AcceptResult:
     """Verify a :class:`~eagle_triton.DraftTree` with the rule ``params`` calls for: the Triton kernel on CUDA
     (``use_kernel=None``), the PyTorch rules elsewhere."""
-    if use_kernel if use_kernel is not None else logits.is_cuda:
+    if use_kernel if use_kernel is not None else (logits.is_cuda and tree.draft_tokens.is_cuda):
         return accept_with_kernel(tree, logits, params, generator)
     if params.greedy:
         return accept_greedy(tree.draft_tokens, tree.retrieve_indices_padded, logits)
