@@ -164,6 +164,6 @@ def build_attention_mask(
         mask[:, past_len:] = causal
     mask = mask[None, None]
     if tree_mask is not None:
-        n = tree_mask.shape[-1]
-        mask[:, :, -tree_mask.shape[-2]:, -n:][tree_mask == 0] = neg
+        # masked_fill_ on the view, not boolean-index assignment (which syncs with the host on CUDA)
+        mask[:, :, -tree_mask.shape[-2]:, -tree_mask.shape[-1]:].masked_fill_(tree_mask == 0, neg)
     return mask
