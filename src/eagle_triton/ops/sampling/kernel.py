@@ -127,6 +127,21 @@ def _renorm_kernel(probs_ptr, param_ptr, out_ptr, V, TOP_P: tl.constexpr, BLOCK_
 
 
 @triton.jit
+def _cdf_chunk_search(idx, m, r, u, carry, last_pos, V):
+    """One chunk of an inverse-CDF scan over non-negative mass ``r`` (indices ``idx``, valid where ``m``).
+
+    Returns ``(found, last_pos, carry)``: the first index whose inclusive cumulative mass (``carry`` before the
+    chunk) exceeds ``u`` among positive entries, or -1; the last positive index seen so far; the new carry. The
+    callers' fallback when nothing exceeds ``u`` (rounding) is the last positive index, else ``V - 1``."""
+    cdf = carry + tl.cumsum(r, axis=0)
+    pos = (r > 0) & m
+    first = tl.min(tl.where((cdf > u) & pos, idx, V), axis=0).to(tl.int64)
+    found = tl.where(first < V, first, -1)
+    last_pos = tl.maximum(last_pos, tl.max(tl.where(pos, idx, -1), axis=0).to(tl.int64))
+    return found, last_pos, carry + tl.sum(r, axis=0)
+
+
+@triton.jit
 def _sample_kernel(probs_ptr, coin_ptr, seed_ptr, offset_ptr, out_ptr, V, USE_SEED: tl.constexpr,
                    BLOCK_V: tl.constexpr):
     """Inverse-CDF draw of row ``program_id(0)``: first ``cumsum > coin * sum`` among ``p > 0``, else the last
@@ -151,11 +166,6 @@ def _sample_kernel(probs_ptr, coin_ptr, seed_ptr, offset_ptr, out_ptr, V, USE_SE
         idx = start + tl.arange(0, BLOCK_V)
         m = idx < V
         r = tl.maximum(tl.load(base + idx, mask=m, other=0.0), 0.0)
-        cdf = carry + tl.cumsum(r, axis=0)
-        pos = (r > 0) & m
-        first = tl.min(tl.where((cdf > u) & pos, idx, V), axis=0).to(tl.int64)
-        found = tl.where(first < V, first, -1)
-        last_pos = tl.maximum(last_pos, tl.max(tl.where(pos, idx, -1), axis=0).to(tl.int64))
-        carry += tl.sum(r, axis=0)
+        found, last_pos, carry = _cdf_chunk_search(idx, m, r, u, carry, last_pos, V)
         start += BLOCK_V
     tl.store(out_ptr + row, tl.where(found >= 0, found, tl.where(last_pos >= 0, last_pos, V - 1)))

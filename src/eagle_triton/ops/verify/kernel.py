@@ -13,6 +13,8 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
+from ..sampling.kernel import _cdf_chunk_search
+
 
 @triton.jit
 def _residual_chunk(probs_ptr, draft_ptr, row_off, start, V, use_draft, tried, has_tried,
@@ -162,12 +164,7 @@ def _tree_verify_kernel(
         while (start < V) & (found < 0):
             idx, m, r = _residual_chunk(probs_ptr, draft_ptr, row_off, start, V, use_draft, tried, has_tried,
                                         RULE, BLOCK_V)
-            cdf = carry + tl.cumsum(r, axis=0)
-            pos = (r > 0) & m
-            first = tl.min(tl.where((cdf > u) & pos, idx, V), axis=0).to(tl.int64)
-            found = tl.where(first < V, first, -1)
-            last_pos = tl.maximum(last_pos, tl.max(tl.where(pos, idx, -1), axis=0).to(tl.int64))
-            carry += tl.sum(r, axis=0)
+            found, last_pos, carry = _cdf_chunk_search(idx, m, r, u, carry, last_pos, V)
             start += BLOCK_V
         result = tl.where(found >= 0, found, tl.where(last_pos >= 0, last_pos, V - 1))
 
