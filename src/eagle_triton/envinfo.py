@@ -101,7 +101,7 @@ def collect_env() -> dict[str, Any]:
     triton_info = _triton_info()
     assets = _assets()
     problems = []
-    for dist, mod, need, fix in _PACKAGES:
+    for dist, _module, need, fix in _PACKAGES:
         if packages[dist] is None:
             problems.append({"missing": dist, "needed_for": need, "fix": fix})
     if not gpu.get("available"):

@@ -7,6 +7,7 @@ which runs no model and returns correctly shaped, self-consistent trees for cont
 
 from __future__ import annotations
 
+import weakref
 from dataclasses import dataclass, field
 
 import torch
@@ -79,7 +80,8 @@ class FrontierConfig:
     sampling: bool = False
 
 
-_DRAFTERS: dict[tuple[int, str], TreeDrafter] = {}
+# Drafters (and their draft KV) cached per head and back end; dropped with the head.
+_DRAFTERS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
 def frontier_generate(
@@ -93,15 +95,16 @@ def frontier_generate(
     concatenated) and ``input_ids`` (``[1, L + 1]``: accepted tokens plus the root).
 
     The draft KV persists in ``drafter`` (or in a drafter cached per head and back end): pass the features of the
-    rows it does not hold yet; features for all ``L`` accepted rows start a new sequence. ``backend="triton"`` needs a GPU; use ``"torch"`` or ``"stub"`` without one.
+    rows it does not hold yet; features for all ``L`` accepted rows start a new sequence. ``backend="triton"``
+    needs a GPU; use ``"torch"`` or ``"stub"`` without one.
     """
     if backend == "triton" and not register_triton_backend():
         raise ValueError("the 'triton' drafter back end is unavailable here (it needs eagle_triton.fused)")
     if drafter is None:
-        key = (id(config.head), backend)
-        drafter = _DRAFTERS.get(key)
+        per_head = _DRAFTERS.setdefault(config.head, {})
+        drafter = per_head.get(backend)
         if drafter is None or drafter.tree_config != config.tree:
-            drafter = _DRAFTERS[key] = TreeDrafter(config.head, config.tree, backend=backend)
+            drafter = per_head[backend] = TreeDrafter(config.head, config.tree, backend=backend)
     if features_concat.dim() == 3 and features_concat.shape[1] == input_ids.shape[-1] - 1:
         drafter.reset()  # features for every accepted row: a new sequence starts
     return drafter.draft(features_concat, input_ids, sampling=config.sampling)

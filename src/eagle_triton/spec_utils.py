@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import torch
 
+from . import ops
 from .compat.sglang import fast_topk as fast_topk_torch
 from .compat.sglang import select_top_k_tokens
-from . import ops
 from .ops._dispatch import with_cpu_fallback
 from .ops._utils import next_power_of_2
 
@@ -38,17 +38,17 @@ def sample_from_logits(
     drawn from ``generator``). Returns ``[M]`` int64."""
     if temperature <= 1e-5:
         return logits.argmax(-1)
-    probs = _op("softmax_with_temperature", logits)(logits.contiguous(), float(temperature))
+    probs = _op("softmax_with_temperature")(logits.contiguous(), float(temperature))
     if top_k and top_k > 0:
-        probs = _op("top_k_renorm_probs", probs)(probs, int(top_k))
+        probs = _op("top_k_renorm_probs")(probs, int(top_k))
     if top_p < 1.0:
-        probs = _op("top_p_renorm_probs", probs)(probs, float(top_p))
+        probs = _op("top_p_renorm_probs")(probs, float(top_p))
     if uniform_samples is None:
         uniform_samples = torch.rand(probs.shape[0], device=probs.device, generator=generator)
-    return _op("sampling_from_probs", probs)(probs, uniform_samples).to(torch.int64)
+    return _op("sampling_from_probs")(probs, uniform_samples).to(torch.int64)
 
 
-def _op(name: str, like: torch.Tensor):
+def _op(name: str):
     """The Triton op on a GPU (or under the interpreter), its PyTorch reference on a plain CPU."""
     return with_cpu_fallback(getattr(ops, name), getattr(ops, name + "_ref"))
 

@@ -61,7 +61,7 @@ def _plot(result: dict, path: Path) -> None:
     for ph in PHASES:
         vals = [result["modes"][m]["phases_ms_per_token"][ph] for m in modes]
         a2.bar(modes, vals, bottom=bottom, label=ph[:-2])
-        bottom = [b + v for b, v in zip(bottom, vals)]
+        bottom = [b + v for b, v in zip(bottom, vals, strict=True)]
     a2.set_ylabel("ms per new token")
     a2.legend()
     fig.tight_layout()

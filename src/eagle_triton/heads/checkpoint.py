@@ -111,7 +111,7 @@ def write_state_dict(
         size += nbytes
     names = [f"model-{i + 1:05d}-of-{len(shards):05d}.safetensors" for i in range(len(shards))]
     weight_map = {}
-    for name, shard in zip(names, shards):
+    for name, shard in zip(names, shards, strict=True):
         save_file(shard, str(root / name), metadata=meta)
         weight_map.update({k: name for k in shard})
     with open(root / "model.safetensors.index.json", "w") as f:

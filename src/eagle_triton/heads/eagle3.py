@@ -49,7 +49,8 @@ class Eagle3DraftHead(DraftHead):
     def __init__(self, config: DraftHeadConfig):
         super().__init__(config)
         if config.num_hidden_layers != 1:
-            raise ValueError(f"EAGLE-3 heads have one midlayer; config says num_hidden_layers={config.num_hidden_layers}")
+            raise ValueError(
+                f"EAGLE-3 heads have one midlayer; config says num_hidden_layers={config.num_hidden_layers}")
         H = config.hidden_size
         self.embed_tokens = nn.Embedding(config.vocab_size, H, config.pad_token_id)
         self.embed_tokens.weight.requires_grad_(False)

@@ -160,7 +160,8 @@ def build_attention_mask(
     mask = torch.zeros(q_len, past_len + q_len, dtype=torch.float32, device=device)
     if q_len > 1:
         causal = torch.full((q_len, q_len), neg, device=device)
-        causal.masked_fill_(torch.arange(q_len, device=device)[None, :] <= torch.arange(q_len, device=device)[:, None], 0)
+        rows = torch.arange(q_len, device=device)
+        causal.masked_fill_(rows[None, :] <= rows[:, None], 0)
         mask[:, past_len:] = causal
     mask = mask[None, None]
     if tree_mask is not None:

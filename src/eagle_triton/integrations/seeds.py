@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import torch
 
-
 __all__ = ["GPUAssertionError", "optimize_eagle_with_triton", "restore_eagle", "fused_draft_token_generation"]
 
 
