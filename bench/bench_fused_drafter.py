@@ -25,7 +25,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "src"))
 
 from eagle_triton import DraftHeadConfig, Eagle3DraftHead, TreeConfig, TreeDrafter  # noqa: E402
 from eagle_triton.fused import Buffers, DraftInputs, DrafterConfig, MultiKernelDrafter, Weights  # noqa: E402
-from eagle_triton.fused import launch_drafter  # noqa: E402
+from eagle_triton.fused import launch_drafter, profile_phases  # noqa: E402
 
 SHAPES = {
     "llama31-8b": dict(hidden_size=4096, intermediate_size=14336, num_attention_heads=32, num_key_value_heads=8,
@@ -79,7 +79,7 @@ def copy_bandwidth() -> float:
     return 2 * (1 << 30) * 2 / (ms * 1e-3)
 
 
-def bench_case(head, tc, batch, S, prefix, do_ref, do_graph, rep_ms=300, tuning=None):
+def bench_case(head, tc, batch, S, prefix, do_ref, do_graph, rep_ms=300, tuning=None, profile=False):
     from triton.testing import do_bench
 
     dt = head.dtype
@@ -105,6 +105,12 @@ def bench_case(head, tc, batch, S, prefix, do_ref, do_graph, rep_ms=300, tuning=
     res["fused_ms"] = do_bench(fused, warmup=25, rep=rep_ms, return_mode="median")
     res["fused_ms_again"] = do_bench(fused, warmup=10, rep=rep_ms, return_mode="median")
     res["fused_max_depth"] = float(bufs.max_depth.float().mean())
+    if profile:  # the variant that stamps every barrier arrival: where the time goes, phase by phase
+        for _ in range(3):
+            bufs.kv_len.copy_(kv0)
+            launch_drafter(cfg, X, w, bufs, fallback=False, profile=True)
+        torch.cuda.synchronize()
+        res["phases"] = profile_phases(cfg, bufs)
     if do_graph:
         mk = MultiKernelDrafter(cfg, w, batch, S, "cuda")
         mk.features.copy_(feats[0])
@@ -171,12 +177,28 @@ def parse_tuning(t: str) -> dict:
 
 
 def warm_variant(spec: str) -> None:
-    """Compile one kernel variant (run in a subprocess): spec = shape:total:depth:topk:batch[/tuning]."""
+    """Compile one kernel variant (run in a subprocess): spec = shape:total:depth:topk:batch[/tuning][@profile]."""
+    spec, _, prof = spec.partition("@")
     spec, _, tun = spec.partition("/")
     shape, total, depth, k, batch = spec.split(":")
     head = make_head(shape, False)
     tc = TreeConfig(int(total), int(depth), int(k))
-    bench_case(head, tc, int(batch), 4, 8, False, False, rep_ms=1, tuning=parse_tuning(tun))
+    bench_case(head, tc, int(batch), 4, 8, False, False, rep_ms=1, tuning=parse_tuning(tun), profile=bool(prof))
+
+
+def print_phases(phases: list[dict]) -> None:
+    """Phase table, plus the totals per phase kind over all steps."""
+    tot: dict[str, list[float]] = {}
+    for p in phases:
+        kind = p["phase"].split(".")[-1]
+        t = tot.setdefault(kind, [0.0, 0.0])
+        t[0] += p["us"]
+        t[1] += p["mean_us"]
+    print("phase kind   total us (to last arrival)   to mean arrival", flush=True)
+    for kind, (a, b) in tot.items():
+        print(f"  {kind:10s} {a:9.1f} {b:9.1f}")
+    print("  all        %9.1f" % sum(p["us"] for p in phases))
+    print("  per phase: " + ", ".join(f"{p['phase']} {p['us']:.1f}/{p['mean_us']:.1f}" for p in phases), flush=True)
 
 
 def main(argv=None) -> int:
@@ -187,6 +209,9 @@ def main(argv=None) -> int:
     ap.add_argument("--out", default=os.environ.get("OUT") or os.path.join(os.path.dirname(__file__), "results"))
     ap.add_argument("--batches", default=None)
     ap.add_argument("--no-ref", action="store_true")
+    ap.add_argument("--no-sweep", action="store_true", help="only the --tunings / --profile rows")
+    ap.add_argument("--profile", action="store_true", help="also time each phase (barrier arrival stamps) at 8B "
+                    "60/7/10 decode batch 1, for the default tiling and every --tunings entry")
     ap.add_argument("--tunings", default="", help="comma list of block_k:num_warps:stages:programs_per_sm timed "
                     "at 8B 60/7/10 decode batch 1 before the sweep")
     args = ap.parse_args(argv)
@@ -207,9 +232,13 @@ def main(argv=None) -> int:
     if not args.quick:
         for b in batches:
             cases.append(("smollm2-135m", False, (60, 7, 10), "decode", b))
+    if args.no_sweep:
+        cases = []
     tunings = [t for t in args.tunings.split(",") if t]
     variants = sorted({f"{c[0]}:{c[2][0]}:{c[2][1]}:{c[2][2]}:{c[4]}" for c in cases})
     variants += [f"llama31-8b:60:7:10:1/{t}" for t in tunings]
+    if args.profile:
+        variants += [f"llama31-8b:60:7:10:1/{t}@p" for t in [""] + tunings]
     procs = []
     for v in (variants if len(variants) > 1 else []):
         while len([p for p in procs if p.poll() is None]) >= args.jobs:
@@ -220,14 +249,17 @@ def main(argv=None) -> int:
     bw = copy_bandwidth()
     rows = []
     heads = {}
-    if tunings:
+    if tunings or args.profile:
         head = make_head("llama31-8b", False)
-        for t in tunings:
-            r = bench_case(head, TreeConfig(60, 7, 10), 1, 4, 512, False, False, tuning=parse_tuning(t))
+        for t in ([""] if args.profile else []) + tunings:
+            r = bench_case(head, TreeConfig(60, 7, 10), 1, 4, 512, False, False, tuning=parse_tuning(t),
+                           profile=args.profile)
             r.update(shape="llama31-8b", peaked=False, tree="60/7/10", scenario="decode", batch=1, tuning=t,
                      floor_ms=r["bytes"] / bw * 1e3, fused_TBps=r["bytes"] / (r["fused_ms"] * 1e-3) / 1e12)
             print(f"tuning {t}: fused {r['fused_ms']:.3f} ({r['fused_ms_again']:.3f}) ms, floor {r['floor_ms']:.3f}, "
                   f"{r['fused_TBps']:.2f} TB/s", flush=True)
+            if "phases" in r:
+                print_phases(r["phases"])
             rows.append(r)
         del head
         torch.cuda.empty_cache()
@@ -262,6 +294,8 @@ def main(argv=None) -> int:
         import matplotlib.pyplot as plt
 
         rows_p = [r for r in rows if "tuning" not in r]
+        if not rows_p:
+            raise RuntimeError("no sweep rows to plot")
         groups = sorted({(r["shape"], r["peaked"], r["tree"], r["scenario"]) for r in rows_p})
         fig, axes = plt.subplots(1, len(groups), figsize=(4 * len(groups), 3.5), squeeze=False)
         for ax, g in zip(axes[0], groups):

@@ -17,6 +17,7 @@ from .host import (
     Weights,
     launch_drafter,
     launch_drafter_ref,
+    profile_phases,
     triton_available,
 )
 from .kernel import fused_drafter_kernel
@@ -39,6 +40,7 @@ __all__ = [
     "fused_drafter_kernel",
     "launch_drafter",
     "launch_drafter_ref",
+    "profile_phases",
     "multikernel_draft",
     "triton_available",
 ]

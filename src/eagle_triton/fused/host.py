@@ -30,7 +30,10 @@ __all__ = [
     "launch_drafter_ref",
     "FusedDraftBackend",
     "triton_available",
+    "profile_phases",
 ]
+
+PROFILE_SLOTS = 128  # = kernel.PROF_SLOTS: arrival-time slots per program
 
 
 def _pow2(n: int) -> int:
@@ -273,6 +276,7 @@ class Buffers:
     max_depth: torch.Tensor | None = None
     barrier: torch.Tensor | None = None
     status: torch.Tensor | None = None
+    profile: torch.Tensor | None = None
     batch: int = 1
     new_rows: int = 1
     nprog: int = 1
@@ -313,7 +317,8 @@ class Buffers:
             draft_tokens=z(B, T + 1, dtype=torch.int64), retrieve=z(B, T, D + 2, dtype=torch.int64),
             tree_mask=z(B, 1, T + 1, T + 1, dtype=torch.float32), positions=z(B, T + 1, dtype=torch.int64),
             parents=z(B, T + 1, dtype=torch.int64), num_leaves=z(B, dtype=torch.int64),
-            max_depth=z(B, dtype=torch.int64), barrier=z(2), status=z(1), batch=B, new_rows=S, nprog=p["NPROG"],
+            max_depth=z(B, dtype=torch.int64), barrier=z(2), status=z(1),
+            profile=z(p["NPROG"], PROFILE_SLOTS, dtype=torch.int64), batch=B, new_rows=S, nprog=p["NPROG"],
         )
 
     def reset(self) -> None:
@@ -391,7 +396,8 @@ def _check_launch(cfg: DrafterConfig, X: DraftInputs, weights: Weights, bufs: Bu
 
 
 # ------------------------------------------------------------------------------------------------ launch
-def launch_drafter(cfg: DrafterConfig, X, weights: Weights, bufs: Buffers, fallback: bool = True) -> DraftOutput:
+def launch_drafter(cfg: DrafterConfig, X, weights: Weights, bufs: Buffers, fallback: bool = True,
+                   profile: bool = False) -> DraftOutput:
     """Draft one EAGLE-2 tree per sequence with the fused persistent kernel (one launch, no host sync).
 
     Parameters
@@ -401,6 +407,8 @@ def launch_drafter(cfg: DrafterConfig, X, weights: Weights, bufs: Buffers, fallb
     weights: :class:`Weights` of the head, bufs: :class:`Buffers` (its draft KV advances by ``num_new``).
     fallback: where no GPU (or Triton) is available, run :func:`launch_drafter_ref` instead, with a warning, and
         mark the result (``.fallback``); with ``fallback=False`` that raises ``RuntimeError``.
+    profile: build the variant that records every program's arrival time at every grid barrier in
+        ``bufs.profile`` (see :func:`profile_phases`); GPU only, for benchmarks.
 
     Returns
     -------
@@ -435,11 +443,32 @@ def launch_drafter(cfg: DrafterConfig, X, weights: Weights, bufs: Buffers, fallb
         sc["lm_ms"], sc["ch_lp"], sc["ch_id"], sc["tok_in"], sc["src"], sc["sc"], sc["fr"], sc["anc"],
         sc["cand_sc"], sc["cand_tok"], sc["par_list"], sc["node_of"], sc["selg"], sc["pnode"], sc["posb"],
         bufs.draft_tokens, bufs.retrieve, bufs.tree_mask, bufs.positions, bufs.parents, bufs.num_leaves,
-        bufs.max_depth, bufs.barrier, bufs.status,
+        bufs.max_depth, bufs.barrier, bufs.status, bufs.profile,
         B, S, cfg.max_len, mcap, cfg.rms_eps, math.sqrt(cfg.head_dim),
-        num_warps=cfg.num_warps, **p,
+        num_warps=cfg.num_warps, PROFILE=bool(profile), **p,
     )
     return DraftOutput((bufs.draft_tokens, bufs.retrieve, bufs.tree_mask, bufs.positions), buffers=bufs)
+
+
+def profile_phases(cfg: DrafterConfig, bufs: Buffers) -> list[dict]:
+    """Per-phase times of the last ``launch_drafter(..., profile=True)``, from the barrier arrival times.
+
+    A phase starts when the previous barrier releases (the last program's arrival there) and ends at the last
+    arrival at its own barrier. Each entry: ``phase`` (e.g. ``"s3.LM"``), ``us`` (start to last arrival),
+    ``mean_us`` (start to the mean arrival: ``us - mean_us`` is load imbalance plus the barrier's cost).
+    """
+    D = cfg.depth
+    names = ["FC"]
+    for s in range(D + 1):
+        names += [f"s{s}.{n}" for n in ("QKV", "ATT", "COMB", "O", "GU", "DOWN", "LM", "RM")]
+        names.append(f"s{s}.SEL" if s < D else f"s{s}.SEL+tree")
+    t = bufs.profile.to("cpu", torch.float64)
+    arrivals = [t[:, i] for i in range(1, len(names))] + [t[:, PROFILE_SLOTS - 1]]
+    out, start = [], t[:, 0].min()
+    for name, arr in zip(names, arrivals, strict=True):
+        out.append(dict(phase=name, us=float(arr.max() - start) / 1e3, mean_us=float(arr.mean() - start) / 1e3))
+        start = arr.max()
+    return out
 
 
 def launch_drafter_ref(cfg: DrafterConfig, X, weights: Weights, bufs: Buffers) -> DraftOutput:

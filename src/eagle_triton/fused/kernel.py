@@ -49,12 +49,24 @@ import triton.language as tl
 __all__ = ["fused_drafter_kernel"]
 
 _MINKEY = tl.constexpr(-(2**63))  # below every packed key
+PROF_SLOTS = tl.constexpr(128)  # arrival slots per program in the profile buffer (>= barriers + 2)
 
 
 @triton.jit
-def _grid_sync(bar_ptr, target, NPROG: tl.constexpr):
-    """All programs wait until the counter reaches ``target`` (= NPROG x barriers so far in this launch)."""
+def _now():
+    """The GPU's global nanosecond timer (comparable across SMs)."""
+    return tl.inline_asm_elementwise("mov.u64 $0, %globaltimer;", "=l", [], dtype=tl.int64, is_pure=False, pack=1)
+
+
+@triton.jit
+def _grid_sync(bar_ptr, target, NPROG: tl.constexpr, prof, PROFILE: tl.constexpr):
+    """All programs wait until the counter reaches ``target`` (= NPROG x barriers so far in this launch).
+
+    With ``PROFILE`` each program first records its arrival time in ``prof[pid, target // NPROG]``: the phase
+    breakdown of bench/bench_fused_drafter.py --profile (slowest program per phase, load imbalance)."""
     tl.debug_barrier()
+    if PROFILE:
+        tl.store(prof + tl.program_id(0) * PROF_SLOTS + target // NPROG, _now())
     if NPROG > 1:
         tl.atomic_add(bar_ptr, 1, sem="release")
         seen = tl.atomic_add(bar_ptr, 0, sem="acquire")
@@ -164,8 +176,8 @@ def fused_drafter_kernel(
     cand_sc, cand_tok, par_list, node_of, selg, pnode, posb,
     # outputs
     o_tokens, o_retrieve, o_mask, o_pos, o_parents, o_nleaves, o_maxdepth,
-    # control
-    bar, status,
+    # control (prof: [NPROG, PROF_SLOTS] int64 arrival times, written only when PROFILE)
+    bar, status, prof,
     # runtime sizes
     B, S, LMAX, MCAP, eps, sm_scale,
     # shapes
@@ -176,7 +188,7 @@ def fused_drafter_kernel(
     # launch / tiling
     NPROG: tl.constexpr, NPP: tl.constexpr, LOG_NPP: tl.constexpr, NSPLIT: tl.constexpr,
     BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, BKV: tl.constexpr, BQ: tl.constexpr,
-    IEEE: tl.constexpr, STAGES: tl.constexpr,
+    IEEE: tl.constexpr, STAGES: tl.constexpr, PROFILE: tl.constexpr = False,
 ):
     pid = tl.program_id(0)
     DT: tl.constexpr = hbuf.dtype.element_ty
@@ -192,6 +204,8 @@ def fused_drafter_kernel(
     offn = tl.arange(0, BN)
     offk = tl.arange(0, BK)
     bt = 0  # barrier target
+    if PROFILE:
+        tl.store(prof + pid * PROF_SLOTS, _now())
 
     # ------------------------------------------------------------------ FC (root rows)
     MR0 = B * S
@@ -207,7 +221,7 @@ def fused_drafter_kernel(
                             cok[:, None], W, BK, IEEE, STAGES)
             tl.store(hbuf + r.to(tl.int64)[:, None] * H + cols[None, :], acc.to(DT), mask=rok[:, None] & cok[None, :])
     bt += NPROG
-    _grid_sync(bar, bt, NPROG)
+    _grid_sync(bar, bt, NPROG, prof, PROFILE)
 
     for s in range(0, D + 1):
         is_root = s == 0
@@ -286,7 +300,7 @@ def fused_drafter_kernel(
                     else:
                         tl.store(vc + kvp, y.to(DT), mask=smask)
         bt += NPROG
-        _grid_sync(bar, bt, NPROG)
+        _grid_sync(bar, bt, NPROG, prof, PROFILE)
 
         # -------------------------------------------------------------- ATT (split-KV, GQA grouped)
         offq = tl.arange(0, BQ)
@@ -342,7 +356,7 @@ def fused_drafter_kernel(
             tl.store(att_ml + prow * 2, m_i, mask=qok)
             tl.store(att_ml + prow * 2 + 1, l_i, mask=qok)
         bt += NPROG
-        _grid_sync(bar, bt, NPROG)
+        _grid_sync(bar, bt, NPROG, prof, PROFILE)
 
         # -------------------------------------------------------------- COMB
         offs = tl.arange(0, NSPLIT)
@@ -356,7 +370,7 @@ def fused_drafter_kernel(
             o = tl.sum(o_s * wgt[:, None], axis=0) / tl.sum(l_s * wgt, axis=0)
             tl.store(attn + tl.cast(u // NH, tl.int64) * QW + (u % NH) * HD + offd, o.to(DT))
         bt += NPROG
-        _grid_sync(bar, bt, NPROG)
+        _grid_sync(bar, bt, NPROG, prof, PROFILE)
 
         # -------------------------------------------------------------- O (+ residual)
         n_ht = (H + BN - 1) // BN
@@ -376,7 +390,7 @@ def fused_drafter_kernel(
                 y = _rnd(res + _rnd(acc, DT), DT)
                 tl.store(h1 + r.to(tl.int64)[:, None] * H + cols[None, :], y.to(DT), mask=rok[:, None] & cok[None, :])
         bt += NPROG
-        _grid_sync(bar, bt, NPROG)
+        _grid_sync(bar, bt, NPROG, prof, PROFILE)
 
         # -------------------------------------------------------------- GU (post-attention norm inline)
         n_it = (INTER + BN - 1) // BN
@@ -404,7 +418,7 @@ def fused_drafter_kernel(
                 tl.store(act + r.to(tl.int64)[:, None] * INTER + cols[None, :], a.to(DT),
                          mask=rok[:, None] & cok[None, :])
         bt += NPROG
-        _grid_sync(bar, bt, NPROG)
+        _grid_sync(bar, bt, NPROG, prof, PROFILE)
 
         # -------------------------------------------------------------- DOWN (+ residual): step output
         for mc in range(0, (MQ + BM - 1) // BM):
@@ -422,7 +436,7 @@ def fused_drafter_kernel(
                 tl.store(hbuf + out_off + r.to(tl.int64)[:, None] * H + cols[None, :], y.to(DT),
                          mask=rok[:, None] & cok[None, :])
         bt += NPROG
-        _grid_sync(bar, bt, NPROG)
+        _grid_sync(bar, bt, NPROG, prof, PROFILE)
 
         # -------------------------------------------------------------- LM head: streaming top-k + logsumexp
         n_vt = (VD + BN - 1) // BN
@@ -458,7 +472,7 @@ def fused_drafter_kernel(
             tl.store(lm_ms + prow * 2, run_m, mask=rok)
             tl.store(lm_ms + prow * 2 + 1, run_s, mask=rok)
         bt += NPROG
-        _grid_sync(bar, bt, NPROG)
+        _grid_sync(bar, bt, NPROG, prof, PROFILE)
 
         # -------------------------------------------------------------- RM: merge per row -> K children
         offp = tl.arange(0, NPP)
@@ -483,7 +497,7 @@ def fused_drafter_kernel(
             tl.store(ch_lp + u * KP + offkp, lp)
             tl.store(ch_id + u * KP + offkp, _unpack_index(best))
         bt += NPROG
-        _grid_sync(bar, bt, NPROG)
+        _grid_sync(bar, bt, NPROG, prof, PROFILE)
 
         # -------------------------------------------------------------- SEL: scores, prune, bookkeeping
         nanc = 1 - apar  # ancestor table written for the next step
@@ -610,8 +624,10 @@ def fused_drafter_kernel(
                 tl.store(kvlen + b, tl.load(kvlen + b) + f_nb)
         if s < D:
             bt += NPROG
-            _grid_sync(bar, bt, NPROG)
+            _grid_sync(bar, bt, NPROG, prof, PROFILE)
 
+    if PROFILE:
+        tl.store(prof + pid * PROF_SLOTS + PROF_SLOTS - 1, _now())
     # Reset the barrier counter for the next launch: the last program to get here knows every program has
     # passed every barrier of this launch.
     if NPROG > 1:
