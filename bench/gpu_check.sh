@@ -3,6 +3,7 @@
 #
 #   bash bench/gpu_check.sh [sections...]
 #   sections: env tests fusedtest kernels engine acceptance fused        (default: all, in that order)
+#             profile drafters  (not in the default: fused drafter phase breakdown + tunings; drafter parity)
 #
 # `engine` and `acceptance` need the SmolLM2 GGUF: on the lent device it travels in two parts, joined by
 # `bash scripts/train_smollm2.sh fetch-part join` (see that script); EAGLE_TRITON_SMOLLM2 points the engine at it.
@@ -40,6 +41,9 @@ for s in $sections; do
                   --out "$WORK" ;;
     acceptance) run acceptance 220 $PY bench/bench_acceptance.py --trees "${TREES:-60/7/10,32/5/6}" \
                   --datasets mtbench,humaneval --budget-s 90 --out "$WORK" ;;
+    profile)    run profile 420 $PY bench/bench_fused_drafter.py --quick --no-sweep --profile \
+                  --tunings "${TUNINGS:-512:4:3:1,256:8:3:1,128:4:3:2}" --out "$WORK" ;;
+    drafters)   run drafters 240 $PY bench/check_drafters_gpu.py --backends "${DRAFTERS:-graph,triton}" --out "$WORK" ;;
     fused)      run fused 200 $PY bench/bench_fused_drafter.py --quick --out "$WORK" ;;
     *) echo "unknown section $s" ;;
   esac
