@@ -34,6 +34,7 @@ __all__ = [
 ]
 
 PROFILE_SLOTS = 128  # = kernel.PROF_SLOTS: arrival-time slots per program
+_SMEM_BUDGET = 180 * 1024  # bytes of pipeline buffers per program (an H100 SM has 227 KB)
 
 
 def _pow2(n: int) -> int:
@@ -92,6 +93,7 @@ class DrafterConfig:
     nprog: int | None = None
     nsplit: int | None = None
     block_n: int = 16
+    block_vocab: int = 64
     block_k: int | None = None
     block_kv: int | None = None
     stages: int = 3
@@ -106,8 +108,9 @@ class DrafterConfig:
             raise ValueError(f"head_dim {self.head_dim} must be a power of two >= 16 for the fused kernel")
         if self.head_dim % self.block_n or self.block_n % 2 or self.block_n < 16:
             raise ValueError(f"block_n {self.block_n} must be even, >= 16 and divide head_dim {self.head_dim}")
-        if self.block_n < self.kp:
-            raise ValueError(f"block_n {self.block_n} must be >= the padded top_k {self.kp}")
+        if self.block_vocab & (self.block_vocab - 1) or self.block_vocab < max(16, self.kp):
+            raise ValueError(f"block_vocab {self.block_vocab} must be a power of two >= 16 and >= the padded "
+                             f"top_k {self.kp}")
         if self.max_len < self.max_new_rows + self.depth * self.top_k:
             raise ValueError(f"max_len {self.max_len} cannot hold max_new_rows {self.max_new_rows} plus the "
                              f"{self.depth * self.top_k} tree rows")
@@ -160,11 +163,15 @@ class DrafterConfig:
         nprog = self.resolved_nprog(device)
         K, H = self.top_k, self.hidden_size
         gq = self.num_heads // self.num_kv_heads
-        bk = self.block_k or (32 if interp else 256)
-        bk = min(bk, _pow2(H))
         bkv = self.block_kv or (16 if interp else 64)
         mq = max(batch * K, batch)
         bm = 16 if interp else min(64, max(16, _pow2(mq)))
+        bnv = max(16, self.kp) if interp else self.block_vocab
+        bk = min(self.block_k or (32 if interp else 256), _pow2(H))
+        if not self.block_k and not interp:  # the pipelined K loops' tiles must fit in shared memory
+            elem = self.dtype.itemsize
+            while bk > 32 and self.stages * elem * bk * (max(bm + 2 * self.block_n, bm + bnv) + 1) > _SMEM_BUDGET:
+                bk //= 2
         nsplit = self.nsplit or (2 if interp else max(1, min(32, _pow2(max(1, nprog // (batch * self.num_kv_heads))) )))
         nsplit = _pow2(nsplit)
         npp = _pow2(nprog)
@@ -173,8 +180,8 @@ class DrafterConfig:
             INTER=self.intermediate_size, VD=self.draft_vocab, HAS_D2T=self.has_d2t,
             K=K, KP=self.kp, D=self.depth, T=self.total_tokens - 1, TP=_pow2(self.total_tokens),
             NCP=_pow2(self.num_candidates), CP=_pow2(self.depth + 2),
-            NPROG=nprog, NPP=npp, LOG_NPP=npp.bit_length() - 1, NSPLIT=nsplit,
-            BM=bm, BN=self.block_n, BK=bk, BKV=bkv, BQ=max(16, _pow2(K * gq)),
+            NPROG=nprog, NPP=npp, NSPLIT=nsplit,
+            BM=bm, BN=self.block_n, BNV=bnv, BK=bk, BKV=bkv, BQ=max(16, _pow2(K * gq)),
             IEEE=self.dtype == torch.float32, STAGES=1 if interp else self.stages,
         )
 

@@ -20,15 +20,20 @@ O             16 features of ``o_proj`` + residual
 GU            16 features of gate and up, post-attention RMSNorm inline,
               ``silu(g) * u``
 DOWN          16 features of ``down_proj`` + residual: the step output
-LM            16-wide vocabulary tiles of ``lm_head`` (final RMSNorm
-              inline); each program keeps a streaming top-k and
-              logsumexp per row
-RM            one row: merges the programs' top-k and logsumexp ->
-              ``K`` children (log-probs in the model dtype)
+LM            ``BNV``-wide vocabulary tiles of ``lm_head`` (final
+              RMSNorm inline); each program keeps a streaming top-k
+              and logsumexp per row
+RM            one row: merges the programs' top-k (``K`` extractions
+              of the maximum) and logsumexp -> ``K`` children
+              (log-probs in the model dtype)
 SEL           one sequence: cumulative scores, the global K-way prune,
-              parents / ancestors / next tokens; after the last step the
-              final top-T reranking and all tree buffers
+              parents / ancestors / next tokens; after the last step
+              (same program, no barrier) the final top-T reranking and
+              all tree buffers
 ============  ===========================================================  ==================================
+
+Each phase is a ``noinline`` function: compiled on its own, which keeps compilation fast (Triton's layout passes
+grow quickly with function size), at the cost of one call per phase.
 
 With ``NPROG == 1`` every barrier is trivial and the whole algorithm runs in one program, which is how the CPU
 tests run it under ``TRITON_INTERPRET=1``.
@@ -163,6 +168,510 @@ def _mm_norm(acc, x_row, row_ok, rstd, g_ptr, w_row, w_ok, KDIM: tl.constexpr, B
     return acc
 
 
+# ---------------------------------------------------------------------------------------------------------- phases
+# One noinline function per phase: each is compiled as its own function, which keeps Triton's per-function passes
+# (layout coalescing in particular, quadratic in function size) fast; a call costs nothing next to a phase.
+# Every phase reads device memory written by other programs with ``.cg`` loads (L2, never a stale L1 line).
+
+
+@triton.jit(noinline=True)
+def _fc_phase(X, fc_w, hbuf, B, S, pid, H: tl.constexpr, W: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr,
+              BK: tl.constexpr, IEEE: tl.constexpr, STAGES: tl.constexpr, NPROG: tl.constexpr):
+    """Root step: ``h = fc(features)`` for all ``B*S`` new rows into hbuf[0]."""
+    DT: tl.constexpr = hbuf.dtype.element_ty
+    offm = tl.arange(0, BM)
+    offn = tl.arange(0, BN)
+    MR0 = B * S
+    n_fc = (H + BN - 1) // BN
+    for mc in range(0, (MR0 + BM - 1) // BM):
+        r = mc * BM + offm
+        rok = r < MR0
+        for t in range(pid, n_fc, NPROG):
+            cols = t * BN + offn
+            cok = cols < H
+            acc = tl.zeros([BM, BN], dtype=tl.float32)
+            acc = _mm_plain(acc, X + r.to(tl.int64)[:, None] * W, rok[:, None], fc_w + cols.to(tl.int64)[:, None] * W,
+                            cok[:, None], W, BK, IEEE, STAGES)
+            tl.store(hbuf + r.to(tl.int64)[:, None] * H + cols[None, :], acc.to(DT), mask=rok[:, None] & cok[None, :])
+
+
+@triton.jit(noinline=True)
+def _qkv_phase(s, emb_w, g_in, g_hid, wq, wk, wv, cos_t, sin_t, ids, nnew, kvlen, kc, vc, hbuf, qbuf, tok_in, src,
+               status, B, S, LMAX, MCAP, eps, pid, H: tl.constexpr, NH: tl.constexpr, NKV: tl.constexpr,
+               HD: tl.constexpr, K: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr,
+               IEEE: tl.constexpr, STAGES: tl.constexpr, NPROG: tl.constexpr):
+    """q/k/v of the step's rows from RMSNorm(embedding) ++ RMSNorm(hidden), RoPE inline; K/V into the draft KV."""
+    DT: tl.constexpr = hbuf.dtype.element_ty
+    QW: tl.constexpr = NH * HD
+    KVW: tl.constexpr = NKV * HD
+    HALF: tl.constexpr = HD // 2
+    BH: tl.constexpr = BN // 2
+    offm = tl.arange(0, BM)
+    offn = tl.arange(0, BN)
+    is_root = s == 0
+    lvl = s - 1
+    in_off = (s % 2) * MCAP * H  # hbuf parity: the step reads buffer s % 2 and writes (s + 1) % 2
+    MR = tl.where(is_root, B * S, B * K)  # rows whose K/V are computed
+    n_qt = (QW + BN - 1) // BN
+    n_kt = (KVW + BN - 1) // BN
+    for mc in range(0, (MR + BM - 1) // BM):
+        r = mc * BM + offm
+        rok = r < MR
+        b = tl.where(is_root, r // S, r // K)
+        j = tl.where(is_root, r % S, r % K)
+        nb = tl.load(nnew + b, mask=rok, other=1)
+        kvl = tl.load(kvlen + b, mask=rok, other=0)
+        tok = tl.where(is_root, tl.load(ids + r, mask=rok & is_root, other=0),
+                       tl.load(tok_in + r, mask=rok & (s > 0), other=0, cache_modifier=".cg"))
+        hrow = tl.where(is_root, r, tl.load(src + r, mask=rok & (s > 0), other=0, cache_modifier=".cg"))
+        valid = rok & ((s > 0) | (j < nb))
+        slot = tl.where(is_root, kvl + j, kvl + nb + lvl * K + j)
+        pos = tl.where(is_root, kvl + j, kvl + nb + lvl)
+        over = valid & (slot >= LMAX)
+        tl.store(status + r * 0, tl.full([BM], 1, tl.int32), mask=over)
+        valid = valid & (slot < LMAX)
+        e_row = emb_w + tok.to(tl.int64)[:, None] * H
+        h_row = hbuf + in_off + hrow.to(tl.int64)[:, None] * H
+        r_e = _rstd(e_row, rok[:, None], H, BK, eps, BM)
+        r_h = _rstd(h_row, rok[:, None], H, BK, eps, BM)
+        for t in range(pid, n_qt + 2 * n_kt, NPROG):
+            which = tl.where(t < n_qt, 0, tl.where(t < n_qt + n_kt, 1, 2))
+            lt = tl.where(which == 0, t, tl.where(which == 1, t - n_qt, t - n_qt - n_kt))
+            rope = which < 2
+            # rope tiles pair features (d, d + HD/2) of one head: lanes [0, BH) first half, [BH, BN) second
+            head = lt // (HD // BN)
+            jj = (lt % (HD // BN)) * BH
+            f_rope = head * HD + jj + (offn % BH) + (offn // BH) * HALF
+            f = tl.where(rope, f_rope, lt * BN + offn)
+            nout = tl.where(which == 0, QW, KVW)
+            fok = f < nout
+            if which == 0:
+                wbase = wq
+            elif which == 1:
+                wbase = wk
+            else:
+                wbase = wv
+            w_row = wbase + f.to(tl.int64)[:, None] * (2 * H)
+            acc = tl.zeros([BM, BN], dtype=tl.float32)
+            acc = _mm_norm(acc, e_row, rok[:, None], r_e, g_in, w_row, fok[:, None], H, BK, DT, IEEE, STAGES)
+            acc = _mm_norm(acc, h_row, rok[:, None], r_h, g_hid, w_row + H, fok[:, None], H, BK, DT, IEEE, STAGES)
+            y = _rnd(acc, DT)
+            # RoPE (half rotation) on the paired halves, with the tables rounded to the model dtype
+            y3 = tl.permute(tl.reshape(y, (BM, 2, BH)), (0, 2, 1))
+            x1, x2 = tl.split(y3)
+            dfreq = jj + tl.arange(0, BH)
+            cs = _rnd(tl.load(cos_t + pos.to(tl.int64)[:, None] * HD + dfreq[None, :], mask=rok[:, None], other=0.0),
+                      DT)
+            sn = _rnd(tl.load(sin_t + pos.to(tl.int64)[:, None] * HD + dfreq[None, :], mask=rok[:, None], other=0.0),
+                      DT)
+            o1 = _rnd(_rnd(x1 * cs, DT) + _rnd(-x2 * sn, DT), DT)
+            o2 = _rnd(_rnd(x2 * cs, DT) + _rnd(x1 * sn, DT), DT)
+            yr = tl.reshape(tl.permute(tl.join(o1, o2), (0, 2, 1)), (BM, BN))
+            y = tl.where(rope, yr, y)
+            smask = valid[:, None] & fok[None, :]
+            if which == 0:
+                tl.store(qbuf + r.to(tl.int64)[:, None] * QW + f[None, :], y.to(DT), mask=rok[:, None] & fok[None, :])
+            else:
+                kvp = (b.to(tl.int64) * LMAX + slot)[:, None] * KVW + f[None, :]
+                if which == 1:
+                    tl.store(kc + kvp, y.to(DT), mask=smask)
+                else:
+                    tl.store(vc + kvp, y.to(DT), mask=smask)
+
+
+@triton.jit(noinline=True)
+def _att_phase(s, qbuf, kc, vc, anc, nnew, kvlen, att_o, att_ml, B, S, LMAX, sm_scale, pid, NH: tl.constexpr,
+               NKV: tl.constexpr, HD: tl.constexpr, K: tl.constexpr, KP: tl.constexpr, D: tl.constexpr,
+               NSPLIT: tl.constexpr, BKV: tl.constexpr, BQ: tl.constexpr, IEEE: tl.constexpr, NPROG: tl.constexpr):
+    """Split-KV attention, one unit per (sequence, kv head, split) with all query heads of the GQA group: the
+    root's last row, or the ``K`` frontier nodes over the prefix plus their ancestors (mask implicit)."""
+    DT: tl.constexpr = qbuf.dtype.element_ty
+    GQ: tl.constexpr = NH // NKV
+    QW: tl.constexpr = NH * HD
+    KVW: tl.constexpr = NKV * HD
+    DP1: tl.constexpr = D + 1
+    is_root = s == 0
+    apar = (s + 1) % 2  # ancestor table this step reads (root writes table 0)
+    offq = tl.arange(0, BQ)
+    offd = tl.arange(0, HD)
+    offj = tl.arange(0, BKV)
+    n_att = B * NKV * NSPLIT
+    for u in range(pid, n_att, NPROG):
+        b = u // (NKV * NSPLIT)
+        g = (u // NSPLIT) % NKV
+        sp = u % NSPLIT
+        nb = tl.load(nnew + b)
+        L = tl.load(kvlen + b) + nb
+        nq = tl.where(is_root, 1, K)
+        nkeys = tl.where(is_root, L, L + s * K)
+        kq = offq // GQ
+        hh = offq % GQ
+        qok = kq < nq
+        qrow = tl.where(is_root, b * S + nb - 1, b * K + kq)
+        q = tl.load(qbuf + qrow.to(tl.int64)[:, None] * QW + (g * GQ + hh)[:, None] * HD + offd[None, :],
+                    mask=qok[:, None], other=0.0, cache_modifier=".cg")
+        chunk = (nkeys + NSPLIT - 1) // NSPLIT
+        start = sp * chunk
+        end = tl.minimum(start + chunk, nkeys)
+        m_i = tl.full([BQ], -1.0e30, dtype=tl.float32)
+        l_i = tl.zeros([BQ], dtype=tl.float32)
+        acc = tl.zeros([BQ, HD], dtype=tl.float32)
+        for j0 in range(start, end, BKV):
+            jk = j0 + offj
+            kok = jk < end
+            kvp = (tl.cast(b, tl.int64) * LMAX + jk)[:, None] * KVW + g * HD + offd[None, :]
+            kb = tl.load(kc + kvp, mask=kok[:, None], other=0.0, cache_modifier=".cg")
+            vb = tl.load(vc + kvp, mask=kok[:, None], other=0.0, cache_modifier=".cg")
+            sco = tl.zeros([BQ, BKV], dtype=tl.float32)
+            sco = _dot(q, kb, sco, IEEE)
+            sco = _rnd(_rnd(sco, DT) / sm_scale, DT)
+            # tree keys: slot L + t is level t // K; visible iff it is the query's ancestor at that level
+            tk = jk - L
+            tree = tk >= 0
+            a = tl.load(anc + ((apar * B + b) * KP + kq[:, None]) * DP1 + tk[None, :] // K,
+                        mask=qok[:, None] & (tree & kok)[None, :], other=-1, cache_modifier=".cg")
+            vis = qok[:, None] & kok[None, :] & ((~tree)[None, :] | (a == tk[None, :]))
+            sco = tl.where(vis, sco, -1.0e30)
+            m_new = tl.maximum(m_i, tl.max(sco, axis=1))
+            alpha = tl.exp(m_i - m_new)
+            p = tl.where(vis, tl.exp(sco - m_new[:, None]), 0.0)
+            l_i = l_i * alpha + tl.sum(p, axis=1)
+            acc = acc * alpha[:, None]
+            acc = _dot(p.to(DT), tl.trans(vb), acc, IEEE)
+            m_i = m_new
+        qr = tl.where(is_root, b, b * K + kq)
+        prow = (qr * NH + g * GQ + hh) * NSPLIT + sp
+        tl.store(att_o + prow.to(tl.int64)[:, None] * HD + offd[None, :], acc, mask=qok[:, None])
+        tl.store(att_ml + prow * 2, m_i, mask=qok)
+        tl.store(att_ml + prow * 2 + 1, l_i, mask=qok)
+
+
+@triton.jit(noinline=True)
+def _comb_phase(s, att_o, att_ml, attn, B, pid, NH: tl.constexpr, HD: tl.constexpr, K: tl.constexpr,
+                NSPLIT: tl.constexpr, NPROG: tl.constexpr):
+    """Merge the KV splits of every (row, head) (flash-decoding)."""
+    DT: tl.constexpr = attn.dtype.element_ty
+    QW: tl.constexpr = NH * HD
+    MQ = tl.where(s == 0, B, B * K)
+    offs = tl.arange(0, NSPLIT)
+    offd = tl.arange(0, HD)
+    for u in range(pid, MQ * NH, NPROG):
+        prow = u * NSPLIT + offs
+        m_s = tl.load(att_ml + prow * 2, cache_modifier=".cg")
+        l_s = tl.load(att_ml + prow * 2 + 1, cache_modifier=".cg")
+        o_s = tl.load(att_o + prow.to(tl.int64)[:, None] * HD + offd[None, :], cache_modifier=".cg")
+        mx = tl.max(m_s, axis=0)
+        wgt = tl.exp(m_s - mx)
+        o = tl.sum(o_s * wgt[:, None], axis=0) / tl.sum(l_s * wgt, axis=0)
+        tl.store(attn + tl.cast(u // NH, tl.int64) * QW + (u % NH) * HD + offd, o.to(DT))
+
+
+@triton.jit(noinline=True)
+def _o_phase(s, attn, wo, hbuf, src, nnew, h1, B, S, MCAP, pid, H: tl.constexpr, QW: tl.constexpr,
+             K: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, IEEE: tl.constexpr,
+             STAGES: tl.constexpr, NPROG: tl.constexpr):
+    """``h1 = hidden + o_proj(attn)`` for the rows that continue (the root's last row, or the frontier)."""
+    DT: tl.constexpr = hbuf.dtype.element_ty
+    is_root = s == 0
+    in_off = (s % 2) * MCAP * H
+    MQ = tl.where(is_root, B, B * K)
+    offm = tl.arange(0, BM)
+    offn = tl.arange(0, BN)
+    n_ht = (H + BN - 1) // BN
+    for mc in range(0, (MQ + BM - 1) // BM):
+        r = mc * BM + offm
+        rok = r < MQ
+        nb = tl.load(nnew + r, mask=rok & is_root, other=1)
+        hrow = tl.where(is_root, r * S + nb - 1, tl.load(src + r, mask=rok & (s > 0), other=0, cache_modifier=".cg"))
+        for t in range(pid, n_ht, NPROG):
+            cols = t * BN + offn
+            cok = cols < H
+            acc = tl.zeros([BM, BN], dtype=tl.float32)
+            acc = _mm_plain(acc, attn + r.to(tl.int64)[:, None] * QW, rok[:, None],
+                            wo + cols.to(tl.int64)[:, None] * QW, cok[:, None], QW, BK, IEEE, STAGES)
+            res = tl.load(hbuf + in_off + hrow.to(tl.int64)[:, None] * H + cols[None, :],
+                          mask=rok[:, None] & cok[None, :], other=0.0, cache_modifier=".cg").to(tl.float32)
+            y = _rnd(res + _rnd(acc, DT), DT)
+            tl.store(h1 + r.to(tl.int64)[:, None] * H + cols[None, :], y.to(DT), mask=rok[:, None] & cok[None, :])
+
+
+@triton.jit(noinline=True)
+def _gu_phase(s, h1, g_post, wg, wu, act, B, eps, pid, H: tl.constexpr, INTER: tl.constexpr, K: tl.constexpr,
+              BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, IEEE: tl.constexpr, STAGES: tl.constexpr,
+              NPROG: tl.constexpr):
+    """``act = silu(gate(x)) * up(x)``, x = post-attention RMSNorm(h1) computed inline."""
+    DT: tl.constexpr = h1.dtype.element_ty
+    MQ = tl.where(s == 0, B, B * K)
+    offm = tl.arange(0, BM)
+    offn = tl.arange(0, BN)
+    offk = tl.arange(0, BK)
+    n_it = (INTER + BN - 1) // BN
+    for mc in range(0, (MQ + BM - 1) // BM):
+        r = mc * BM + offm
+        rok = r < MQ
+        x_row = h1 + r.to(tl.int64)[:, None] * H
+        rs = _rstd(x_row, rok[:, None], H, BK, eps, BM)
+        for t in range(pid, n_it, NPROG):
+            cols = t * BN + offn
+            cok = cols < INTER
+            ag = tl.zeros([BM, BN], dtype=tl.float32)
+            au = tl.zeros([BM, BN], dtype=tl.float32)
+            for k0 in tl.range(0, H, BK, num_stages=STAGES):
+                km = k0 + offk[None, :] < H
+                x = tl.load(x_row + k0 + offk[None, :], mask=rok[:, None] & km, other=0.0,
+                            cache_modifier=".cg").to(tl.float32)
+                gm = tl.load(g_post + k0 + offk[None, :], mask=km, other=0.0).to(tl.float32)
+                xn = (gm * _rnd(x * rs[:, None], DT)).to(DT)
+                wrow = cols.to(tl.int64)[:, None] * H + k0 + offk[None, :]
+                ag = _dot(xn, tl.load(wg + wrow, mask=cok[:, None] & km, other=0.0), ag, IEEE)
+                au = _dot(xn, tl.load(wu + wrow, mask=cok[:, None] & km, other=0.0), au, IEEE)
+            gr = _rnd(ag, DT)
+            a = _rnd(_rnd(gr / (1.0 + tl.exp(-gr)), DT) * _rnd(au, DT), DT)
+            tl.store(act + r.to(tl.int64)[:, None] * INTER + cols[None, :], a.to(DT), mask=rok[:, None] & cok[None, :])
+
+
+@triton.jit(noinline=True)
+def _down_phase(s, act, wd, h1, hbuf, B, MCAP, pid, H: tl.constexpr, INTER: tl.constexpr, K: tl.constexpr,
+                BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, IEEE: tl.constexpr, STAGES: tl.constexpr,
+                NPROG: tl.constexpr):
+    """The step output ``h1 + down(act)`` into hbuf[(s + 1) % 2]."""
+    DT: tl.constexpr = hbuf.dtype.element_ty
+    MQ = tl.where(s == 0, B, B * K)
+    out_off = ((s + 1) % 2) * MCAP * H
+    offm = tl.arange(0, BM)
+    offn = tl.arange(0, BN)
+    n_ht = (H + BN - 1) // BN
+    for mc in range(0, (MQ + BM - 1) // BM):
+        r = mc * BM + offm
+        rok = r < MQ
+        for t in range(pid, n_ht, NPROG):
+            cols = t * BN + offn
+            cok = cols < H
+            acc = tl.zeros([BM, BN], dtype=tl.float32)
+            acc = _mm_plain(acc, act + r.to(tl.int64)[:, None] * INTER, rok[:, None],
+                            wd + cols.to(tl.int64)[:, None] * INTER, cok[:, None], INTER, BK, IEEE, STAGES)
+            res = tl.load(h1 + r.to(tl.int64)[:, None] * H + cols[None, :], mask=rok[:, None] & cok[None, :],
+                          other=0.0, cache_modifier=".cg").to(tl.float32)
+            y = _rnd(res + _rnd(acc, DT), DT)
+            tl.store(hbuf + out_off + r.to(tl.int64)[:, None] * H + cols[None, :], y.to(DT),
+                     mask=rok[:, None] & cok[None, :])
+
+
+@triton.jit(noinline=True)
+def _lm_phase(s, hbuf, g_norm, wlm, lm_key, lm_ms, B, MCAP, eps, pid, H: tl.constexpr, VD: tl.constexpr,
+              K: tl.constexpr, KP: tl.constexpr, NPP: tl.constexpr, BM: tl.constexpr, BNV: tl.constexpr,
+              BK: tl.constexpr, IEEE: tl.constexpr, STAGES: tl.constexpr, NPROG: tl.constexpr):
+    """LM head over ``BNV``-wide vocabulary tiles (final RMSNorm inline): each program keeps, per row, a running
+    top-``KP`` of packed keys and a running logsumexp, stored to its own slot of lm_key / lm_ms."""
+    DT: tl.constexpr = hbuf.dtype.element_ty
+    MQ = tl.where(s == 0, B, B * K)
+    out_off = ((s + 1) % 2) * MCAP * H
+    offm = tl.arange(0, BM)
+    offn = tl.arange(0, BNV)
+    offkp = tl.arange(0, KP)
+    n_vt = (VD + BNV - 1) // BNV
+    for mc in range(0, (MQ + BM - 1) // BM):
+        r = mc * BM + offm
+        rok = r < MQ
+        x_row = hbuf + out_off + r.to(tl.int64)[:, None] * H
+        rs = _rstd(x_row, rok[:, None], H, BK, eps, BM)
+        run_key = tl.full([BM, KP], _MINKEY, dtype=tl.int64)
+        run_m = tl.full([BM], -1.0e30, dtype=tl.float32)
+        run_s = tl.zeros([BM], dtype=tl.float32)
+        for t in range(pid, n_vt, NPROG):
+            cols = t * BNV + offn
+            cok = cols < VD
+            acc = tl.zeros([BM, BNV], dtype=tl.float32)
+            acc = _mm_norm(acc, x_row, rok[:, None], rs, g_norm, wlm + cols.to(tl.int64)[:, None] * H,
+                           cok[:, None], H, BK, DT, IEEE, STAGES)
+            lg = _rnd(acc, DT)
+            lgm = tl.where(cok[None, :], lg, -1.0e30)
+            m_new = tl.maximum(run_m, tl.max(lgm, axis=1))
+            run_s = run_s * tl.exp(run_m - m_new) + tl.sum(tl.where(cok[None, :], tl.exp(lgm - m_new[:, None]), 0.0),
+                                                           axis=1)
+            run_m = m_new
+            key = tl.where(cok[None, :], _pack(lg, cols[None, :] + r[:, None] * 0), _MINKEY)
+            key = tl.sort(key, dim=1, descending=True)
+            key = _first_cols(key, BNV, KP)
+            both = tl.reshape(tl.join(run_key, key), (BM, 2 * KP))
+            both = tl.sort(both, dim=1, descending=True)
+            run_key = _first_cols(both, 2 * KP, KP)
+        prow = r.to(tl.int64) * NPP + pid
+        tl.store(lm_key + prow[:, None] * KP + offkp[None, :], run_key, mask=rok[:, None])
+        tl.store(lm_ms + prow * 2, run_m, mask=rok)
+        tl.store(lm_ms + prow * 2 + 1, run_s, mask=rok)
+
+
+@triton.jit(noinline=True)
+def _rm_phase(s, lm_key, lm_ms, ch_lp, ch_id, B, pid, DT: tl.constexpr, K: tl.constexpr, KP: tl.constexpr,
+              NPP: tl.constexpr, NPROG: tl.constexpr):
+    """One row per unit: the top-``K`` of all programs' keys (``K`` extractions of the maximum; keys are unique)
+    and the merged logsumexp -> the row's ``K`` children and their log-probs (model dtype)."""
+    MQ = tl.where(s == 0, B, B * K)
+    offp = tl.arange(0, NPP)
+    offkp = tl.arange(0, KP)
+    for u in range(pid, MQ, NPROG):
+        pok = offp < NPROG
+        prow = tl.cast(u, tl.int64) * NPP + offp
+        keys = tl.load(lm_key + prow[:, None] * KP + offkp[None, :], mask=pok[:, None], other=_MINKEY,
+                       cache_modifier=".cg")
+        pm = tl.load(lm_ms + prow * 2, mask=pok, other=-1.0e30, cache_modifier=".cg")
+        ps = tl.load(lm_ms + prow * 2 + 1, mask=pok, other=0.0, cache_modifier=".cg")
+        mx = tl.max(pm, axis=0)
+        lse_s = tl.sum(ps * tl.exp(pm - mx), axis=0)
+        best = tl.full([KP], _MINKEY, dtype=tl.int64)
+        for i in tl.static_range(0, K):
+            top = tl.max(tl.max(keys, axis=1), axis=0)
+            best = tl.where(offkp == i, top, best)
+            keys = tl.where(keys == top, _MINKEY, keys)
+        v = _unpack_value(best)
+        lp = _rnd((v - mx) - tl.log(lse_s), DT)
+        tl.store(ch_lp + u * KP + offkp, lp)
+        tl.store(ch_id + u * KP + offkp, _unpack_index(best))
+
+
+@triton.jit(noinline=True)
+def _sel_phase(s, ch_lp, ch_id, d2t, cand_sc, cand_tok, par_list, tok_in, src, sc, fr, anc, B, pid,
+               DT: tl.constexpr, HAS_D2T: tl.constexpr, K: tl.constexpr, KP: tl.constexpr, D: tl.constexpr,
+               NCP: tl.constexpr, CP: tl.constexpr, NPROG: tl.constexpr):
+    """One sequence per unit: record the step's candidates (cumulative scores, tokens, parents); except after the
+    last step, prune to the next frontier (top-``K`` by (score desc, index asc)) and advance its bookkeeping."""
+    DP1: tl.constexpr = D + 1
+    lvl = s - 1
+    apar = (s + 1) % 2
+    nanc = 1 - apar  # ancestor table written for the next step
+    offc = tl.arange(0, KP)
+    for b in range(pid, B, NPROG):
+        kok = offc < K
+        if s == 0:
+            r_lp = tl.load(ch_lp + b * KP + offc, mask=kok, other=0.0, cache_modifier=".cg")
+            r_cid = tl.load(ch_id + b * KP + offc, mask=kok, other=0, cache_modifier=".cg")
+            r_tk = r_cid.to(tl.int64)
+            if HAS_D2T:
+                r_tk += tl.load(d2t + r_cid, mask=kok, other=0)
+            tl.store(cand_sc + b * NCP + offc, r_lp, mask=kok)
+            tl.store(cand_tok + b * NCP + offc, r_tk, mask=kok)
+            tl.store(par_list + b * (1 + D * K) + offc, offc * 0, mask=offc == 0)
+            tl.store(tok_in + b * K + offc, r_tk, mask=kok)
+            tl.store(src + b * K + offc, offc * 0 + b, mask=kok)
+            tl.store(sc + b * KP + offc, r_lp, mask=kok)
+            tl.store(fr + b * KP + offc, offc, mask=kok)
+            tl.store(anc + ((nanc * B + b) * KP + offc) * DP1, offc, mask=kok)
+        else:
+            # cumulative scores e_cu[e_kk, c] = child log-prob + parent score (model dtype)
+            e_kk = offc[:, None]
+            e_cc = offc[None, :]
+            e_ok2 = (e_kk < K) & (e_cc < K)
+            e_lp = tl.load(ch_lp + (b * K + e_kk) * KP + e_cc, mask=e_ok2, other=0.0, cache_modifier=".cg")
+            e_cid = tl.load(ch_id + (b * K + e_kk) * KP + e_cc, mask=e_ok2, other=0, cache_modifier=".cg")
+            e_psc = tl.load(sc + b * KP + offc, mask=kok, other=0.0, cache_modifier=".cg")
+            e_cu = _rnd(e_lp + e_psc[:, None], DT)
+            e_tk = e_cid.to(tl.int64)
+            if HAS_D2T:
+                e_tk += tl.load(d2t + e_cid, mask=e_ok2, other=0)
+            e_gidx = K + lvl * K * K + e_kk * K + e_cc
+            tl.store(cand_sc + b * NCP + e_gidx, e_cu, mask=e_ok2)
+            tl.store(cand_tok + b * NCP + e_gidx, e_tk, mask=e_ok2)
+            e_frp = tl.load(fr + b * KP + offc, mask=kok, other=0, cache_modifier=".cg")
+            e_bias = 1 + K * K * tl.maximum(lvl - 1, 0) + tl.where(lvl > 0, K, 0)
+            tl.store(par_list + b * (1 + D * K) + 1 + lvl * K + offc, e_frp + e_bias, mask=kok)
+            if s < D:
+                # the next frontier: top-K of the K*K cumulative scores by (score desc, index asc)
+                e_cuc = tl.where(e_cu != e_cu, float("-inf"), e_cu)
+                e_key = tl.where(e_ok2, _pack(e_cuc, e_kk * K + e_cc), _MINKEY)
+                e_key = tl.sort(tl.reshape(e_key, (KP * KP,)), dim=0, descending=True)
+                e_top = tl.reshape(_first_cols(tl.reshape(e_key, (1, KP * KP)), KP * KP, KP), (KP,))
+                e_fidx = _unpack_index(e_top)
+                e_fval = _unpack_value(e_top)
+                e_prow_ = e_fidx // K
+                e_ccol = e_fidx % K
+                e_cid_n = tl.load(ch_id + (b * K + e_prow_) * KP + e_ccol, mask=kok, other=0, cache_modifier=".cg")
+                e_tk_n = e_cid_n.to(tl.int64)
+                if HAS_D2T:
+                    e_tk_n += tl.load(d2t + e_cid_n, mask=kok, other=0)
+                e_ol = tl.arange(0, CP)[None, :]  # CP = pow2(D + 2) >= D + 1 levels
+                e_a_old = tl.load(anc + ((apar * B + b) * KP + e_prow_[:, None]) * DP1 + e_ol,
+                                  mask=kok[:, None] & (e_ol < s), other=0, cache_modifier=".cg")
+                e_a_new = tl.where(e_ol == s, s * K + offc[:, None], e_a_old)
+                tl.debug_barrier()
+                tl.store(tok_in + b * K + offc, e_tk_n, mask=kok)
+                tl.store(src + b * K + offc, b * K + e_prow_, mask=kok)
+                tl.store(sc + b * KP + offc, e_fval, mask=kok)
+                tl.store(fr + b * KP + offc, e_fidx, mask=kok)
+                tl.store(anc + ((nanc * B + b) * KP + offc[:, None]) * DP1 + e_ol, e_a_new,
+                         mask=kok[:, None] & (e_ol <= s))
+
+
+@triton.jit(noinline=True)
+def _tree_phase(ids, nnew, kvlen, cand_sc, cand_tok, par_list, node_of, selg, pnode, posb, o_tokens, o_retrieve,
+                o_mask, o_pos, o_parents, o_nleaves, o_maxdepth, B, S, pid, K: tl.constexpr, D: tl.constexpr,
+                T: tl.constexpr, TP: tl.constexpr, NCP: tl.constexpr, CP: tl.constexpr, NPROG: tl.constexpr):
+    """After the last step, per sequence: the final top-``T`` reranking and every tree buffer (EAGLE's
+    draft_tokens, retrieve_indices, tree_mask, tree_position_ids, plus parents), and ``kv_len += num_new``."""
+    NC: tl.constexpr = K + D * K * K
+    for b in range(pid, B, NPROG):
+        tl.debug_barrier()
+        f_offg = tl.arange(0, NCP)
+        f_gok = f_offg < NC
+        f_csc = tl.load(cand_sc + b * NCP + f_offg, mask=f_gok, other=0.0, cache_modifier=".cg")
+        f_csc = tl.where(f_csc != f_csc, float("-inf"), f_csc)
+        f_key = tl.where(f_gok, _pack(f_csc, f_offg), _MINKEY)
+        f_srt = tl.sort(f_key, dim=0, descending=True)
+        f_thr = tl.sum(tl.where(f_offg == T - 1, f_srt, 0), axis=0)
+        f_sel = f_gok & (f_key >= f_thr)
+        f_node = tl.cumsum(f_sel.to(tl.int32), axis=0)
+        tl.store(node_of + b * NCP + f_offg, f_node, mask=f_gok)
+        tl.store(selg + b * TP + f_node - 1, f_offg, mask=f_sel)
+        tl.debug_barrier()
+        f_offt = tl.arange(0, TP)
+        f_nok = (f_offt >= 1) & (f_offt <= T)
+        f_gsel = tl.load(selg + b * TP + f_offt - 1, mask=f_nok, other=0, cache_modifier=".cg")
+        f_tks = tl.load(cand_tok + b * NCP + f_gsel, mask=f_nok, other=0, cache_modifier=".cg")
+        f_nb = tl.load(nnew + b)
+        f_root_tok = tl.load(ids + b * S + f_nb - 1)
+        f_tks = tl.where(f_offt == 0, f_root_tok, f_tks)
+        tl.store(o_tokens + b * (T + 1) + f_offt, f_tks, mask=f_offt <= T)
+        f_p = tl.load(par_list + b * (1 + D * K) + f_gsel // K, mask=f_nok, other=0, cache_modifier=".cg")
+        f_pn = tl.load(node_of + b * NCP + tl.maximum(f_p - 1, 0), mask=f_nok & (f_p > 0), other=0,
+                       cache_modifier=".cg")
+        f_pn = tl.where(f_offt == 0, -1, tl.where(f_p > 0, f_pn, 0))
+        tl.store(pnode + b * TP + f_offt, f_pn)
+        tl.store(o_parents + b * (T + 1) + f_offt, f_pn.to(tl.int64), mask=f_offt <= T)
+        tl.debug_barrier()
+        # ancestor-or-self matrix by pointer chasing (f_depth <= D + 1)
+        f_ra = f_offt[:, None]
+        f_ca = f_offt[None, :]
+        f_aok = f_offt <= T
+        f_m2 = (f_ca == f_ra) | (f_ca == 0)
+        f_cur = f_pn
+        for _c in tl.static_range(0, D + 1):
+            f_m2 = f_m2 | ((f_ca == f_cur[:, None]) & (f_cur[:, None] >= 0))
+            f_cur = tl.where(f_cur >= 0, tl.load(pnode + b * TP + tl.maximum(f_cur, 0), cache_modifier=".cg"), f_cur)
+        f_m2 = f_m2 & f_aok[:, None] & f_aok[None, :]
+        f_depth = tl.sum(f_m2.to(tl.int32), axis=1) - 1
+        tl.store(posb + b * TP + f_offt, f_depth)
+        tl.store(o_pos + b * (T + 1) + f_offt, f_depth.to(tl.int64), mask=f_aok)
+        f_mrow = (b * (T + 1) + f_ra).to(tl.int64) * (T + 1) + f_ca
+        tl.store(o_mask + f_mrow, f_m2.to(tl.float32), mask=f_aok[:, None] & f_aok[None, :])
+        # leaves (nodes nobody points to), ranked by f_node index
+        f_pn_c = tl.load(pnode + b * TP + f_ca, cache_modifier=".cg")
+        f_is_par = tl.max(((f_pn_c == f_ra) & (f_ca >= 1) & (f_ca <= T)).to(tl.int32), axis=1)
+        f_leaf = (f_is_par == 0) & f_nok
+        f_rank = tl.cumsum(f_leaf.to(tl.int32), axis=0) - 1
+        f_offcc = tl.arange(0, CP)
+        f_rr = (b * T + f_offt[:, None]).to(tl.int64) * (D + 2) + f_offcc[None, :]
+        tl.store(o_retrieve + f_rr, tl.full([TP, CP], -1, tl.int64),
+                 mask=(f_offt[:, None] < T) & (f_offcc[None, :] < D + 2))
+        tl.debug_barrier()
+        f_pos_c = tl.load(posb + b * TP + f_ca, cache_modifier=".cg")
+        f_dst = (b * T + f_rank[:, None]).to(tl.int64) * (D + 2) + f_pos_c
+        tl.store(o_retrieve + f_dst, (f_ca + f_ra * 0).to(tl.int64), mask=f_leaf[:, None] & f_m2)
+        tl.store(o_nleaves + b, tl.sum(f_leaf.to(tl.int64), axis=0))
+        tl.store(o_maxdepth + b, tl.max(tl.where(f_aok, f_depth, 0), axis=0).to(tl.int64))
+        tl.store(kvlen + b, tl.load(kvlen + b) + f_nb)
+
+
+# ---------------------------------------------------------------------------------------------------------- kernel
 @triton.jit
 def fused_drafter_kernel(
     # weights
@@ -186,446 +695,54 @@ def fused_drafter_kernel(
     K: tl.constexpr, KP: tl.constexpr, D: tl.constexpr, T: tl.constexpr, TP: tl.constexpr, NCP: tl.constexpr,
     CP: tl.constexpr,
     # launch / tiling
-    NPROG: tl.constexpr, NPP: tl.constexpr, LOG_NPP: tl.constexpr, NSPLIT: tl.constexpr,
-    BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, BKV: tl.constexpr, BQ: tl.constexpr,
+    NPROG: tl.constexpr, NPP: tl.constexpr, NSPLIT: tl.constexpr,
+    BM: tl.constexpr, BN: tl.constexpr, BNV: tl.constexpr, BK: tl.constexpr, BKV: tl.constexpr, BQ: tl.constexpr,
     IEEE: tl.constexpr, STAGES: tl.constexpr, PROFILE: tl.constexpr = False,
 ):
     pid = tl.program_id(0)
     DT: tl.constexpr = hbuf.dtype.element_ty
-    GQ: tl.constexpr = NH // NKV
-    QW: tl.constexpr = NH * HD
-    KVW: tl.constexpr = NKV * HD
-    DP1: tl.constexpr = D + 1
-    NC: tl.constexpr = K + D * K * K
-    HALF: tl.constexpr = HD // 2
-    BH: tl.constexpr = BN // 2
-
-    offm = tl.arange(0, BM)
-    offn = tl.arange(0, BN)
-    offk = tl.arange(0, BK)
     bt = 0  # barrier target
     if PROFILE:
         tl.store(prof + pid * PROF_SLOTS, _now())
-
-    # ------------------------------------------------------------------ FC (root rows)
-    MR0 = B * S
-    n_fc = (H + BN - 1) // BN
-    for mc in range(0, (MR0 + BM - 1) // BM):
-        r = mc * BM + offm
-        rok = r < MR0
-        for t in range(pid, n_fc, NPROG):
-            cols = t * BN + offn
-            cok = cols < H
-            acc = tl.zeros([BM, BN], dtype=tl.float32)
-            acc = _mm_plain(acc, X + r.to(tl.int64)[:, None] * W, rok[:, None], fc_w + cols.to(tl.int64)[:, None] * W,
-                            cok[:, None], W, BK, IEEE, STAGES)
-            tl.store(hbuf + r.to(tl.int64)[:, None] * H + cols[None, :], acc.to(DT), mask=rok[:, None] & cok[None, :])
+    _fc_phase(X, fc_w, hbuf, B, S, pid, H, W, BM, BN, BK, IEEE, STAGES, NPROG)
     bt += NPROG
     _grid_sync(bar, bt, NPROG, prof, PROFILE)
-
     for s in range(0, D + 1):
-        is_root = s == 0
-        lvl = s - 1
-        in_off = (s % 2) * MCAP * H  # hbuf parity: the step reads buffer s % 2 and writes (s + 1) % 2
-        out_off = ((s + 1) % 2) * MCAP * H
-        apar = (s + 1) % 2  # ancestor table this step reads (root writes table 0)
-        MR = tl.where(is_root, B * S, B * K)  # rows whose K/V are computed
-        MQ = tl.where(is_root, B, B * K)  # rows that continue past attention
-
-        # -------------------------------------------------------------- QKV (+ norms, RoPE, KV store)
-        n_qt = (QW + BN - 1) // BN
-        n_kt = (KVW + BN - 1) // BN
-        for mc in range(0, (MR + BM - 1) // BM):
-            r = mc * BM + offm
-            rok = r < MR
-            b = tl.where(is_root, r // S, r // K)
-            j = tl.where(is_root, r % S, r % K)
-            nb = tl.load(nnew + b, mask=rok, other=1)
-            kvl = tl.load(kvlen + b, mask=rok, other=0)
-            tok = tl.where(is_root, tl.load(ids + r, mask=rok & is_root, other=0),
-                           tl.load(tok_in + r, mask=rok & (s > 0), other=0, cache_modifier=".cg"))
-            hrow = tl.where(is_root, r, tl.load(src + r, mask=rok & (s > 0), other=0, cache_modifier=".cg"))
-            valid = rok & ((s > 0) | (j < nb))
-            slot = tl.where(is_root, kvl + j, kvl + nb + lvl * K + j)
-            pos = tl.where(is_root, kvl + j, kvl + nb + lvl)
-            over = valid & (slot >= LMAX)
-            tl.store(status + r * 0, tl.full([BM], 1, tl.int32), mask=over)
-            valid = valid & (slot < LMAX)
-            e_row = emb_w + tok.to(tl.int64)[:, None] * H
-            h_row = hbuf + in_off + hrow.to(tl.int64)[:, None] * H
-            r_e = _rstd(e_row, rok[:, None], H, BK, eps, BM)
-            r_h = _rstd(h_row, rok[:, None], H, BK, eps, BM)
-            for t in range(pid, n_qt + 2 * n_kt, NPROG):
-                which = tl.where(t < n_qt, 0, tl.where(t < n_qt + n_kt, 1, 2))
-                lt = tl.where(which == 0, t, tl.where(which == 1, t - n_qt, t - n_qt - n_kt))
-                rope = which < 2
-                # rope tiles pair features (d, d + HD/2) of one head: lanes [0, BH) first half, [BH, BN) second
-                head = lt // (HD // BN)
-                jj = (lt % (HD // BN)) * BH
-                f_rope = head * HD + jj + (offn % BH) + (offn // BH) * HALF
-                f = tl.where(rope, f_rope, lt * BN + offn)
-                nout = tl.where(which == 0, QW, KVW)
-                fok = f < nout
-                if which == 0:
-                    wbase = wq
-                elif which == 1:
-                    wbase = wk
-                else:
-                    wbase = wv
-                w_row = wbase + f.to(tl.int64)[:, None] * (2 * H)
-                acc = tl.zeros([BM, BN], dtype=tl.float32)
-                acc = _mm_norm(acc, e_row, rok[:, None], r_e, g_in, w_row, fok[:, None], H, BK, DT, IEEE, STAGES)
-                acc = _mm_norm(acc, h_row, rok[:, None], r_h, g_hid, w_row + H, fok[:, None], H, BK, DT, IEEE,
-                               STAGES)
-                y = _rnd(acc, DT)
-                # RoPE (half rotation) on the paired halves, with the tables rounded to the model dtype
-                y3 = tl.permute(tl.reshape(y, (BM, 2, BH)), (0, 2, 1))
-                x1, x2 = tl.split(y3)
-                dfreq = jj + tl.arange(0, BH)
-                cs = _rnd(tl.load(cos_t + pos.to(tl.int64)[:, None] * HD + dfreq[None, :], mask=rok[:, None],
-                                  other=0.0), DT)
-                sn = _rnd(tl.load(sin_t + pos.to(tl.int64)[:, None] * HD + dfreq[None, :], mask=rok[:, None],
-                                  other=0.0), DT)
-                o1 = _rnd(_rnd(x1 * cs, DT) + _rnd(-x2 * sn, DT), DT)
-                o2 = _rnd(_rnd(x2 * cs, DT) + _rnd(x1 * sn, DT), DT)
-                yr = tl.reshape(tl.permute(tl.join(o1, o2), (0, 2, 1)), (BM, BN))
-                y = tl.where(rope, yr, y)
-                smask = valid[:, None] & fok[None, :]
-                if which == 0:
-                    tl.store(qbuf + r.to(tl.int64)[:, None] * QW + f[None, :], y.to(DT), mask=rok[:, None] & fok[None, :])
-                else:
-                    kvp = (b.to(tl.int64) * LMAX + slot)[:, None] * KVW + f[None, :]
-                    if which == 1:
-                        tl.store(kc + kvp, y.to(DT), mask=smask)
-                    else:
-                        tl.store(vc + kvp, y.to(DT), mask=smask)
+        _qkv_phase(s, emb_w, g_in, g_hid, wq, wk, wv, cos_t, sin_t, ids, nnew, kvlen, kc, vc, hbuf, qbuf, tok_in, src,
+                   status, B, S, LMAX, MCAP, eps, pid, H, NH, NKV, HD, K, BM, BN, BK, IEEE, STAGES, NPROG)
         bt += NPROG
         _grid_sync(bar, bt, NPROG, prof, PROFILE)
-
-        # -------------------------------------------------------------- ATT (split-KV, GQA grouped)
-        offq = tl.arange(0, BQ)
-        offd = tl.arange(0, HD)
-        offj = tl.arange(0, BKV)
-        n_att = B * NKV * NSPLIT
-        for u in range(pid, n_att, NPROG):
-            b = u // (NKV * NSPLIT)
-            g = (u // NSPLIT) % NKV
-            sp = u % NSPLIT
-            nb = tl.load(nnew + b)
-            L = tl.load(kvlen + b) + nb
-            nq = tl.where(is_root, 1, K)
-            nkeys = tl.where(is_root, L, L + s * K)
-            kq = offq // GQ
-            hh = offq % GQ
-            qok = kq < nq
-            qrow = tl.where(is_root, b * S + nb - 1, b * K + kq)
-            q = tl.load(qbuf + qrow.to(tl.int64)[:, None] * QW + (g * GQ + hh)[:, None] * HD + offd[None, :],
-                        mask=qok[:, None], other=0.0, cache_modifier=".cg")
-            chunk = (nkeys + NSPLIT - 1) // NSPLIT
-            start = sp * chunk
-            end = tl.minimum(start + chunk, nkeys)
-            m_i = tl.full([BQ], -1.0e30, dtype=tl.float32)
-            l_i = tl.zeros([BQ], dtype=tl.float32)
-            acc = tl.zeros([BQ, HD], dtype=tl.float32)
-            for j0 in range(start, end, BKV):
-                jk = j0 + offj
-                kok = jk < end
-                kvp = (tl.cast(b, tl.int64) * LMAX + jk)[:, None] * KVW + g * HD + offd[None, :]
-                kb = tl.load(kc + kvp, mask=kok[:, None], other=0.0, cache_modifier=".cg")
-                vb = tl.load(vc + kvp, mask=kok[:, None], other=0.0, cache_modifier=".cg")
-                sco = tl.zeros([BQ, BKV], dtype=tl.float32)
-                sco = _dot(q, kb, sco, IEEE)
-                sco = _rnd(_rnd(sco, DT) / sm_scale, DT)
-                # tree keys: slot L + t is level t // K; visible iff it is the query's ancestor at that level
-                tk = jk - L
-                tree = tk >= 0
-                a = tl.load(anc + ((apar * B + b) * KP + kq[:, None]) * DP1 + tk[None, :] // K,
-                            mask=qok[:, None] & (tree & kok)[None, :], other=-1, cache_modifier=".cg")
-                vis = qok[:, None] & kok[None, :] & ((~tree)[None, :] | (a == tk[None, :]))
-                sco = tl.where(vis, sco, -1.0e30)
-                m_new = tl.maximum(m_i, tl.max(sco, axis=1))
-                alpha = tl.exp(m_i - m_new)
-                p = tl.where(vis, tl.exp(sco - m_new[:, None]), 0.0)
-                l_i = l_i * alpha + tl.sum(p, axis=1)
-                acc = acc * alpha[:, None]
-                acc = _dot(p.to(DT), tl.trans(vb), acc, IEEE)
-                m_i = m_new
-            qr = tl.where(is_root, b, b * K + kq)
-            prow = (qr * NH + g * GQ + hh) * NSPLIT + sp
-            tl.store(att_o + prow.to(tl.int64)[:, None] * HD + offd[None, :], acc, mask=qok[:, None])
-            tl.store(att_ml + prow * 2, m_i, mask=qok)
-            tl.store(att_ml + prow * 2 + 1, l_i, mask=qok)
+        _att_phase(s, qbuf, kc, vc, anc, nnew, kvlen, att_o, att_ml, B, S, LMAX, sm_scale, pid, NH, NKV, HD, K, KP, D,
+                   NSPLIT, BKV, BQ, IEEE, NPROG)
         bt += NPROG
         _grid_sync(bar, bt, NPROG, prof, PROFILE)
-
-        # -------------------------------------------------------------- COMB
-        offs = tl.arange(0, NSPLIT)
-        for u in range(pid, MQ * NH, NPROG):
-            prow = u * NSPLIT + offs
-            m_s = tl.load(att_ml + prow * 2, cache_modifier=".cg")
-            l_s = tl.load(att_ml + prow * 2 + 1, cache_modifier=".cg")
-            o_s = tl.load(att_o + prow.to(tl.int64)[:, None] * HD + offd[None, :], cache_modifier=".cg")
-            mx = tl.max(m_s, axis=0)
-            wgt = tl.exp(m_s - mx)
-            o = tl.sum(o_s * wgt[:, None], axis=0) / tl.sum(l_s * wgt, axis=0)
-            tl.store(attn + tl.cast(u // NH, tl.int64) * QW + (u % NH) * HD + offd, o.to(DT))
+        _comb_phase(s, att_o, att_ml, attn, B, pid, NH, HD, K, NSPLIT, NPROG)
         bt += NPROG
         _grid_sync(bar, bt, NPROG, prof, PROFILE)
-
-        # -------------------------------------------------------------- O (+ residual)
-        n_ht = (H + BN - 1) // BN
-        for mc in range(0, (MQ + BM - 1) // BM):
-            r = mc * BM + offm
-            rok = r < MQ
-            nb = tl.load(nnew + r, mask=rok & is_root, other=1)
-            hrow = tl.where(is_root, r * S + nb - 1, tl.load(src + r, mask=rok & (s > 0), other=0, cache_modifier=".cg"))
-            for t in range(pid, n_ht, NPROG):
-                cols = t * BN + offn
-                cok = cols < H
-                acc = tl.zeros([BM, BN], dtype=tl.float32)
-                acc = _mm_plain(acc, attn + r.to(tl.int64)[:, None] * QW, rok[:, None],
-                                wo + cols.to(tl.int64)[:, None] * QW, cok[:, None], QW, BK, IEEE, STAGES)
-                res = tl.load(hbuf + in_off + hrow.to(tl.int64)[:, None] * H + cols[None, :],
-                              mask=rok[:, None] & cok[None, :], other=0.0, cache_modifier=".cg").to(tl.float32)
-                y = _rnd(res + _rnd(acc, DT), DT)
-                tl.store(h1 + r.to(tl.int64)[:, None] * H + cols[None, :], y.to(DT), mask=rok[:, None] & cok[None, :])
+        _o_phase(s, attn, wo, hbuf, src, nnew, h1, B, S, MCAP, pid, H, NH * HD, K, BM, BN, BK, IEEE, STAGES, NPROG)
         bt += NPROG
         _grid_sync(bar, bt, NPROG, prof, PROFILE)
-
-        # -------------------------------------------------------------- GU (post-attention norm inline)
-        n_it = (INTER + BN - 1) // BN
-        for mc in range(0, (MQ + BM - 1) // BM):
-            r = mc * BM + offm
-            rok = r < MQ
-            x_row = h1 + r.to(tl.int64)[:, None] * H
-            rs = _rstd(x_row, rok[:, None], H, BK, eps, BM)
-            for t in range(pid, n_it, NPROG):
-                cols = t * BN + offn
-                cok = cols < INTER
-                ag = tl.zeros([BM, BN], dtype=tl.float32)
-                au = tl.zeros([BM, BN], dtype=tl.float32)
-                for k0 in tl.range(0, H, BK, num_stages=STAGES):
-                    km = k0 + offk[None, :] < H
-                    x = tl.load(x_row + k0 + offk[None, :], mask=rok[:, None] & km, other=0.0,
-                                cache_modifier=".cg").to(tl.float32)
-                    gm = tl.load(g_post + k0 + offk[None, :], mask=km, other=0.0).to(tl.float32)
-                    xn = (gm * _rnd(x * rs[:, None], DT)).to(DT)
-                    wrow = cols.to(tl.int64)[:, None] * H + k0 + offk[None, :]
-                    ag = _dot(xn, tl.load(wg + wrow, mask=cok[:, None] & km, other=0.0), ag, IEEE)
-                    au = _dot(xn, tl.load(wu + wrow, mask=cok[:, None] & km, other=0.0), au, IEEE)
-                gr = _rnd(ag, DT)
-                a = _rnd(_rnd(gr / (1.0 + tl.exp(-gr)), DT) * _rnd(au, DT), DT)
-                tl.store(act + r.to(tl.int64)[:, None] * INTER + cols[None, :], a.to(DT),
-                         mask=rok[:, None] & cok[None, :])
+        _gu_phase(s, h1, g_post, wg, wu, act, B, eps, pid, H, INTER, K, BM, BN, BK, IEEE, STAGES, NPROG)
         bt += NPROG
         _grid_sync(bar, bt, NPROG, prof, PROFILE)
-
-        # -------------------------------------------------------------- DOWN (+ residual): step output
-        for mc in range(0, (MQ + BM - 1) // BM):
-            r = mc * BM + offm
-            rok = r < MQ
-            for t in range(pid, n_ht, NPROG):
-                cols = t * BN + offn
-                cok = cols < H
-                acc = tl.zeros([BM, BN], dtype=tl.float32)
-                acc = _mm_plain(acc, act + r.to(tl.int64)[:, None] * INTER, rok[:, None],
-                                wd + cols.to(tl.int64)[:, None] * INTER, cok[:, None], INTER, BK, IEEE, STAGES)
-                res = tl.load(h1 + r.to(tl.int64)[:, None] * H + cols[None, :], mask=rok[:, None] & cok[None, :],
-                              other=0.0, cache_modifier=".cg").to(tl.float32)
-                y = _rnd(res + _rnd(acc, DT), DT)
-                tl.store(hbuf + out_off + r.to(tl.int64)[:, None] * H + cols[None, :], y.to(DT),
-                         mask=rok[:, None] & cok[None, :])
+        _down_phase(s, act, wd, h1, hbuf, B, MCAP, pid, H, INTER, K, BM, BN, BK, IEEE, STAGES, NPROG)
         bt += NPROG
         _grid_sync(bar, bt, NPROG, prof, PROFILE)
-
-        # -------------------------------------------------------------- LM head: streaming top-k + logsumexp
-        n_vt = (VD + BN - 1) // BN
-        offkp = tl.arange(0, KP)
-        for mc in range(0, (MQ + BM - 1) // BM):
-            r = mc * BM + offm
-            rok = r < MQ
-            x_row = hbuf + out_off + r.to(tl.int64)[:, None] * H
-            rs = _rstd(x_row, rok[:, None], H, BK, eps, BM)
-            run_key = tl.full([BM, KP], _MINKEY, dtype=tl.int64)
-            run_m = tl.full([BM], -1.0e30, dtype=tl.float32)
-            run_s = tl.zeros([BM], dtype=tl.float32)
-            for t in range(pid, n_vt, NPROG):
-                cols = t * BN + offn
-                cok = cols < VD
-                acc = tl.zeros([BM, BN], dtype=tl.float32)
-                acc = _mm_norm(acc, x_row, rok[:, None], rs, g_norm, wlm + cols.to(tl.int64)[:, None] * H,
-                               cok[:, None], H, BK, DT, IEEE, STAGES)
-                lg = _rnd(acc, DT)
-                lgm = tl.where(cok[None, :], lg, -1.0e30)
-                m_new = tl.maximum(run_m, tl.max(lgm, axis=1))
-                run_s = run_s * tl.exp(run_m - m_new) + tl.sum(tl.where(cok[None, :], tl.exp(lgm - m_new[:, None]),
-                                                                        0.0), axis=1)
-                run_m = m_new
-                key = tl.where(cok[None, :], _pack(lg, cols[None, :] + r[:, None] * 0), _MINKEY)
-                key = tl.sort(key, dim=1, descending=True)
-                key = _first_cols(key, BN, KP)
-                both = tl.reshape(tl.join(run_key, key), (BM, 2 * KP))
-                both = tl.sort(both, dim=1, descending=True)
-                run_key = _first_cols(both, 2 * KP, KP)
-            prow = r.to(tl.int64) * NPP + pid
-            tl.store(lm_key + prow[:, None] * KP + offkp[None, :], run_key, mask=rok[:, None])
-            tl.store(lm_ms + prow * 2, run_m, mask=rok)
-            tl.store(lm_ms + prow * 2 + 1, run_s, mask=rok)
+        _lm_phase(s, hbuf, g_norm, wlm, lm_key, lm_ms, B, MCAP, eps, pid, H, VD, K, KP, NPP, BM, BNV, BK, IEEE, STAGES,
+                  NPROG)
         bt += NPROG
         _grid_sync(bar, bt, NPROG, prof, PROFILE)
-
-        # -------------------------------------------------------------- RM: merge per row -> K children
-        offp = tl.arange(0, NPP)
-        for u in range(pid, MQ, NPROG):
-            pok = offp < NPROG
-            prow = tl.cast(u, tl.int64) * NPP + offp
-            keys = tl.load(lm_key + prow[:, None] * KP + offkp[None, :], mask=pok[:, None], other=_MINKEY,
-                           cache_modifier=".cg")
-            pm = tl.load(lm_ms + prow * 2, mask=pok, other=-1.0e30, cache_modifier=".cg")
-            ps = tl.load(lm_ms + prow * 2 + 1, mask=pok, other=0.0, cache_modifier=".cg")
-            mx = tl.max(pm, axis=0)
-            lse_s = tl.sum(ps * tl.exp(pm - mx), axis=0)
-            # tournament: halve the candidate rows until one row of KP keys is left
-            x = keys
-            for _lv in tl.static_range(0, LOG_NPP):
-                x = tl.reshape(x, (x.shape[0] // 2, 2 * KP))
-                x = tl.sort(x, dim=1, descending=True)
-                x = _first_cols(x, 2 * KP, KP)
-            best = tl.reshape(x, (KP,))
-            v = _unpack_value(best)
-            lp = _rnd((v - mx) - tl.log(lse_s), DT)
-            tl.store(ch_lp + u * KP + offkp, lp)
-            tl.store(ch_id + u * KP + offkp, _unpack_index(best))
+        _rm_phase(s, lm_key, lm_ms, ch_lp, ch_id, B, pid, DT, K, KP, NPP, NPROG)
         bt += NPROG
         _grid_sync(bar, bt, NPROG, prof, PROFILE)
-
-        # -------------------------------------------------------------- SEL: scores, prune, bookkeeping
-        nanc = 1 - apar  # ancestor table written for the next step
-        offc = tl.arange(0, KP)
-        for b in range(pid, B, NPROG):
-            kok = offc < K
-            if is_root:
-                r_lp = tl.load(ch_lp + b * KP + offc, mask=kok, other=0.0, cache_modifier=".cg")
-                r_cid = tl.load(ch_id + b * KP + offc, mask=kok, other=0, cache_modifier=".cg")
-                r_tk = r_cid.to(tl.int64)
-                if HAS_D2T:
-                    r_tk += tl.load(d2t + r_cid, mask=kok, other=0)
-                tl.store(cand_sc + b * NCP + offc, r_lp, mask=kok)
-                tl.store(cand_tok + b * NCP + offc, r_tk, mask=kok)
-                tl.store(par_list + b * (1 + D * K) + offc, offc * 0, mask=offc == 0)
-                tl.store(tok_in + b * K + offc, r_tk, mask=kok)
-                tl.store(src + b * K + offc, offc * 0 + b, mask=kok)
-                tl.store(sc + b * KP + offc, r_lp, mask=kok)
-                tl.store(fr + b * KP + offc, offc, mask=kok)
-                tl.store(anc + ((nanc * B + b) * KP + offc) * DP1, offc, mask=kok)
-            else:
-                # cumulative scores e_cu[e_kk, c] = child log-prob + parent score (model dtype)
-                e_kk = offc[:, None]
-                e_cc = offc[None, :]
-                e_ok2 = (e_kk < K) & (e_cc < K)
-                e_lp = tl.load(ch_lp + (b * K + e_kk) * KP + e_cc, mask=e_ok2, other=0.0, cache_modifier=".cg")
-                e_cid = tl.load(ch_id + (b * K + e_kk) * KP + e_cc, mask=e_ok2, other=0, cache_modifier=".cg")
-                e_psc = tl.load(sc + b * KP + offc, mask=kok, other=0.0, cache_modifier=".cg")
-                e_cu = _rnd(e_lp + e_psc[:, None], DT)
-                e_tk = e_cid.to(tl.int64)
-                if HAS_D2T:
-                    e_tk += tl.load(d2t + e_cid, mask=e_ok2, other=0)
-                e_gidx = K + lvl * K * K + e_kk * K + e_cc
-                tl.store(cand_sc + b * NCP + e_gidx, e_cu, mask=e_ok2)
-                tl.store(cand_tok + b * NCP + e_gidx, e_tk, mask=e_ok2)
-                e_frp = tl.load(fr + b * KP + offc, mask=kok, other=0, cache_modifier=".cg")
-                e_bias = 1 + K * K * tl.maximum(lvl - 1, 0) + tl.where(lvl > 0, K, 0)
-                tl.store(par_list + b * (1 + D * K) + 1 + lvl * K + offc, e_frp + e_bias, mask=kok)
-                if s < D:
-                    # the next frontier: e_top-K of the K*K cumulative scores by (score desc, index asc)
-                    e_cuc = tl.where(e_cu != e_cu, float("-inf"), e_cu)
-                    e_key = tl.where(e_ok2, _pack(e_cuc, e_kk * K + e_cc), _MINKEY)
-                    e_key = tl.sort(tl.reshape(e_key, (KP * KP,)), dim=0, descending=True)
-                    e_top = tl.reshape(_first_cols(tl.reshape(e_key, (1, KP * KP)), KP * KP, KP), (KP,))
-                    e_fidx = _unpack_index(e_top)
-                    e_fval = _unpack_value(e_top)
-                    e_prow_ = e_fidx // K
-                    e_ccol = e_fidx % K
-                    e_cid_n = tl.load(ch_id + (b * K + e_prow_) * KP + e_ccol, mask=kok, other=0, cache_modifier=".cg")
-                    e_tk_n = e_cid_n.to(tl.int64)
-                    if HAS_D2T:
-                        e_tk_n += tl.load(d2t + e_cid_n, mask=kok, other=0)
-                    e_ol = tl.arange(0, CP)[None, :]  # CP = pow2(D + 2) >= D + 1 levels
-                    e_a_old = tl.load(anc + ((apar * B + b) * KP + e_prow_[:, None]) * DP1 + e_ol,
-                                    mask=kok[:, None] & (e_ol < s), other=0, cache_modifier=".cg")
-                    e_a_new = tl.where(e_ol == s, s * K + offc[:, None], e_a_old)
-                    tl.debug_barrier()
-                    tl.store(tok_in + b * K + offc, e_tk_n, mask=kok)
-                    tl.store(src + b * K + offc, b * K + e_prow_, mask=kok)
-                    tl.store(sc + b * KP + offc, e_fval, mask=kok)
-                    tl.store(fr + b * KP + offc, e_fidx, mask=kok)
-                    tl.store(anc + ((nanc * B + b) * KP + offc[:, None]) * DP1 + e_ol, e_a_new,
-                             mask=kok[:, None] & (e_ol <= s))
-            if s == D:
-                # ---------------------------------------------------------- final reranking + tree buffers
-                tl.debug_barrier()
-                f_offg = tl.arange(0, NCP)
-                f_gok = f_offg < NC
-                f_csc = tl.load(cand_sc + b * NCP + f_offg, mask=f_gok, other=0.0, cache_modifier=".cg")
-                f_csc = tl.where(f_csc != f_csc, float("-inf"), f_csc)
-                f_key = tl.where(f_gok, _pack(f_csc, f_offg), _MINKEY)
-                f_srt = tl.sort(f_key, dim=0, descending=True)
-                f_thr = tl.sum(tl.where(f_offg == T - 1, f_srt, 0), axis=0)
-                f_sel = f_gok & (f_key >= f_thr)
-                f_node = tl.cumsum(f_sel.to(tl.int32), axis=0)
-                tl.store(node_of + b * NCP + f_offg, f_node, mask=f_gok)
-                tl.store(selg + b * TP + f_node - 1, f_offg, mask=f_sel)
-                tl.debug_barrier()
-                f_offt = tl.arange(0, TP)
-                f_nok = (f_offt >= 1) & (f_offt <= T)
-                f_gsel = tl.load(selg + b * TP + f_offt - 1, mask=f_nok, other=0, cache_modifier=".cg")
-                f_tks = tl.load(cand_tok + b * NCP + f_gsel, mask=f_nok, other=0, cache_modifier=".cg")
-                f_nb = tl.load(nnew + b)
-                f_root_tok = tl.load(ids + b * S + f_nb - 1)
-                f_tks = tl.where(f_offt == 0, f_root_tok, f_tks)
-                tl.store(o_tokens + b * (T + 1) + f_offt, f_tks, mask=f_offt <= T)
-                f_p = tl.load(par_list + b * (1 + D * K) + f_gsel // K, mask=f_nok, other=0, cache_modifier=".cg")
-                f_pn = tl.load(node_of + b * NCP + tl.maximum(f_p - 1, 0), mask=f_nok & (f_p > 0), other=0,
-                             cache_modifier=".cg")
-                f_pn = tl.where(f_offt == 0, -1, tl.where(f_p > 0, f_pn, 0))
-                tl.store(pnode + b * TP + f_offt, f_pn)
-                tl.store(o_parents + b * (T + 1) + f_offt, f_pn.to(tl.int64), mask=f_offt <= T)
-                tl.debug_barrier()
-                # ancestor-or-self matrix by pointer chasing (f_depth <= D + 1)
-                f_ra = f_offt[:, None]
-                f_ca = f_offt[None, :]
-                f_aok = f_offt <= T
-                f_m2 = (f_ca == f_ra) | (f_ca == 0)
-                f_cur = f_pn
-                for _c in tl.static_range(0, D + 1):
-                    f_m2 = f_m2 | ((f_ca == f_cur[:, None]) & (f_cur[:, None] >= 0))
-                    f_cur = tl.where(f_cur >= 0, tl.load(pnode + b * TP + tl.maximum(f_cur, 0), cache_modifier=".cg"), f_cur)
-                f_m2 = f_m2 & f_aok[:, None] & f_aok[None, :]
-                f_depth = tl.sum(f_m2.to(tl.int32), axis=1) - 1
-                tl.store(posb + b * TP + f_offt, f_depth)
-                tl.store(o_pos + b * (T + 1) + f_offt, f_depth.to(tl.int64), mask=f_aok)
-                f_mrow = (b * (T + 1) + f_ra).to(tl.int64) * (T + 1) + f_ca
-                tl.store(o_mask + f_mrow, f_m2.to(tl.float32), mask=f_aok[:, None] & f_aok[None, :])
-                # leaves (nodes nobody points to), ranked by f_node index
-                f_pn_c = tl.load(pnode + b * TP + f_ca, cache_modifier=".cg")
-                f_is_par = tl.max(((f_pn_c == f_ra) & (f_ca >= 1) & (f_ca <= T)).to(tl.int32), axis=1)
-                f_leaf = (f_is_par == 0) & f_nok
-                f_rank = tl.cumsum(f_leaf.to(tl.int32), axis=0) - 1
-                f_offcc = tl.arange(0, CP)
-                f_rr = (b * T + f_offt[:, None]).to(tl.int64) * (D + 2) + f_offcc[None, :]
-                tl.store(o_retrieve + f_rr, tl.full([TP, CP], -1, tl.int64),
-                         mask=(f_offt[:, None] < T) & (f_offcc[None, :] < D + 2))
-                tl.debug_barrier()
-                f_pos_c = tl.load(posb + b * TP + f_ca, cache_modifier=".cg")
-                f_dst = (b * T + f_rank[:, None]).to(tl.int64) * (D + 2) + f_pos_c
-                tl.store(o_retrieve + f_dst, (f_ca + f_ra * 0).to(tl.int64), mask=f_leaf[:, None] & f_m2)
-                tl.store(o_nleaves + b, tl.sum(f_leaf.to(tl.int64), axis=0))
-                tl.store(o_maxdepth + b, tl.max(tl.where(f_aok, f_depth, 0), axis=0).to(tl.int64))
-                tl.store(kvlen + b, tl.load(kvlen + b) + f_nb)
+        _sel_phase(s, ch_lp, ch_id, d2t, cand_sc, cand_tok, par_list, tok_in, src, sc, fr, anc, B, pid, DT, HAS_D2T,
+                   K, KP, D, NCP, CP, NPROG)
         if s < D:
             bt += NPROG
             _grid_sync(bar, bt, NPROG, prof, PROFILE)
-
+    # the final reranking reads only this sequence's SEL output (same program): no barrier
+    _tree_phase(ids, nnew, kvlen, cand_sc, cand_tok, par_list, node_of, selg, pnode, posb, o_tokens, o_retrieve,
+                o_mask, o_pos, o_parents, o_nleaves, o_maxdepth, B, S, pid, K, D, T, TP, NCP, CP, NPROG)
     if PROFILE:
         tl.store(prof + pid * PROF_SLOTS + PROF_SLOTS - 1, _now())
     # Reset the barrier counter for the next launch: the last program to get here knows every program has
