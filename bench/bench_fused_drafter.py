@@ -252,8 +252,13 @@ def main(argv=None) -> int:
     if tunings or args.profile:
         head = make_head("llama31-8b", False)
         for t in ([""] if args.profile else []) + tunings:
-            r = bench_case(head, TreeConfig(60, 7, 10), 1, 4, 512, False, False, tuning=parse_tuning(t),
-                           profile=args.profile)
+            try:
+                r = bench_case(head, TreeConfig(60, 7, 10), 1, 4, 512, False, False, tuning=parse_tuning(t),
+                               profile=args.profile)
+            except ValueError as exc:  # e.g. a grid that cannot be resident
+                print(f"tuning {t}: {exc}", flush=True)
+                rows.append(dict(tuning=t, error=str(exc)))
+                continue
             r.update(shape="llama31-8b", peaked=False, tree="60/7/10", scenario="decode", batch=1, tuning=t,
                      floor_ms=r["bytes"] / bw * 1e3, fused_TBps=r["bytes"] / (r["fused_ms"] * 1e-3) / 1e12)
             print(f"tuning {t}: fused {r['fused_ms']:.3f} ({r['fused_ms_again']:.3f}) ms, floor {r['floor_ms']:.3f}, "

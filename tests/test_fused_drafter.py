@@ -373,3 +373,23 @@ def test_gpu_llama8b_fp32_identical_trees():
             assert_same_kv(drafters["torch"].stable_kv, drafters["triton"].stable_kv, atol=1e-3)
         del head, drafters
         torch.cuda.empty_cache()
+
+
+def test_grids_that_cannot_be_resident_are_refused(monkeypatch):
+    """A persistent grid larger than what fits on the device at once would deadlock at its first barrier."""
+    from types import SimpleNamespace
+
+    from eagle_triton.fused import host
+
+    props = SimpleNamespace(multi_processor_count=132, shared_memory_per_multiprocessor=233472,
+                            regs_per_multiprocessor=65536, max_threads_per_multi_processor=2048)
+    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda device=None: props)
+    shared = int(torch.randint(100_000, 200_000, ()))
+    kernel = SimpleNamespace(metadata=SimpleNamespace(shared=shared), n_regs=128, _init_handles=lambda: None)
+    host._check_resident(kernel, 132, 4, "cuda")  # one program per SM fits
+    with pytest.raises(ValueError, match="2 resident per SM.*shared.*deadlock"):
+        host._check_resident(kernel, 264, 4, "cuda")
+    kernel.metadata.shared = 40_000
+    kernel.n_regs = 255
+    with pytest.raises(ValueError, match="registers"):
+        host._check_resident(kernel, 264, 8, "cuda")

@@ -403,6 +403,32 @@ def _check_launch(cfg: DrafterConfig, X: DraftInputs, weights: Weights, bufs: Bu
 
 
 # ------------------------------------------------------------------------------------------------ launch
+_RESIDENT_CHECKED: set = set()
+
+
+def _check_resident(kernel, nprog: int, num_warps: int, device) -> None:
+    """Raise unless ``nprog`` programs of the compiled ``kernel`` fit on the device at once (the grid barriers
+    wait for every program: a program that is not resident would never arrive)."""
+    props = torch.cuda.get_device_properties(device)
+    sms = props.multi_processor_count
+    per_sm = -(-nprog // sms)
+    kernel._init_handles()
+    smem = int(kernel.metadata.shared)
+    regs = int(getattr(kernel, "n_regs", 0) or 0)
+    threads = 32 * num_warps
+    smem_sm = getattr(props, "shared_memory_per_multiprocessor", 228 * 1024)
+    regs_sm = getattr(props, "regs_per_multiprocessor", 65536)
+    threads_sm = getattr(props, "max_threads_per_multi_processor", 2048)
+    need = dict(shared=(per_sm * (smem + 1024), smem_sm), registers=(per_sm * regs * threads, regs_sm),
+                threads=(per_sm * threads, threads_sm))
+    over = {k: v for k, v in need.items() if v[0] > v[1]}
+    if over:
+        detail = ", ".join(f"{k} {a} > {b}" for k, (a, b) in over.items())
+        raise ValueError(f"{nprog} programs need {per_sm} resident per SM on {sms} SMs, which does not fit "
+                         f"({detail}; {smem} B shared memory and {regs} registers per thread per program): the "
+                         "persistent kernel would deadlock. Use fewer programs (nprog) or smaller tiles.")
+
+
 def launch_drafter(cfg: DrafterConfig, X, weights: Weights, bufs: Buffers, fallback: bool = True,
                    profile: bool = False) -> DraftOutput:
     """Draft one EAGLE-2 tree per sequence with the fused persistent kernel (one launch, no host sync).
@@ -441,7 +467,7 @@ def launch_drafter(cfg: DrafterConfig, X, weights: Weights, bufs: Buffers, fallb
     sc = bufs.scratch
     w = weights
     mcap = sc["hbuf"].shape[1]
-    fused_drafter_kernel[(p["NPROG"],)](
+    args = (
         w.fc, w.embed, w.input_norm, w.hidden_norm, w.wq, w.wk, w.wv, w.wo, w.post_norm, w.w_gate, w.w_up,
         w.w_down, w.final_norm, w.lm_head, w.d2t, w.cos, w.sin,
         X.features, X.input_ids, num_new,
@@ -452,8 +478,15 @@ def launch_drafter(cfg: DrafterConfig, X, weights: Weights, bufs: Buffers, fallb
         bufs.draft_tokens, bufs.retrieve, bufs.tree_mask, bufs.positions, bufs.parents, bufs.num_leaves,
         bufs.max_depth, bufs.barrier, bufs.status, bufs.profile,
         B, S, cfg.max_len, mcap, cfg.rms_eps, math.sqrt(cfg.head_dim),
-        num_warps=cfg.num_warps, PROFILE=bool(profile), **p,
     )
+    kw = dict(num_warps=cfg.num_warps, PROFILE=bool(profile), **p)
+    if not _interpreting():
+        key = (X.features.device, cfg.dtype, tuple(sorted(kw.items())))
+        if key not in _RESIDENT_CHECKED:  # compile first: a persistent grid that cannot be resident deadlocks
+            _check_resident(fused_drafter_kernel.warmup(*args, grid=(p["NPROG"],), **kw), p["NPROG"],
+                            cfg.num_warps, X.features.device)
+            _RESIDENT_CHECKED.add(key)
+    fused_drafter_kernel[(p["NPROG"],)](*args, **kw)
     return DraftOutput((bufs.draft_tokens, bufs.retrieve, bufs.tree_mask, bufs.positions), buffers=bufs)
 
 
