@@ -130,42 +130,95 @@ def _dot(x, w, acc, IEEE: tl.constexpr):
 
 @triton.jit
 def _rstd(row_ptr, row_ok, KDIM: tl.constexpr, BK: tl.constexpr, eps, BM: tl.constexpr):
-    """``rsqrt(mean(x**2) + eps)`` of ``[BM]`` rows starting at ``row_ptr [BM, 1]``, in fp32."""
+    """``rsqrt(mean(x**2) + eps)`` of ``[BM]`` rows starting at ``row_ptr [BM, 1]``, in fp32. Unrolled, so that
+    the loads are all in flight together (a rolled loop waits one L2 round trip per chunk)."""
     offk = tl.arange(0, BK)[None, :]
     ss = tl.zeros([BM], dtype=tl.float32)
-    for k0 in range(0, KDIM, BK):
+    for k0 in tl.static_range(0, KDIM, BK):
         x = tl.load(row_ptr + k0 + offk, mask=row_ok & (k0 + offk < KDIM), other=0.0, cache_modifier=".cg")
         x = x.to(tl.float32)
         ss += tl.sum(x * x, axis=1)
     return tl.rsqrt(ss / KDIM + eps)
 
 
+# The matrix products below split every BK chunk of the reduction into NACC sub-chunks with their own
+# accumulators. With a 16-row tile, one accumulator makes the whole reduction a single chain of dependent
+# tensor-core instructions, whose latency (not HBM) then bounds how fast one SM can consume weights.
+
+
+@triton.jit
+def _chunk(x_row, row_ok, w_row, w_ok, k0, acc, KDIM: tl.constexpr, BKS: tl.constexpr, IEEE: tl.constexpr):
+    """``acc + X[:, k0:k0+BKS] @ W[:, k0:k0+BKS].T``."""
+    offk = k0 + tl.arange(0, BKS)[None, :]
+    km = offk < KDIM
+    x = tl.load(x_row + offk, mask=row_ok & km, other=0.0, cache_modifier=".cg")
+    w = tl.load(w_row + offk, mask=w_ok & km, other=0.0)
+    return _dot(x, w, acc, IEEE)
+
+
+@triton.jit
+def _chunk_norm(x_row, row_ok, rstd, g_ptr, w_row, w_ok, k0, acc, KDIM: tl.constexpr, BKS: tl.constexpr,
+                DT: tl.constexpr, IEEE: tl.constexpr):
+    """Like :func:`_chunk` on RMSNorm'ed rows: ``x = g * (x * rstd).to(DT)`` (the reference's RMSNorm)."""
+    offk = k0 + tl.arange(0, BKS)[None, :]
+    km = offk < KDIM
+    x = tl.load(x_row + offk, mask=row_ok & km, other=0.0, cache_modifier=".cg").to(tl.float32)
+    g = tl.load(g_ptr + offk, mask=km, other=0.0).to(tl.float32)
+    xn = (g * _rnd(x * rstd[:, None], DT)).to(DT)
+    w = tl.load(w_row + offk, mask=w_ok & km, other=0.0)
+    return _dot(xn, w, acc, IEEE)
+
+
 @triton.jit
 def _mm_plain(acc, x_row, row_ok, w_row, w_ok, KDIM: tl.constexpr, BK: tl.constexpr, IEEE: tl.constexpr,
               STAGES: tl.constexpr):
     """``acc [BM, BN] += X[rows, :KDIM] @ W[cols, :KDIM].T`` (row pointers ``[BM, 1]`` and ``[BN, 1]``)."""
-    offk = tl.arange(0, BK)[None, :]
+    NACC: tl.constexpr = 4 if BK >= 64 else (2 if BK >= 32 else 1)
+    BKS: tl.constexpr = BK // NACC
+    a1 = tl.zeros_like(acc)
+    a2 = tl.zeros_like(acc)
+    a3 = tl.zeros_like(acc)
     for k0 in tl.range(0, KDIM, BK, num_stages=STAGES):
-        km = k0 + offk < KDIM
-        x = tl.load(x_row + k0 + offk, mask=row_ok & km, other=0.0, cache_modifier=".cg")
-        w = tl.load(w_row + k0 + offk, mask=w_ok & km, other=0.0)
-        acc = _dot(x, w, acc, IEEE)
-    return acc
+        acc = _chunk(x_row, row_ok, w_row, w_ok, k0, acc, KDIM, BKS, IEEE)
+        if NACC > 1:
+            a1 = _chunk(x_row, row_ok, w_row, w_ok, k0 + BKS, a1, KDIM, BKS, IEEE)
+        if NACC > 2:
+            a2 = _chunk(x_row, row_ok, w_row, w_ok, k0 + 2 * BKS, a2, KDIM, BKS, IEEE)
+            a3 = _chunk(x_row, row_ok, w_row, w_ok, k0 + 3 * BKS, a3, KDIM, BKS, IEEE)
+    return (acc + a1) + (a2 + a3)
 
 
 @triton.jit
 def _mm_norm(acc, x_row, row_ok, rstd, g_ptr, w_row, w_ok, KDIM: tl.constexpr, BK: tl.constexpr,
              DT: tl.constexpr, IEEE: tl.constexpr, STAGES: tl.constexpr):
-    """Like :func:`_mm_plain` on RMSNorm'ed rows: ``x = g * (x * rstd).to(DT)`` (the reference's RMSNorm)."""
-    offk = tl.arange(0, BK)[None, :]
+    """:func:`_mm_plain` on RMSNorm'ed rows (see :func:`_chunk_norm`)."""
+    NACC: tl.constexpr = 4 if BK >= 64 else (2 if BK >= 32 else 1)
+    BKS: tl.constexpr = BK // NACC
+    a1 = tl.zeros_like(acc)
+    a2 = tl.zeros_like(acc)
+    a3 = tl.zeros_like(acc)
     for k0 in tl.range(0, KDIM, BK, num_stages=STAGES):
-        km = k0 + offk < KDIM
-        x = tl.load(x_row + k0 + offk, mask=row_ok & km, other=0.0, cache_modifier=".cg").to(tl.float32)
-        g = tl.load(g_ptr + k0 + offk, mask=km, other=0.0).to(tl.float32)
-        xn = (g * _rnd(x * rstd[:, None], DT)).to(DT)
-        w = tl.load(w_row + k0 + offk, mask=w_ok & km, other=0.0)
-        acc = _dot(xn, w, acc, IEEE)
-    return acc
+        acc = _chunk_norm(x_row, row_ok, rstd, g_ptr, w_row, w_ok, k0, acc, KDIM, BKS, DT, IEEE)
+        if NACC > 1:
+            a1 = _chunk_norm(x_row, row_ok, rstd, g_ptr, w_row, w_ok, k0 + BKS, a1, KDIM, BKS, DT, IEEE)
+        if NACC > 2:
+            a2 = _chunk_norm(x_row, row_ok, rstd, g_ptr, w_row, w_ok, k0 + 2 * BKS, a2, KDIM, BKS, DT, IEEE)
+            a3 = _chunk_norm(x_row, row_ok, rstd, g_ptr, w_row, w_ok, k0 + 3 * BKS, a3, KDIM, BKS, DT, IEEE)
+    return (acc + a1) + (a2 + a3)
+
+
+@triton.jit
+def _chunk_gu(x_row, row_ok, rstd, g_ptr, wg_row, wu_row, w_ok, k0, ag, au, KDIM: tl.constexpr,
+              BKS: tl.constexpr, DT: tl.constexpr, IEEE: tl.constexpr):
+    """Gate and up products of one sub-chunk, sharing the normalised rows."""
+    offk = k0 + tl.arange(0, BKS)[None, :]
+    km = offk < KDIM
+    x = tl.load(x_row + offk, mask=row_ok & km, other=0.0, cache_modifier=".cg").to(tl.float32)
+    g = tl.load(g_ptr + offk, mask=km, other=0.0).to(tl.float32)
+    xn = (g * _rnd(x * rstd[:, None], DT)).to(DT)
+    ag = _dot(xn, tl.load(wg_row + offk, mask=w_ok & km, other=0.0), ag, IEEE)
+    au = _dot(xn, tl.load(wu_row + offk, mask=w_ok & km, other=0.0), au, IEEE)
+    return ag, au
 
 
 # ---------------------------------------------------------------------------------------------------------- phases
@@ -404,7 +457,6 @@ def _gu_phase(s, h1, g_post, wg, wu, act, B, eps, pid, H: tl.constexpr, INTER: t
     MQ = tl.where(s == 0, B, B * K)
     offm = tl.arange(0, BM)
     offn = tl.arange(0, BN)
-    offk = tl.arange(0, BK)
     n_it = (INTER + BN - 1) // BN
     for mc in range(0, (MQ + BM - 1) // BM):
         r = mc * BM + offm
@@ -416,15 +468,17 @@ def _gu_phase(s, h1, g_post, wg, wu, act, B, eps, pid, H: tl.constexpr, INTER: t
             cok = cols < INTER
             ag = tl.zeros([BM, BN], dtype=tl.float32)
             au = tl.zeros([BM, BN], dtype=tl.float32)
-            for k0 in tl.range(0, H, BK, num_stages=STAGES):
-                km = k0 + offk[None, :] < H
-                x = tl.load(x_row + k0 + offk[None, :], mask=rok[:, None] & km, other=0.0,
-                            cache_modifier=".cg").to(tl.float32)
-                gm = tl.load(g_post + k0 + offk[None, :], mask=km, other=0.0).to(tl.float32)
-                xn = (gm * _rnd(x * rs[:, None], DT)).to(DT)
-                wrow = cols.to(tl.int64)[:, None] * H + k0 + offk[None, :]
-                ag = _dot(xn, tl.load(wg + wrow, mask=cok[:, None] & km, other=0.0), ag, IEEE)
-                au = _dot(xn, tl.load(wu + wrow, mask=cok[:, None] & km, other=0.0), au, IEEE)
+            ag1 = tl.zeros([BM, BN], dtype=tl.float32)
+            au1 = tl.zeros([BM, BN], dtype=tl.float32)
+            wg_row = wg + cols.to(tl.int64)[:, None] * H
+            wu_row = wu + cols.to(tl.int64)[:, None] * H
+            for k0 in tl.range(0, H, BK, num_stages=STAGES):  # two sub-chunks, two accumulator pairs
+                ag, au = _chunk_gu(x_row, rok[:, None], rs, g_post, wg_row, wu_row, cok[:, None], k0, ag, au, H,
+                                   BK // 2, DT, IEEE)
+                ag1, au1 = _chunk_gu(x_row, rok[:, None], rs, g_post, wg_row, wu_row, cok[:, None], k0 + BK // 2,
+                                     ag1, au1, H, BK // 2, DT, IEEE)
+            ag = ag + ag1
+            au = au + au1
             gr = _rnd(ag, DT)
             a = _rnd(_rnd(gr / (1.0 + tl.exp(-gr)), DT) * _rnd(au, DT), DT)
             tl.store(act + r.to(tl.int64)[:, None] * INTER + cols[None, :], a.to(DT), mask=rok[:, None] & cok[None, :])
