@@ -92,11 +92,11 @@ class DrafterConfig:
     dtype: torch.dtype = torch.bfloat16
     nprog: int | None = None
     nsplit: int | None = None
-    block_n: int = 16
+    block_n: int | None = None
     block_vocab: int = 64
     block_k: int | None = None
     block_kv: int | None = None
-    stages: int = 3
+    stages: int = 4
     num_warps: int = 4
 
     def __post_init__(self):
@@ -106,7 +106,7 @@ class DrafterConfig:
                              f"{self.num_kv_heads}")
         if self.head_dim & (self.head_dim - 1) or self.head_dim < 16:
             raise ValueError(f"head_dim {self.head_dim} must be a power of two >= 16 for the fused kernel")
-        if self.head_dim % self.block_n or self.block_n % 2 or self.block_n < 16:
+        if self.block_n is not None and (self.head_dim % self.block_n or self.block_n % 2 or self.block_n < 16):
             raise ValueError(f"block_n {self.block_n} must be even, >= 16 and divide head_dim {self.head_dim}")
         if self.block_vocab & (self.block_vocab - 1) or self.block_vocab < max(16, self.kp):
             raise ValueError(f"block_vocab {self.block_vocab} must be a power of two >= 16 and >= the padded "
@@ -167,10 +167,13 @@ class DrafterConfig:
         mq = max(batch * K, batch)
         bm = 16 if interp else min(64, max(16, _pow2(mq)))
         bnv = max(16, self.kp) if interp else self.block_vocab
+        # 32-wide weight tiles: 16 rows of weights per tile cap one SM near 1.6 TB/s of the whole GPU, 32 reach
+        # ~2.1 (bench/results/probe_stream_gemv_h100.json); RoPE pairs features within a head, so bn | head_dim
+        bn = self.block_n or (16 if interp else min(32, self.head_dim))
         bk = min(self.block_k or (32 if interp else 256), _pow2(H))
         if not self.block_k and not interp:  # the pipelined K loops' tiles must fit in shared memory
             elem = self.dtype.itemsize
-            while bk > 32 and self.stages * elem * bk * (max(bm + 2 * self.block_n, bm + bnv) + 1) > _SMEM_BUDGET:
+            while bk > 32 and self.stages * elem * bk * (max(bm + 2 * bn, bm + bnv) + 1) > _SMEM_BUDGET:
                 bk //= 2
         nsplit = self.nsplit or (2 if interp else max(1, min(32, _pow2(max(1, nprog // (batch * self.num_kv_heads))) )))
         nsplit = _pow2(nsplit)
@@ -181,7 +184,7 @@ class DrafterConfig:
             K=K, KP=self.kp, D=self.depth, T=self.total_tokens - 1, TP=_pow2(self.total_tokens),
             NCP=_pow2(self.num_candidates), CP=_pow2(self.depth + 2),
             NPROG=nprog, NPP=npp, NSPLIT=nsplit,
-            BM=bm, BN=self.block_n, BNV=bnv, BK=bk, BKV=bkv, BQ=max(16, _pow2(K * gq)),
+            BM=bm, BN=bn, BNV=bnv, BK=bk, BKV=bkv, BQ=max(16, _pow2(K * gq)),
             IEEE=self.dtype == torch.float32, STAGES=1 if interp else self.stages,
         )
 
@@ -508,6 +511,10 @@ def profile_phases(cfg: DrafterConfig, bufs: Buffers) -> list[dict]:
     for name, arr in zip(names, arrivals, strict=True):
         out.append(dict(phase=name, us=float(arr.max() - start) / 1e3, mean_us=float(arr.mean() - start) / 1e3))
         start = arr.max()
+    # stamps inside phases (slots 100+, program 0, last step): microseconds since the previous stamp
+    sub = [(i, float(t[0, i])) for i in range(100, PROFILE_SLOTS - 1) if t[0, i] > 0]
+    for (i, v), (_, prev) in zip(sub[1:], sub[:-1]):
+        out.append(dict(phase=f"stamp{i}", us=(v - prev) / 1e3, mean_us=(v - prev) / 1e3))
     return out
 
 

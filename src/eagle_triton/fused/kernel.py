@@ -64,6 +64,13 @@ def _now():
 
 
 @triton.jit
+def _stamp(prof, slot, PROFILE: tl.constexpr):
+    """With ``PROFILE``: this program's time at a point inside a phase, in ``prof[pid, slot]`` (slots >= 100)."""
+    if PROFILE:
+        tl.store(prof + tl.program_id(0) * PROF_SLOTS + slot, _now())
+
+
+@triton.jit
 def _grid_sync(bar_ptr, target, NPROG: tl.constexpr, prof, PROFILE: tl.constexpr):
     """All programs wait until the counter reaches ``target`` (= NPROG x barriers so far in this launch).
 
@@ -130,88 +137,51 @@ def _dot(x, w, acc, IEEE: tl.constexpr):
 
 @triton.jit
 def _rstd(row_ptr, row_ok, KDIM: tl.constexpr, BK: tl.constexpr, eps, BM: tl.constexpr):
-    """``rsqrt(mean(x**2) + eps)`` of ``[BM]`` rows starting at ``row_ptr [BM, 1]``, in fp32. Unrolled, so that
-    the loads are all in flight together (a rolled loop waits one L2 round trip per chunk)."""
-    offk = tl.arange(0, BK)[None, :]
+    """``rsqrt(mean(x**2) + eps)`` of ``[BM]`` rows starting at ``row_ptr [BM, 1]``, in fp32, in chunks of
+    4 x BK columns (each chunk is one L2 round trip)."""
+    BR: tl.constexpr = 4 * BK
+    offk = tl.arange(0, BR)[None, :]
     ss = tl.zeros([BM], dtype=tl.float32)
-    for k0 in tl.static_range(0, KDIM, BK):
+    for k0 in range(0, KDIM, BR):
         x = tl.load(row_ptr + k0 + offk, mask=row_ok & (k0 + offk < KDIM), other=0.0, cache_modifier=".cg")
         x = x.to(tl.float32)
         ss += tl.sum(x * x, axis=1)
     return tl.rsqrt(ss / KDIM + eps)
 
 
-# The matrix products below split every BK chunk of the reduction into NACC sub-chunks with their own
-# accumulators. With a 16-row tile, one accumulator makes the whole reduction a single chain of dependent
-# tensor-core instructions, whose latency (not HBM) then bounds how fast one SM can consume weights.
-
-
-@triton.jit
-def _chunk(x_row, row_ok, w_row, w_ok, k0, acc, KDIM: tl.constexpr, BKS: tl.constexpr, IEEE: tl.constexpr):
-    """``acc + X[:, k0:k0+BKS] @ W[:, k0:k0+BKS].T``."""
-    offk = k0 + tl.arange(0, BKS)[None, :]
-    km = offk < KDIM
-    x = tl.load(x_row + offk, mask=row_ok & km, other=0.0, cache_modifier=".cg")
-    w = tl.load(w_row + offk, mask=w_ok & km, other=0.0)
-    return _dot(x, w, acc, IEEE)
-
-
-@triton.jit
-def _chunk_norm(x_row, row_ok, rstd, g_ptr, w_row, w_ok, k0, acc, KDIM: tl.constexpr, BKS: tl.constexpr,
-                DT: tl.constexpr, IEEE: tl.constexpr):
-    """Like :func:`_chunk` on RMSNorm'ed rows: ``x = g * (x * rstd).to(DT)`` (the reference's RMSNorm)."""
-    offk = k0 + tl.arange(0, BKS)[None, :]
-    km = offk < KDIM
-    x = tl.load(x_row + offk, mask=row_ok & km, other=0.0, cache_modifier=".cg").to(tl.float32)
-    g = tl.load(g_ptr + offk, mask=km, other=0.0).to(tl.float32)
-    xn = (g * _rnd(x * rstd[:, None], DT)).to(DT)
-    w = tl.load(w_row + offk, mask=w_ok & km, other=0.0)
-    return _dot(xn, w, acc, IEEE)
-
-
 @triton.jit
 def _mm_plain(acc, x_row, row_ok, w_row, w_ok, KDIM: tl.constexpr, BK: tl.constexpr, IEEE: tl.constexpr,
               STAGES: tl.constexpr):
     """``acc [BM, BN] += X[rows, :KDIM] @ W[cols, :KDIM].T`` (row pointers ``[BM, 1]`` and ``[BN, 1]``)."""
-    NACC: tl.constexpr = 4 if BK >= 64 else (2 if BK >= 32 else 1)
-    BKS: tl.constexpr = BK // NACC
-    a1 = tl.zeros_like(acc)
-    a2 = tl.zeros_like(acc)
-    a3 = tl.zeros_like(acc)
+    offk = tl.arange(0, BK)[None, :]
     for k0 in tl.range(0, KDIM, BK, num_stages=STAGES):
-        acc = _chunk(x_row, row_ok, w_row, w_ok, k0, acc, KDIM, BKS, IEEE)
-        if NACC > 1:
-            a1 = _chunk(x_row, row_ok, w_row, w_ok, k0 + BKS, a1, KDIM, BKS, IEEE)
-        if NACC > 2:
-            a2 = _chunk(x_row, row_ok, w_row, w_ok, k0 + 2 * BKS, a2, KDIM, BKS, IEEE)
-            a3 = _chunk(x_row, row_ok, w_row, w_ok, k0 + 3 * BKS, a3, KDIM, BKS, IEEE)
-    return (acc + a1) + (a2 + a3)
+        km = k0 + offk < KDIM
+        x = tl.load(x_row + k0 + offk, mask=row_ok & km, other=0.0, cache_modifier=".cg")
+        w = tl.load(w_row + k0 + offk, mask=w_ok & km, other=0.0)
+        acc = _dot(x, w, acc, IEEE)
+    return acc
 
 
 @triton.jit
 def _mm_norm(acc, x_row, row_ok, rstd, g_ptr, w_row, w_ok, KDIM: tl.constexpr, BK: tl.constexpr,
              DT: tl.constexpr, IEEE: tl.constexpr, STAGES: tl.constexpr):
-    """:func:`_mm_plain` on RMSNorm'ed rows (see :func:`_chunk_norm`)."""
-    NACC: tl.constexpr = 4 if BK >= 64 else (2 if BK >= 32 else 1)
-    BKS: tl.constexpr = BK // NACC
-    a1 = tl.zeros_like(acc)
-    a2 = tl.zeros_like(acc)
-    a3 = tl.zeros_like(acc)
+    """Like :func:`_mm_plain` on RMSNorm'ed rows: ``x = g * (x * rstd).to(DT)`` (the reference's RMSNorm)."""
+    offk = tl.arange(0, BK)[None, :]
     for k0 in tl.range(0, KDIM, BK, num_stages=STAGES):
-        acc = _chunk_norm(x_row, row_ok, rstd, g_ptr, w_row, w_ok, k0, acc, KDIM, BKS, DT, IEEE)
-        if NACC > 1:
-            a1 = _chunk_norm(x_row, row_ok, rstd, g_ptr, w_row, w_ok, k0 + BKS, a1, KDIM, BKS, DT, IEEE)
-        if NACC > 2:
-            a2 = _chunk_norm(x_row, row_ok, rstd, g_ptr, w_row, w_ok, k0 + 2 * BKS, a2, KDIM, BKS, DT, IEEE)
-            a3 = _chunk_norm(x_row, row_ok, rstd, g_ptr, w_row, w_ok, k0 + 3 * BKS, a3, KDIM, BKS, DT, IEEE)
-    return (acc + a1) + (a2 + a3)
+        km = k0 + offk < KDIM
+        x = tl.load(x_row + k0 + offk, mask=row_ok & km, other=0.0, cache_modifier=".cg").to(tl.float32)
+        g = tl.load(g_ptr + k0 + offk, mask=km, other=0.0).to(tl.float32)
+        xn = (g * _rnd(x * rstd[:, None], DT)).to(DT)
+        w = tl.load(w_row + k0 + offk, mask=w_ok & km, other=0.0)
+        acc = _dot(xn, w, acc, IEEE)
+    return acc
 
 
 @triton.jit
 def _chunk_gu(x_row, row_ok, rstd, g_ptr, wg_row, wu_row, w_ok, k0, ag, au, KDIM: tl.constexpr,
-              BKS: tl.constexpr, DT: tl.constexpr, IEEE: tl.constexpr):
-    """Gate and up products of one sub-chunk, sharing the normalised rows."""
-    offk = k0 + tl.arange(0, BKS)[None, :]
+              BK: tl.constexpr, DT: tl.constexpr, IEEE: tl.constexpr):
+    """Gate and up products of one reduction chunk, sharing the normalised rows."""
+    offk = k0 + tl.arange(0, BK)[None, :]
     km = offk < KDIM
     x = tl.load(x_row + offk, mask=row_ok & km, other=0.0, cache_modifier=".cg").to(tl.float32)
     g = tl.load(g_ptr + offk, mask=km, other=0.0).to(tl.float32)
@@ -333,9 +303,10 @@ def _qkv_phase(s, emb_w, g_in, g_hid, wq, wk, wv, cos_t, sin_t, ids, nnew, kvlen
 
 
 @triton.jit(noinline=True)
-def _att_phase(s, qbuf, kc, vc, anc, nnew, kvlen, att_o, att_ml, B, S, LMAX, sm_scale, pid, NH: tl.constexpr,
+def _att_phase(s, qbuf, kc, vc, anc, nnew, kvlen, att_o, att_ml, B, S, LMAX, sm_scale, pid, prof, NH: tl.constexpr,
                NKV: tl.constexpr, HD: tl.constexpr, K: tl.constexpr, KP: tl.constexpr, D: tl.constexpr,
-               NSPLIT: tl.constexpr, BKV: tl.constexpr, BQ: tl.constexpr, IEEE: tl.constexpr, NPROG: tl.constexpr):
+               NSPLIT: tl.constexpr, BKV: tl.constexpr, BQ: tl.constexpr, IEEE: tl.constexpr, NPROG: tl.constexpr,
+               PROFILE: tl.constexpr):
     """Split-KV attention, one unit per (sequence, kv head, split) with all query heads of the GQA group: the
     root's last row, or the ``K`` frontier nodes over the prefix plus their ancestors (mask implicit)."""
     DT: tl.constexpr = qbuf.dtype.element_ty
@@ -363,6 +334,7 @@ def _att_phase(s, qbuf, kc, vc, anc, nnew, kvlen, att_o, att_ml, B, S, LMAX, sm_
         qrow = tl.where(is_root, b * S + nb - 1, b * K + kq)
         q = tl.load(qbuf + qrow.to(tl.int64)[:, None] * QW + (g * GQ + hh)[:, None] * HD + offd[None, :],
                     mask=qok[:, None], other=0.0, cache_modifier=".cg")
+        _stamp(prof, 100, PROFILE)
         chunk = (nkeys + NSPLIT - 1) // NSPLIT
         start = sp * chunk
         end = tl.minimum(start + chunk, nkeys)
@@ -392,11 +364,13 @@ def _att_phase(s, qbuf, kc, vc, anc, nnew, kvlen, att_o, att_ml, B, S, LMAX, sm_
             acc = acc * alpha[:, None]
             acc = _dot(p.to(DT), tl.trans(vb), acc, IEEE)
             m_i = m_new
+        _stamp(prof, 101, PROFILE)
         qr = tl.where(is_root, b, b * K + kq)
         prow = (qr * NH + g * GQ + hh) * NSPLIT + sp
         tl.store(att_o + prow.to(tl.int64)[:, None] * HD + offd[None, :], acc, mask=qok[:, None])
         tl.store(att_ml + prow * 2, m_i, mask=qok)
         tl.store(att_ml + prow * 2 + 1, l_i, mask=qok)
+        _stamp(prof, 102, PROFILE)
 
 
 @triton.jit(noinline=True)
@@ -468,17 +442,11 @@ def _gu_phase(s, h1, g_post, wg, wu, act, B, eps, pid, H: tl.constexpr, INTER: t
             cok = cols < INTER
             ag = tl.zeros([BM, BN], dtype=tl.float32)
             au = tl.zeros([BM, BN], dtype=tl.float32)
-            ag1 = tl.zeros([BM, BN], dtype=tl.float32)
-            au1 = tl.zeros([BM, BN], dtype=tl.float32)
             wg_row = wg + cols.to(tl.int64)[:, None] * H
             wu_row = wu + cols.to(tl.int64)[:, None] * H
-            for k0 in tl.range(0, H, BK, num_stages=STAGES):  # two sub-chunks, two accumulator pairs
-                ag, au = _chunk_gu(x_row, rok[:, None], rs, g_post, wg_row, wu_row, cok[:, None], k0, ag, au, H,
-                                   BK // 2, DT, IEEE)
-                ag1, au1 = _chunk_gu(x_row, rok[:, None], rs, g_post, wg_row, wu_row, cok[:, None], k0 + BK // 2,
-                                     ag1, au1, H, BK // 2, DT, IEEE)
-            ag = ag + ag1
-            au = au + au1
+            for k0 in tl.range(0, H, BK, num_stages=STAGES):
+                ag, au = _chunk_gu(x_row, rok[:, None], rs, g_post, wg_row, wu_row, cok[:, None], k0, ag, au, H, BK,
+                                   DT, IEEE)
             gr = _rnd(ag, DT)
             a = _rnd(_rnd(gr / (1.0 + tl.exp(-gr)), DT) * _rnd(au, DT), DT)
             tl.store(act + r.to(tl.int64)[:, None] * INTER + cols[None, :], a.to(DT), mask=rok[:, None] & cok[None, :])
@@ -557,8 +525,8 @@ def _lm_phase(s, hbuf, g_norm, wlm, lm_key, lm_ms, B, MCAP, eps, pid, H: tl.cons
 
 
 @triton.jit(noinline=True)
-def _rm_phase(s, lm_key, lm_ms, ch_lp, ch_id, B, pid, DT: tl.constexpr, K: tl.constexpr, KP: tl.constexpr,
-              NPP: tl.constexpr, NPROG: tl.constexpr):
+def _rm_phase(s, lm_key, lm_ms, ch_lp, ch_id, B, pid, prof, DT: tl.constexpr, K: tl.constexpr, KP: tl.constexpr,
+              NPP: tl.constexpr, NPROG: tl.constexpr, PROFILE: tl.constexpr):
     """One row per unit: the top-``K`` of all programs' keys (``K`` extractions of the maximum; keys are unique)
     and the merged logsumexp -> the row's ``K`` children and their log-probs (model dtype)."""
     MQ = tl.where(s == 0, B, B * K)
@@ -573,15 +541,18 @@ def _rm_phase(s, lm_key, lm_ms, ch_lp, ch_id, B, pid, DT: tl.constexpr, K: tl.co
         ps = tl.load(lm_ms + prow * 2 + 1, mask=pok, other=0.0, cache_modifier=".cg")
         mx = tl.max(pm, axis=0)
         lse_s = tl.sum(ps * tl.exp(pm - mx), axis=0)
+        _stamp(prof, 104, PROFILE)
         best = tl.full([KP], _MINKEY, dtype=tl.int64)
         for i in tl.static_range(0, K):
             top = tl.max(tl.max(keys, axis=1), axis=0)
             best = tl.where(offkp == i, top, best)
             keys = tl.where(keys == top, _MINKEY, keys)
+        _stamp(prof, 105, PROFILE)
         v = _unpack_value(best)
         lp = _rnd((v - mx) - tl.log(lse_s), DT)
         tl.store(ch_lp + u * KP + offkp, lp)
         tl.store(ch_id + u * KP + offkp, _unpack_index(best))
+        _stamp(prof, 106, PROFILE)
 
 
 @triton.jit(noinline=True)
@@ -658,13 +629,15 @@ def _sel_phase(s, ch_lp, ch_id, d2t, cand_sc, cand_tok, par_list, tok_in, src, s
 
 @triton.jit(noinline=True)
 def _tree_phase(ids, nnew, kvlen, cand_sc, cand_tok, par_list, node_of, selg, pnode, posb, o_tokens, o_retrieve,
-                o_mask, o_pos, o_parents, o_nleaves, o_maxdepth, B, S, pid, K: tl.constexpr, D: tl.constexpr,
-                T: tl.constexpr, TP: tl.constexpr, NCP: tl.constexpr, CP: tl.constexpr, NPROG: tl.constexpr):
+                o_mask, o_pos, o_parents, o_nleaves, o_maxdepth, B, S, pid, prof, K: tl.constexpr, D: tl.constexpr,
+                T: tl.constexpr, TP: tl.constexpr, NCP: tl.constexpr, CP: tl.constexpr, NPROG: tl.constexpr,
+                PROFILE: tl.constexpr):
     """After the last step, per sequence: the final top-``T`` reranking and every tree buffer (EAGLE's
     draft_tokens, retrieve_indices, tree_mask, tree_position_ids, plus parents), and ``kv_len += num_new``."""
     NC: tl.constexpr = K + D * K * K
     for b in range(pid, B, NPROG):
         tl.debug_barrier()
+        _stamp(prof, 110, PROFILE)
         f_offg = tl.arange(0, NCP)
         f_gok = f_offg < NC
         f_csc = tl.load(cand_sc + b * NCP + f_offg, mask=f_gok, other=0.0, cache_modifier=".cg")
@@ -674,6 +647,7 @@ def _tree_phase(ids, nnew, kvlen, cand_sc, cand_tok, par_list, node_of, selg, pn
         f_thr = tl.sum(tl.where(f_offg == T - 1, f_srt, 0), axis=0)
         f_sel = f_gok & (f_key >= f_thr)
         f_node = tl.cumsum(f_sel.to(tl.int32), axis=0)
+        _stamp(prof, 111, PROFILE)
         tl.store(node_of + b * NCP + f_offg, f_node, mask=f_gok)
         tl.store(selg + b * TP + f_node - 1, f_offg, mask=f_sel)
         tl.debug_barrier()
@@ -692,6 +666,7 @@ def _tree_phase(ids, nnew, kvlen, cand_sc, cand_tok, par_list, node_of, selg, pn
         tl.store(pnode + b * TP + f_offt, f_pn)
         tl.store(o_parents + b * (T + 1) + f_offt, f_pn.to(tl.int64), mask=f_offt <= T)
         tl.debug_barrier()
+        _stamp(prof, 112, PROFILE)
         # ancestor-or-self matrix by pointer chasing (f_depth <= D + 1)
         f_ra = f_offt[:, None]
         f_ca = f_offt[None, :]
@@ -703,6 +678,7 @@ def _tree_phase(ids, nnew, kvlen, cand_sc, cand_tok, par_list, node_of, selg, pn
             f_cur = tl.where(f_cur >= 0, tl.load(pnode + b * TP + tl.maximum(f_cur, 0), cache_modifier=".cg"), f_cur)
         f_m2 = f_m2 & f_aok[:, None] & f_aok[None, :]
         f_depth = tl.sum(f_m2.to(tl.int32), axis=1) - 1
+        _stamp(prof, 113, PROFILE)
         tl.store(posb + b * TP + f_offt, f_depth)
         tl.store(o_pos + b * (T + 1) + f_offt, f_depth.to(tl.int64), mask=f_aok)
         f_mrow = (b * (T + 1) + f_ra).to(tl.int64) * (T + 1) + f_ca
@@ -723,6 +699,7 @@ def _tree_phase(ids, nnew, kvlen, cand_sc, cand_tok, par_list, node_of, selg, pn
         tl.store(o_nleaves + b, tl.sum(f_leaf.to(tl.int64), axis=0))
         tl.store(o_maxdepth + b, tl.max(tl.where(f_aok, f_depth, 0), axis=0).to(tl.int64))
         tl.store(kvlen + b, tl.load(kvlen + b) + f_nb)
+        _stamp(prof, 114, PROFILE)
 
 
 # ---------------------------------------------------------------------------------------------------------- kernel
@@ -766,8 +743,8 @@ def fused_drafter_kernel(
                    status, B, S, LMAX, MCAP, eps, pid, H, NH, NKV, HD, K, BM, BN, BK, IEEE, STAGES, NPROG)
         bt += NPROG
         _grid_sync(bar, bt, NPROG, prof, PROFILE)
-        _att_phase(s, qbuf, kc, vc, anc, nnew, kvlen, att_o, att_ml, B, S, LMAX, sm_scale, pid, NH, NKV, HD, K, KP, D,
-                   NSPLIT, BKV, BQ, IEEE, NPROG)
+        _att_phase(s, qbuf, kc, vc, anc, nnew, kvlen, att_o, att_ml, B, S, LMAX, sm_scale, pid, prof, NH, NKV, HD, K,
+                   KP, D, NSPLIT, BKV, BQ, IEEE, NPROG, PROFILE)
         bt += NPROG
         _grid_sync(bar, bt, NPROG, prof, PROFILE)
         _comb_phase(s, att_o, att_ml, attn, B, pid, NH, HD, K, NSPLIT, NPROG)
@@ -786,7 +763,7 @@ def fused_drafter_kernel(
                   NPROG)
         bt += NPROG
         _grid_sync(bar, bt, NPROG, prof, PROFILE)
-        _rm_phase(s, lm_key, lm_ms, ch_lp, ch_id, B, pid, DT, K, KP, NPP, NPROG)
+        _rm_phase(s, lm_key, lm_ms, ch_lp, ch_id, B, pid, prof, DT, K, KP, NPP, NPROG, PROFILE)
         bt += NPROG
         _grid_sync(bar, bt, NPROG, prof, PROFILE)
         _sel_phase(s, ch_lp, ch_id, d2t, cand_sc, cand_tok, par_list, tok_in, src, sc, fr, anc, B, pid, DT, HAS_D2T,
@@ -796,7 +773,7 @@ def fused_drafter_kernel(
             _grid_sync(bar, bt, NPROG, prof, PROFILE)
     # the final reranking reads only this sequence's SEL output (same program): no barrier
     _tree_phase(ids, nnew, kvlen, cand_sc, cand_tok, par_list, node_of, selg, pnode, posb, o_tokens, o_retrieve,
-                o_mask, o_pos, o_parents, o_nleaves, o_maxdepth, B, S, pid, K, D, T, TP, NCP, CP, NPROG)
+                o_mask, o_pos, o_parents, o_nleaves, o_maxdepth, B, S, pid, prof, K, D, T, TP, NCP, CP, NPROG, PROFILE)
     if PROFILE:
         tl.store(prof + pid * PROF_SLOTS + PROF_SLOTS - 1, _now())
     # Reset the barrier counter for the next launch: the last program to get here knows every program has
