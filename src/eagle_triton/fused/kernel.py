@@ -116,13 +116,44 @@ def _unpack_index(key):
     return (((hi * 0 + 1) << 32) - 1 - low).to(tl.int32)
 
 
+# Top-k selections are rolled loops of maximum extractions (keys are unique apart from the _MINKEY padding). On the
+# GPU every phase's code is fetched cold once per step (the whole kernel is far larger than the instruction cache),
+# at roughly 10 ns per instruction: unrolled sorts cost tens of microseconds per phase, a rolled loop a few.
+
+
 @triton.jit
-def _first_cols(x, NC: tl.constexpr, KP: tl.constexpr):
-    """First ``KP`` columns of ``x [R, NC]`` (int64) as ``[R, KP]``."""
-    R: tl.constexpr = x.shape[0]
-    x3 = tl.reshape(x, (R, NC // KP, KP))
-    blk = tl.arange(0, NC // KP)[None, :, None]
-    return tl.sum(tl.where(blk == 0, x3, 0), axis=1)
+def _topk_merge(run, new, K, KP: tl.constexpr):
+    """Per row, the ``K`` largest keys of ``run [R, KP]`` and ``new [R, C]``, descending, as ``[R, KP]``."""
+    offk = tl.arange(0, KP)[None, :]
+    out = tl.full(run.shape, _MINKEY, dtype=tl.int64)
+    for i in range(0, K):
+        top = tl.maximum(tl.max(run, axis=1), tl.max(new, axis=1))
+        out = tl.where(offk == i, top[:, None], out)
+        run = tl.where(run == top[:, None], _MINKEY, run)
+        new = tl.where(new == top[:, None], _MINKEY, new)
+    return out
+
+
+@triton.jit
+def _topk_flat(keys, K, KP: tl.constexpr):
+    """The ``K`` largest of all keys of the 2-D ``keys``, descending, as ``[KP]``."""
+    offk = tl.arange(0, KP)
+    out = tl.full([KP], _MINKEY, dtype=tl.int64)
+    for i in range(0, K):
+        top = tl.max(tl.max(keys, axis=1), axis=0)
+        out = tl.where(offk == i, top, out)
+        keys = tl.where(keys == top, _MINKEY, keys)
+    return out
+
+
+@triton.jit
+def _kth_largest(keys, k):
+    """The ``k``-th largest (1-based) of the 1-D ``keys``."""
+    top = tl.max(keys, axis=0)
+    for _i in range(1, k):
+        keys = tl.where(keys == top, _MINKEY, keys)
+        top = tl.max(keys, axis=0)
+    return top
 
 
 @triton.jit
@@ -175,6 +206,19 @@ def _mm_norm(acc, x_row, row_ok, rstd, g_ptr, w_row, w_ok, KDIM: tl.constexpr, B
         w = tl.load(w_row + k0 + offk, mask=w_ok & km, other=0.0)
         acc = _dot(xn, w, acc, IEEE)
     return acc
+
+
+@triton.jit
+def _chunk_norm_acc(acc, x_ptr, row_ok, rstd, g_ptr, w_ptr, w_ok, n_left, BK: tl.constexpr, DT: tl.constexpr,
+                    IEEE: tl.constexpr):
+    """One BK chunk of :func:`_mm_norm` at pointers already advanced to the chunk (``n_left`` valid columns)."""
+    offk = tl.arange(0, BK)[None, :]
+    km = offk < n_left
+    x = tl.load(x_ptr + offk, mask=row_ok & km, other=0.0, cache_modifier=".cg").to(tl.float32)
+    g = tl.load(g_ptr + offk, mask=km, other=0.0).to(tl.float32)
+    xn = (g * _rnd(x * rstd[:, None], DT)).to(DT)
+    w = tl.load(w_ptr + offk, mask=w_ok & km, other=0.0)
+    return _dot(xn, w, acc, IEEE)
 
 
 @triton.jit
@@ -276,8 +320,17 @@ def _qkv_phase(s, emb_w, g_in, g_hid, wq, wk, wv, cos_t, sin_t, ids, nnew, kvlen
                 wbase = wv
             w_row = wbase + f.to(tl.int64)[:, None] * (2 * H)
             acc = tl.zeros([BM, BN], dtype=tl.float32)
-            acc = _mm_norm(acc, e_row, rok[:, None], r_e, g_in, w_row, fok[:, None], H, BK, DT, IEEE, STAGES)
-            acc = _mm_norm(acc, h_row, rok[:, None], r_h, g_hid, w_row + H, fok[:, None], H, BK, DT, IEEE, STAGES)
+            if H % BK == 0:  # one pipelined loop over both halves of the 2H input (half the cold loop code)
+                for k0 in tl.range(0, 2 * H, BK, num_stages=STAGES):
+                    first = k0 < H
+                    kh = tl.where(first, k0, k0 - H)
+                    acc = _chunk_norm_acc(acc, tl.where(first, e_row, h_row) + kh, rok[:, None],
+                                          tl.where(first, r_e, r_h), tl.where(first, g_in, g_hid) + kh, w_row + k0,
+                                          fok[:, None], H - kh, BK, DT, IEEE)
+            else:
+                acc = _mm_norm(acc, e_row, rok[:, None], r_e, g_in, w_row, fok[:, None], H, BK, DT, IEEE, STAGES)
+                acc = _mm_norm(acc, h_row, rok[:, None], r_h, g_hid, w_row + H, fok[:, None], H, BK, DT, IEEE,
+                               STAGES)
             y = _rnd(acc, DT)
             # RoPE (half rotation) on the paired halves, with the tables rounded to the model dtype
             y3 = tl.permute(tl.reshape(y, (BM, 2, BH)), (0, 2, 1))
@@ -341,7 +394,7 @@ def _att_phase(s, qbuf, kc, vc, anc, nnew, kvlen, att_o, att_ml, B, S, LMAX, sm_
         m_i = tl.full([BQ], -1.0e30, dtype=tl.float32)
         l_i = tl.zeros([BQ], dtype=tl.float32)
         acc = tl.zeros([BQ, HD], dtype=tl.float32)
-        for j0 in range(start, end, BKV):
+        for j0 in tl.range(start, end, BKV, num_stages=1):  # 1-2 iterations: no pipeline prologue code
             jk = j0 + offj
             kok = jk < end
             kvp = (tl.cast(b, tl.int64) * LMAX + jk)[:, None] * KVW + g * HD + offd[None, :]
@@ -512,12 +565,8 @@ def _lm_phase(s, hbuf, g_norm, wlm, lm_key, lm_ms, B, MCAP, eps, pid, H: tl.cons
             run_s = run_s * tl.exp(run_m - m_new) + tl.sum(tl.where(cok[None, :], tl.exp(lgm - m_new[:, None]), 0.0),
                                                            axis=1)
             run_m = m_new
-            key = tl.where(cok[None, :], _pack(lg, cols[None, :] + r[:, None] * 0), _MINKEY)
-            key = tl.sort(key, dim=1, descending=True)
-            key = _first_cols(key, BNV, KP)
-            both = tl.reshape(tl.join(run_key, key), (BM, 2 * KP))
-            both = tl.sort(both, dim=1, descending=True)
-            run_key = _first_cols(both, 2 * KP, KP)
+            key = tl.where(cok[None, :] & rok[:, None], _pack(lg, cols[None, :] + r[:, None] * 0), _MINKEY)
+            run_key = _topk_merge(run_key, key, K, KP)
         prow = r.to(tl.int64) * NPP + pid
         tl.store(lm_key + prow[:, None] * KP + offkp[None, :], run_key, mask=rok[:, None])
         tl.store(lm_ms + prow * 2, run_m, mask=rok)
@@ -542,11 +591,7 @@ def _rm_phase(s, lm_key, lm_ms, ch_lp, ch_id, B, pid, prof, DT: tl.constexpr, K:
         mx = tl.max(pm, axis=0)
         lse_s = tl.sum(ps * tl.exp(pm - mx), axis=0)
         _stamp(prof, 104, PROFILE)
-        best = tl.full([KP], _MINKEY, dtype=tl.int64)
-        for i in tl.static_range(0, K):
-            top = tl.max(tl.max(keys, axis=1), axis=0)
-            best = tl.where(offkp == i, top, best)
-            keys = tl.where(keys == top, _MINKEY, keys)
+        best = _topk_flat(keys, K, KP)
         _stamp(prof, 105, PROFILE)
         v = _unpack_value(best)
         lp = _rnd((v - mx) - tl.log(lse_s), DT)
@@ -604,8 +649,7 @@ def _sel_phase(s, ch_lp, ch_id, d2t, cand_sc, cand_tok, par_list, tok_in, src, s
                 # the next frontier: top-K of the K*K cumulative scores by (score desc, index asc)
                 e_cuc = tl.where(e_cu != e_cu, float("-inf"), e_cu)
                 e_key = tl.where(e_ok2, _pack(e_cuc, e_kk * K + e_cc), _MINKEY)
-                e_key = tl.sort(tl.reshape(e_key, (KP * KP,)), dim=0, descending=True)
-                e_top = tl.reshape(_first_cols(tl.reshape(e_key, (1, KP * KP)), KP * KP, KP), (KP,))
+                e_top = _topk_flat(e_key, K, KP)
                 e_fidx = _unpack_index(e_top)
                 e_fval = _unpack_value(e_top)
                 e_prow_ = e_fidx // K
@@ -643,8 +687,7 @@ def _tree_phase(ids, nnew, kvlen, cand_sc, cand_tok, par_list, node_of, selg, pn
         f_csc = tl.load(cand_sc + b * NCP + f_offg, mask=f_gok, other=0.0, cache_modifier=".cg")
         f_csc = tl.where(f_csc != f_csc, float("-inf"), f_csc)
         f_key = tl.where(f_gok, _pack(f_csc, f_offg), _MINKEY)
-        f_srt = tl.sort(f_key, dim=0, descending=True)
-        f_thr = tl.sum(tl.where(f_offg == T - 1, f_srt, 0), axis=0)
+        f_thr = _kth_largest(f_key, T)
         f_sel = f_gok & (f_key >= f_thr)
         f_node = tl.cumsum(f_sel.to(tl.int32), axis=0)
         _stamp(prof, 111, PROFILE)
@@ -673,7 +716,7 @@ def _tree_phase(ids, nnew, kvlen, cand_sc, cand_tok, par_list, node_of, selg, pn
         f_aok = f_offt <= T
         f_m2 = (f_ca == f_ra) | (f_ca == 0)
         f_cur = f_pn
-        for _c in tl.static_range(0, D + 1):
+        for _c in range(0, D + 1):
             f_m2 = f_m2 | ((f_ca == f_cur[:, None]) & (f_cur[:, None] >= 0))
             f_cur = tl.where(f_cur >= 0, tl.load(pnode + b * TP + tl.maximum(f_cur, 0), cache_modifier=".cg"), f_cur)
         f_m2 = f_m2 & f_aok[:, None] & f_aok[None, :]
