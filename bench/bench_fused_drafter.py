@@ -277,7 +277,14 @@ def main(argv=None) -> int:
         head = heads[key]
         S, prefix = (4, 512) if scen == "decode" else (512, 0)
         tc = TreeConfig(*tr)
-        r = bench_case(head, tc, b, S, prefix, do_ref=not args.no_ref, do_graph=True)
+        try:
+            r = bench_case(head, tc, b, S, prefix, do_ref=not args.no_ref, do_graph=True)
+        except Exception as exc:  # record the failure (e.g. out of memory) and go on with the sweep
+            print(f"{shape} {tr} {scen} B={b}: {type(exc).__name__}: {exc}"[:300], flush=True)
+            rows.append(dict(shape=shape, peaked=peaked, tree=f"{tr[0]}/{tr[1]}/{tr[2]}", scenario=scen, batch=b,
+                             error=f"{type(exc).__name__}: {exc}"[:300]))
+            torch.cuda.empty_cache()
+            continue
         r.update(shape=shape, peaked=peaked, tree=f"{tr[0]}/{tr[1]}/{tr[2]}", scenario=scen, batch=b,
                  floor_ms=r["bytes"] / bw * 1e3, fused_TBps=r["bytes"] / (r["fused_ms"] * 1e-3) / 1e12)
         rows.append(r)
@@ -298,13 +305,13 @@ def main(argv=None) -> int:
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
 
-        rows_p = [r for r in rows if "tuning" not in r]
+        rows_p = [r for r in rows if "tuning" not in r and "error" not in r]
         if not rows_p:
             raise RuntimeError("no sweep rows to plot")
         groups = sorted({(r["shape"], r["peaked"], r["tree"], r["scenario"]) for r in rows_p})
         fig, axes = plt.subplots(1, len(groups), figsize=(4 * len(groups), 3.5), squeeze=False)
         for ax, g in zip(axes[0], groups):
-            rs = [r for r in rows_p if (r["shape"], r["peaked"], r["tree"], r["scenario"]) == g]
+            rs = [r for r in rows_p if (r["shape"], r["peaked"], r["tree"], r["scenario"]) == g and "error" not in r]
             xs = [r["batch"] for r in rs]
             for col, lab in (("fused_ms", "fused"), ("graph_ms", "multi-kernel graph"), ("floor_ms", "floor")):
                 ax.plot(xs, [r.get(col, float("nan")) for r in rs], "o-", label=lab)
