@@ -44,7 +44,7 @@ for s in $sections; do
     profile)    run profile 420 $PY bench/bench_fused_drafter.py --quick --no-sweep --profile \
                   --tunings "${TUNINGS:-512:4:3:1,256:8:3:1,128:4:3:2}" --out "$WORK" ;;
     drafters)   run drafters 240 $PY bench/check_drafters_gpu.py --backends "${DRAFTERS:-graph,triton}" --out "$WORK" ;;
-    fused)      run fused 200 $PY bench/bench_fused_drafter.py --quick --out "$WORK" ;;
+    fused)      run fused 200 $PY bench/bench_fused_drafter.py ${FUSED_ARGS:---quick} --out "$WORK" ;;
     *) echo "unknown section $s" ;;
   esac
 done
