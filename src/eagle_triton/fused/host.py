@@ -165,8 +165,9 @@ class DrafterConfig:
         gq = self.num_heads // self.num_kv_heads
         bkv = self.block_kv or (16 if interp else 64)
         mq = max(batch * K, batch)
-        # one row tile holds every row of a step where it can (each extra tile re-streams the weights)
-        bm = 16 if interp else min(128, max(16, _pow2(max(mq, batch * new_rows))))
+        # one row tile holds every tree row of a step where it can (each extra tile re-streams the weights); the
+        # tile does not depend on the new rows of the root step, so prompts of any length share one compiled kernel
+        bm = 16 if interp else min(128, max(16, _pow2(mq)))
         bnv = max(16, self.kp) if interp else self.block_vocab
         # 32-wide weight tiles: 16 rows of weights per tile cap one SM near 1.6 TB/s of the whole GPU, 32 reach
         # ~2.1 (bench/results/probe_stream_gemv_h100.json); RoPE pairs features within a head, so bn | head_dim

@@ -746,7 +746,8 @@ def _tree_phase(ids, nnew, kvlen, cand_sc, cand_tok, par_list, node_of, selg, pn
 
 
 # ---------------------------------------------------------------------------------------------------------- kernel
-@triton.jit
+# sizes that vary from call to call are not specialised (no recompilation when a step accepts 1 or 16 tokens)
+@triton.jit(do_not_specialize=["S", "LMAX", "MCAP"])
 def fused_drafter_kernel(
     # weights
     fc_w, emb_w, g_in, g_hid, wq, wk, wv, wo, g_post, wg, wu, wd, g_norm, wlm, d2t, cos_t, sin_t,
