@@ -48,8 +48,9 @@ def add_model_arguments(p) -> None:
     m.add_argument("--target-impl", choices=["auto", "fast", "generic"], default="auto",
                    help="fast Llama-family runner or the generic transformers path (default: auto)")
     m.add_argument("--drafter", choices=["auto", "torch", "triton", "graph"], default="auto",
-                   help="tree drafter: auto/torch = the PyTorch reference; triton = the fused kernel; graph = the "
-                   "multi-kernel CUDA-graph drafter (the last two are not yet validated on a GPU at many programs)")
+                   help="tree drafter: auto = the fused kernel for an EAGLE-3 head on CUDA, else the PyTorch "
+                   "reference; torch = the reference; triton = the fused kernel; graph = the multi-kernel CUDA-graph "
+                   "drafter")
     m.add_argument("--attention", choices=["auto", "torch", "triton"], default="auto",
                    help="attention/KV back end of the fast target path (auto: Triton kernels on CUDA)")
     m.add_argument("--device", default="auto", help="cpu, cuda, cuda:N or auto (default)")

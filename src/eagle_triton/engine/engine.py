@@ -47,8 +47,9 @@ class EagleEngine:
     tokenizer: optional, for string prompts and decoding.
     drafter: a drafter object (``reset()``, ``draft(hidden, input_ids, sampling)``, ``feature_mode``) instead of
         a :class:`~eagle_triton.TreeDrafter` over ``head`` (tests drive the engine with stub drafters).
-    drafter_backend: ``"auto"`` (currently the reference ``"torch"`` drafter on every device, see
-        :meth:`_make_drafter`), ``"torch"``, ``"triton"`` (fused kernel) or ``"graph"`` (multi-kernel CUDA graph).
+    drafter_backend: ``"auto"`` (the fused ``"triton"`` drafter for an EAGLE-3 head on a CUDA device, else the
+        reference ``"torch"`` drafter, see :meth:`_make_drafter`), ``"torch"``, ``"triton"`` (fused kernel) or
+        ``"graph"`` (multi-kernel CUDA graph).
     expect_kind: ``"eagle3"`` or ``"eagle1"``: reject a head of the other kind.
     """
 
@@ -110,10 +111,13 @@ class EagleEngine:
         return head.to(device=t.device, dtype=t.dtype).eval()
 
     def _make_drafter(self, head: DraftHead, backend: str) -> TreeDrafter:
-        # "auto" is the reference drafter everywhere for now: the fused ("triton") and multi-kernel ("graph")
-        # drafters match it under the interpreter, but their many-program parity on a GPU is not yet established
-        # (bench/FUSED_NOTES.md). Ask for them explicitly.
-        return TreeDrafter(head, self.tree_config, backend="torch" if backend == "auto" else backend)
+        # "auto": the fused drafter where it runs natively (EAGLE-3 head on CUDA). Its trees equal the reference's
+        # in fp32 with one program per SM (tests/test_fused_drafter.py, GPU), and on the H100 it drafts in ~0.7 ms
+        # where the reference takes ~25 ms (bench/results/gpu_2026-11-22b). Elsewhere the reference drafter:
+        # under no GPU the fused kernel would only run in Triton's interpreter.
+        if backend == "auto":
+            backend = "triton" if head.kind == "eagle3" and head.device.type == "cuda" else "torch"
+        return TreeDrafter(head, self.tree_config, backend=backend)
 
     @classmethod
     def from_pretrained(cls, target, draft=None, tree_config: TreeConfig | None = None, *, device=None, dtype=None,
