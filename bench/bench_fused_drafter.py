@@ -168,12 +168,22 @@ def bench_case(head, tc, batch, S, prefix, do_ref, do_graph, rep_ms=300, tuning=
 
 
 def parse_tuning(t: str) -> dict:
-    """``block_k:num_warps:stages:programs_per_sm`` -> DrafterConfig options ("" = defaults)."""
+    """``block_k:num_warps:stages:programs_per_sm[:block_n[:batch]]`` -> (DrafterConfig options, batch);
+    block_k or block_n 0 = the default; "" = every default at batch 1."""
     if not t:
         return {}
-    bk, nw, st, pps = (int(x) for x in t.split(":"))
+    f = [int(x) for x in t.split(":")]
+    bk, nw, st, pps = f[:4]
     sms = torch.cuda.get_device_properties(0).multi_processor_count
-    return dict(block_k=bk, num_warps=nw, stages=st, nprog=sms * pps)
+    out = dict(block_k=bk or None, num_warps=nw, stages=st, nprog=sms * pps)
+    if len(f) > 4 and f[4]:
+        out["block_n"] = f[4]
+    return out
+
+
+def tuning_batch(t: str) -> int:
+    f = t.split(":") if t else []
+    return int(f[5]) if len(f) > 5 else 1
 
 
 def warm_variant(spec: str) -> None:
@@ -183,7 +193,8 @@ def warm_variant(spec: str) -> None:
     shape, total, depth, k, batch = spec.split(":")
     head = make_head(shape, False)
     tc = TreeConfig(int(total), int(depth), int(k))
-    bench_case(head, tc, int(batch), 4, 8, False, False, rep_ms=1, tuning=parse_tuning(tun), profile=bool(prof))
+    bench_case(head, tc, max(int(batch), tuning_batch(tun)), 4, 8, False, False, rep_ms=1, tuning=parse_tuning(tun),
+               profile=bool(prof))
 
 
 def print_phases(phases: list[dict]) -> None:
@@ -253,15 +264,16 @@ def main(argv=None) -> int:
         head = make_head("llama31-8b", False)
         for t in ([""] if args.profile else []) + tunings:
             try:
-                r = bench_case(head, TreeConfig(60, 7, 10), 1, 4, 512, False, False, tuning=parse_tuning(t),
-                               profile=args.profile)
+                r = bench_case(head, TreeConfig(60, 7, 10), tuning_batch(t), 4, 512, False, tuning_batch(t) > 1,
+                               tuning=parse_tuning(t), profile=args.profile)
             except ValueError as exc:  # e.g. a grid that cannot be resident
                 print(f"tuning {t}: {exc}", flush=True)
                 rows.append(dict(tuning=t, error=str(exc)))
                 continue
-            r.update(shape="llama31-8b", peaked=False, tree="60/7/10", scenario="decode", batch=1, tuning=t,
+            r.update(shape="llama31-8b", peaked=False, tree="60/7/10", scenario="decode", batch=tuning_batch(t), tuning=t,
                      floor_ms=r["bytes"] / bw * 1e3, fused_TBps=r["bytes"] / (r["fused_ms"] * 1e-3) / 1e12)
-            print(f"tuning {t}: fused {r['fused_ms']:.3f} ({r['fused_ms_again']:.3f}) ms, floor {r['floor_ms']:.3f}, "
+            print(f"tuning {t}: fused {r['fused_ms']:.3f} ({r['fused_ms_again']:.3f}) ms, graph "
+                  f"{r.get('graph_ms', float('nan')):.3f}, floor {r['floor_ms']:.3f}, "
                   f"{r['fused_TBps']:.2f} TB/s", flush=True)
             if "phases" in r:
                 print_phases(r["phases"])
