@@ -97,7 +97,7 @@ class DrafterConfig:
     block_k: int | None = None
     block_kv: int | None = None
     stages: int = 4
-    num_warps: int = 4
+    num_warps: int | None = None
 
     def __post_init__(self):
         TreeConfig(self.total_tokens, self.depth, self.top_k)  # validates the tree shape
@@ -169,9 +169,12 @@ class DrafterConfig:
         # tile does not depend on the new rows of the root step, so prompts of any length share one compiled kernel
         bm = 16 if interp else min(128, max(16, _pow2(mq)))
         bnv = max(16, self.kp) if interp else self.block_vocab
-        # 32-wide weight tiles: 16 rows of weights per tile cap one SM near 1.6 TB/s of the whole GPU, 32 reach
-        # ~2.1 (bench/results/probe_stream_gemv_h100.json); RoPE pairs features within a head, so bn | head_dim
-        bn = self.block_n or (16 if interp else min(32, self.head_dim))
+        # 64-wide weight tiles: 16 rows of weights per tile cap one SM near 1.6 TB/s of the whole GPU, 32-64 reach
+        # 2.0-2.6 (bench/results/probe_stream_gemv_h100.json), and 64 also halves the re-reads of the activation
+        # tile at larger batches; RoPE pairs features within a head, so bn | head_dim. 8 warps once the row tile
+        # has 64+ rows (gpu_2026-11-22b/fused_tunings_batch.json: batch 4 9.7 -> 5.6 ms, batch 16 29.2 -> 15.2 ms)
+        bn = self.block_n or (16 if interp else min(64, self.head_dim))
+        warps = self.num_warps or (8 if bm >= 64 and not interp else 4)
         bk = min(self.block_k or (32 if interp else 256), _pow2(H))
         if not self.block_k and not interp:  # the pipelined K loops' tiles must fit in shared memory
             elem = self.dtype.itemsize
@@ -186,7 +189,7 @@ class DrafterConfig:
             K=K, KP=self.kp, D=self.depth, T=self.total_tokens - 1, TP=_pow2(self.total_tokens),
             NCP=_pow2(self.num_candidates), CP=_pow2(self.depth + 2),
             NPROG=nprog, NPP=npp, NSPLIT=nsplit,
-            BM=bm, BN=bn, BNV=bnv, BK=bk, BKV=bkv, BQ=max(16, _pow2(K * gq)),
+            BM=bm, BN=bn, BNV=bnv, BK=bk, num_warps=warps, BKV=bkv, BQ=max(16, _pow2(K * gq)),
             IEEE=self.dtype == torch.float32, STAGES=1 if interp else self.stages,
         )
 
@@ -484,12 +487,12 @@ def launch_drafter(cfg: DrafterConfig, X, weights: Weights, bufs: Buffers, fallb
         bufs.max_depth, bufs.barrier, bufs.status, bufs.profile,
         B, S, cfg.max_len, mcap, cfg.rms_eps, math.sqrt(cfg.head_dim),
     )
-    kw = dict(num_warps=cfg.num_warps, PROFILE=bool(profile), **p)
+    kw = dict(PROFILE=bool(profile), **p)
     if not _interpreting():
         key = (X.features.device, cfg.dtype, tuple(sorted(kw.items())))
         if key not in _RESIDENT_CHECKED:  # compile first: a persistent grid that cannot be resident deadlocks
             _check_resident(fused_drafter_kernel.warmup(*args, grid=(p["NPROG"],), **kw), p["NPROG"],
-                            cfg.num_warps, X.features.device)
+                            p["num_warps"], X.features.device)
             _RESIDENT_CHECKED.add(key)
     fused_drafter_kernel[(p["NPROG"],)](*args, **kw)
     return DraftOutput((bufs.draft_tokens, bufs.retrieve, bufs.tree_mask, bufs.positions), buffers=bufs)

@@ -37,7 +37,7 @@ def _llama8b(dtype: str, nprog: int, batch: int) -> tuple:
     K, D, T = 10, 7, 59
     const = dict(H=4096, W=12288, NH=32, NKV=8, HD=128, INTER=14336, VD=32000, HAS_D2T=True, K=K, KP=16, D=D, T=T,
                  TP=64, NCP=1024, CP=16, NPROG=nprog, NPP=256 if nprog > 128 else 128, NSPLIT=16,
-                 BM=16 if batch == 1 else 64, BN=32, BNV=64, BK=256 if batch == 1 else 128, BKV=64, BQ=64,
+                 BM=16 if batch == 1 else 64, BN=64, BNV=64, BK=128, BKV=64, BQ=64,
                  IEEE=dtype == "fp32", STAGES=4)
     return (fused_drafter_kernel, kernel_signature(dtype, const), const)
 
