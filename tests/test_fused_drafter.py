@@ -384,7 +384,7 @@ def test_grids_that_cannot_be_resident_are_refused(monkeypatch):
     props = SimpleNamespace(multi_processor_count=132, shared_memory_per_multiprocessor=233472,
                             regs_per_multiprocessor=65536, max_threads_per_multi_processor=2048)
     monkeypatch.setattr(torch.cuda, "get_device_properties", lambda device=None: props)
-    shared = int(torch.randint(100_000, 200_000, ()))
+    shared = int(torch.randint(117_000, 200_000, ()))  # two programs need more than the 228 KB of an SM
     kernel = SimpleNamespace(metadata=SimpleNamespace(shared=shared), n_regs=128, _init_handles=lambda: None)
     host._check_resident(kernel, 132, 4, "cuda")  # one program per SM fits
     with pytest.raises(ValueError, match="2 resident per SM.*shared.*deadlock"):
