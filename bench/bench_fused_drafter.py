@@ -270,7 +270,8 @@ def main(argv=None) -> int:
                 print(f"tuning {t}: {exc}", flush=True)
                 rows.append(dict(tuning=t, error=str(exc)))
                 continue
-            r.update(shape="llama31-8b", peaked=False, tree="60/7/10", scenario="decode", batch=tuning_batch(t), tuning=t,
+            r.update(shape="llama31-8b", peaked=False, tree="60/7/10", scenario="decode", batch=tuning_batch(t),
+                     tuning=t,
                      floor_ms=r["bytes"] / bw * 1e3, fused_TBps=r["bytes"] / (r["fused_ms"] * 1e-3) / 1e12)
             print(f"tuning {t}: fused {r['fused_ms']:.3f} ({r['fused_ms_again']:.3f}) ms, graph "
                   f"{r.get('graph_ms', float('nan')):.3f}, floor {r['floor_ms']:.3f}, "

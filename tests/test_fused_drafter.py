@@ -352,7 +352,8 @@ def test_gpu_llama8b_bf16_separated_trees_identical():
     seps = 0
     for peaked in (True, False):
         n, same, sep, same_sep = match_rate_8b(8, peaked)
-        print(f"8B bf16 peaked={peaked}: {same}/{n} identical, {sep} separated at 4 ulps, {same_sep} of those identical")
+        print(f"8B bf16 peaked={peaked}: {same}/{n} identical, {sep} separated at 4 ulps, "
+              f"{same_sep} of those identical")
         assert same_sep == sep
         seps += sep
     if seps == 0:
