@@ -180,15 +180,6 @@ class DrafterConfig:
             elem = self.dtype.itemsize
             while bk > 32 and self.stages * elem * bk * (max(bm + 2 * bn, bm + bnv) + 1) > _SMEM_BUDGET:
                 bk //= 2
-        # root step (FC, QKV of all new rows): a prompt gets 128-row tiles, so that fc and q/k/v stream once per 128
-        # prompt rows rather than once per BM rows; two variants only (decode: the tree tile)
-        bmr = bm if interp or batch * new_rows <= bm else max(bm, 128)
-        bkr = bk
-        if bmr != bm and not self.block_k:
-            elem = self.dtype.itemsize
-            bkr = min(256, _pow2(H))
-            while bkr > 32 and self.stages * elem * bkr * (bmr + bn + 1) > _SMEM_BUDGET:
-                bkr //= 2
         nsplit = self.nsplit or (2 if interp else max(1, min(32, _pow2(max(1, nprog // (batch * self.num_kv_heads))) )))
         nsplit = _pow2(nsplit)
         npp = _pow2(nprog)
@@ -198,7 +189,7 @@ class DrafterConfig:
             K=K, KP=self.kp, D=self.depth, T=self.total_tokens - 1, TP=_pow2(self.total_tokens),
             NCP=_pow2(self.num_candidates), CP=_pow2(self.depth + 2),
             NPROG=nprog, NPP=npp, NSPLIT=nsplit,
-            BM=bm, BN=bn, BNV=bnv, BK=bk, BMR=bmr, BKR=bkr, num_warps=warps, BKV=bkv, BQ=max(16, _pow2(K * gq)),
+            BM=bm, BN=bn, BNV=bnv, BK=bk, num_warps=warps, BKV=bkv, BQ=max(16, _pow2(K * gq)),
             IEEE=self.dtype == torch.float32, STAGES=1 if interp else self.stages,
         )
 

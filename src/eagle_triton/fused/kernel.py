@@ -772,7 +772,6 @@ def fused_drafter_kernel(
     # launch / tiling
     NPROG: tl.constexpr, NPP: tl.constexpr, NSPLIT: tl.constexpr,
     BM: tl.constexpr, BN: tl.constexpr, BNV: tl.constexpr, BK: tl.constexpr, BKV: tl.constexpr, BQ: tl.constexpr,
-    BMR: tl.constexpr, BKR: tl.constexpr,
     IEEE: tl.constexpr, STAGES: tl.constexpr, PROFILE: tl.constexpr = False,
 ):
     pid = tl.program_id(0)
@@ -780,16 +779,12 @@ def fused_drafter_kernel(
     bt = 0  # barrier target
     if PROFILE:
         tl.store(prof + pid * PROF_SLOTS, _now())
-    _fc_phase(X, fc_w, hbuf, B, S, pid, H, W, BMR, BN, BKR, IEEE, STAGES, NPROG)
+    _fc_phase(X, fc_w, hbuf, B, S, pid, H, W, BM, BN, BK, IEEE, STAGES, NPROG)
     bt += NPROG
     _grid_sync(bar, bt, NPROG, prof, PROFILE)
     for s in range(0, D + 1):
-        if s == 0:  # the root step's rows are all the new rows (a whole prompt in prefill): their own row tile
-            _qkv_phase(s, emb_w, g_in, g_hid, wq, wk, wv, cos_t, sin_t, ids, nnew, kvlen, kc, vc, hbuf, qbuf, tok_in,
-                       src, status, B, S, LMAX, MCAP, eps, pid, H, NH, NKV, HD, K, BMR, BN, BKR, IEEE, STAGES, NPROG)
-        else:
-            _qkv_phase(s, emb_w, g_in, g_hid, wq, wk, wv, cos_t, sin_t, ids, nnew, kvlen, kc, vc, hbuf, qbuf, tok_in,
-                       src, status, B, S, LMAX, MCAP, eps, pid, H, NH, NKV, HD, K, BM, BN, BK, IEEE, STAGES, NPROG)
+        _qkv_phase(s, emb_w, g_in, g_hid, wq, wk, wv, cos_t, sin_t, ids, nnew, kvlen, kc, vc, hbuf, qbuf, tok_in, src,
+                   status, B, S, LMAX, MCAP, eps, pid, H, NH, NKV, HD, K, BM, BN, BK, IEEE, STAGES, NPROG)
         bt += NPROG
         _grid_sync(bar, bt, NPROG, prof, PROFILE)
         _att_phase(s, qbuf, kc, vc, anc, nnew, kvlen, att_o, att_ml, B, S, LMAX, sm_scale, pid, prof, NH, NKV, HD, K,
