@@ -4,6 +4,7 @@
 #   bash bench/gpu_check.sh [sections...]
 #   sections: env tests fusedtest kernels engine acceptance fused        (default: all, in that order)
 #             profile drafters  (not in the default: fused drafter phase breakdown + tunings; drafter parity)
+# FUSED_ARGS=" " runs the full fused-drafter sweep instead of --quick; TUNINGS, FUSED_K, DRAFTERS pick variants.
 #
 # `engine` and `acceptance` need the SmolLM2 GGUF: on the lent device it travels in two parts, joined by
 # `bash scripts/train_smollm2.sh fetch-part join` (see that script); EAGLE_TRITON_SMOLLM2 points the engine at it.

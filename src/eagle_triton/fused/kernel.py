@@ -10,16 +10,16 @@ Each phase spreads its work units over all programs (unit ``u`` runs on program 
 ============  ===========================================================  ==================================
 phase         work unit                                                    rows
 ============  ===========================================================  ==================================
-FC (root)     16 output features of ``fc`` (3Ht -> H)                      all ``B*S`` new rows
-QKV           16 output features of q/k/v; RMSNorms of the 2H input and    root: ``B*S`` rows, tree: ``B*K``
+FC (root)     BN output features of ``fc`` (3Ht -> H)                      all ``B*S`` new rows
+QKV           BN output features of q/k/v; RMSNorms of the 2H input and    root: ``B*S`` rows, tree: ``B*K``
               RoPE inline; K/V written to the draft KV, q to scratch
 ATT           (sequence, kv head, KV split): all query heads of the group  root: the last row; tree: ``K``
               over packed prefix + tree keys, ancestor mask implicit       frontier nodes
 COMB          (row, head): merges the KV splits (flash-decoding)
-O             16 features of ``o_proj`` + residual
-GU            16 features of gate and up, post-attention RMSNorm inline,
+O             BN features of ``o_proj`` + residual
+GU            BN features of gate and up, post-attention RMSNorm inline,
               ``silu(g) * u``
-DOWN          16 features of ``down_proj`` + residual: the step output
+DOWN          BN features of ``down_proj`` + residual: the step output
 LM            ``BNV``-wide vocabulary tiles of ``lm_head`` (final
               RMSNorm inline); each program keeps a streaming top-k
               and logsumexp per row
