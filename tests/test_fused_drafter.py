@@ -394,3 +394,26 @@ def test_grids_that_cannot_be_resident_are_refused(monkeypatch):
     kernel.n_regs = 255
     with pytest.raises(ValueError, match="registers"):
         host._check_resident(kernel, 264, 8, "cuda")
+
+
+def test_gpu_tile_widths_match_reference_under_the_interpreter():
+    """The GPU's tile shapes (wider weight tiles, wider vocabulary tiles with a partial last tile, a larger K
+    chunk) at a tiny fp32 shape: same trees and draft KV as the reference, batch of 2 with padded rows."""
+    head = make_head(True, hidden_size=64, num_attention_heads=2, num_key_value_heads=1, intermediate_size=96,
+                     draft_vocab_size=200)
+    tc = TreeConfig(14, 2, 4)
+    cfg = DrafterConfig.from_head(head, tc, max_batch=2, max_len=64, max_new_rows=8, block_n=32, block_vocab=64,
+                                  block_k=64)
+    assert cfg.launch_params("cpu", 2, 8)["BN"] == 32 and cfg.launch_params("cpu", 2, 8)["BNV"] == 64
+    w = Weights.from_head(head, cfg.max_len + tc.depth + 1)
+    bufs, bufs_ref = Buffers.allocate(cfg, "cpu"), Buffers.allocate(cfg, "cpu")
+    V = head.config.vocab_size
+    for num_new in ([8, 3], [1, 6]):
+        X = DraftInputs(torch.randn(2, 8, head.feature_width), torch.randint(0, V, (2, 8)),
+                        torch.tensor(num_new, dtype=torch.int32))
+        out, ref = launch_drafter(cfg, X, w, bufs), launch_drafter_ref(cfg, X, w, bufs_ref)
+        for a, b in zip(out, ref):
+            assert torch.equal(a, b)
+        for b in range(2):
+            n = int(bufs.kv_len[b])
+            torch.testing.assert_close(bufs.k_cache[b, :n], bufs_ref.k_cache[b, :n], atol=1e-5, rtol=1e-5)

@@ -93,7 +93,7 @@ class DrafterConfig:
     nprog: int | None = None
     nsplit: int | None = None
     block_n: int | None = None
-    block_vocab: int = 64
+    block_vocab: int | None = None
     block_k: int | None = None
     block_kv: int | None = None
     stages: int = 4
@@ -108,7 +108,8 @@ class DrafterConfig:
             raise ValueError(f"head_dim {self.head_dim} must be a power of two >= 16 for the fused kernel")
         if self.block_n is not None and (self.head_dim % self.block_n or self.block_n % 2 or self.block_n < 16):
             raise ValueError(f"block_n {self.block_n} must be even, >= 16 and divide head_dim {self.head_dim}")
-        if self.block_vocab & (self.block_vocab - 1) or self.block_vocab < max(16, self.kp):
+        if self.block_vocab is not None and (self.block_vocab & (self.block_vocab - 1)
+                                             or self.block_vocab < max(16, self.kp)):
             raise ValueError(f"block_vocab {self.block_vocab} must be a power of two >= 16 and >= the padded "
                              f"top_k {self.kp}")
         if self.max_len < self.max_new_rows + self.depth * self.top_k:
@@ -168,7 +169,7 @@ class DrafterConfig:
         # one row tile holds every tree row of a step where it can (each extra tile re-streams the weights); the
         # tile does not depend on the new rows of the root step, so prompts of any length share one compiled kernel
         bm = 16 if interp else min(128, max(16, _pow2(mq)))
-        bnv = max(16, self.kp) if interp else self.block_vocab
+        bnv = self.block_vocab or (max(16, self.kp) if interp else max(64, self.kp))
         # 64-wide weight tiles: 16 rows of weights per tile cap one SM near 1.6 TB/s of the whole GPU, 32-64 reach
         # 2.0-2.6 (bench/results/probe_stream_gemv_h100.json), and 64 also halves the re-reads of the activation
         # tile at larger batches; RoPE pairs features within a head, so bn | head_dim. 8 warps once the row tile
