@@ -26,6 +26,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "src"))
 from eagle_triton import DraftHeadConfig, Eagle3DraftHead, TreeConfig, TreeDrafter  # noqa: E402
 from eagle_triton.fused import Buffers, DraftInputs, DrafterConfig, MultiKernelDrafter, Weights  # noqa: E402
 from eagle_triton.fused import launch_drafter, profile_phases  # noqa: E402
+from eagle_triton.testing import random_eagle3_head_on  # noqa: E402
 
 SHAPES = {
     "llama31-8b": dict(hidden_size=4096, intermediate_size=14336, num_attention_heads=32, num_key_value_heads=8,
@@ -37,22 +38,7 @@ SHAPES = {
 
 def make_head(shape: str, peaked: bool, dtype=torch.bfloat16, seed=0) -> Eagle3DraftHead:
     cfg = DraftHeadConfig(rms_norm_eps=1e-5, architectures=["LlamaForCausalLMEagle3"], **SHAPES[shape])
-    torch.manual_seed(seed)
-    with torch.device("cuda"):
-        head = Eagle3DraftHead(cfg)
-    with torch.no_grad():
-        for name, p in head.named_parameters():
-            if name.endswith("norm.weight") or "layernorm" in name:
-                p.copy_(1.0 + 0.1 * torch.randn_like(p))
-            else:
-                p.normal_(0.0, 0.02)
-        head.embed_tokens.weight.normal_()
-        if peaked:  # sharper next-token distributions: deep trees
-            head.lm_head.weight.mul_(12.0)
-        V, Vd = cfg.vocab_size, cfg.effective_draft_vocab
-        used = torch.randperm(V, device="cuda")[:Vd].sort().values
-        head.d2t.copy_(used - torch.arange(Vd, device="cuda"))
-    return head.to(dtype).eval()
+    return random_eagle3_head_on("cuda", cfg, peaked=peaked, dtype=dtype, seed=seed)
 
 
 def weight_bytes_per_step(c: DrafterConfig) -> int:

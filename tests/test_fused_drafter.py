@@ -23,7 +23,12 @@ from eagle_triton.fused import (
     launch_drafter,
     launch_drafter_ref,
 )
-from eagle_triton.testing import llama31_8b_eagle3_config, random_eagle1_head, random_eagle3_head
+from eagle_triton.testing import (
+    llama31_8b_eagle3_config,
+    random_eagle1_head,
+    random_eagle3_head,
+    random_eagle3_head_on,
+)
 
 CUDA = torch.cuda.is_available()
 
@@ -306,23 +311,7 @@ def test_gpu_cuda_graph_capture_replays_the_same_trees():
 
 def llama8b_head(peaked: bool, dtype=torch.bfloat16, seed=0):
     """A random head at the Llama-3.1-8B EAGLE-3 shape, built on the GPU (peaked: lm_head x 12, deep trees)."""
-    from eagle_triton import Eagle3DraftHead
-
-    torch.manual_seed(seed)
-    with torch.device("cuda"):
-        head = Eagle3DraftHead(llama31_8b_eagle3_config())
-    with torch.no_grad():
-        for name, p in head.named_parameters():
-            if name.endswith("norm.weight") or "layernorm" in name:
-                p.copy_(1.0 + 0.1 * torch.randn_like(p))
-            else:
-                p.normal_(0.0, 0.02)
-        head.embed_tokens.weight.normal_()
-        if peaked:
-            head.lm_head.weight.mul_(12.0)
-        used = torch.randperm(128256, device="cuda")[:32000].sort().values
-        head.d2t.copy_(used - torch.arange(32000, device="cuda"))
-    return head.to(dtype).eval()
+    return random_eagle3_head_on("cuda", llama31_8b_eagle3_config(), peaked=peaked, dtype=dtype, seed=seed)
 
 
 def match_rate_8b(n_inputs: int, peaked: bool, dtype=torch.bfloat16, ulps: float = 4.0, prompt=96):

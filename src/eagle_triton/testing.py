@@ -6,7 +6,7 @@ import torch
 
 from .heads import DraftHeadConfig, Eagle1DraftHead, Eagle3DraftHead
 
-__all__ = ["random_eagle3_head", "random_eagle1_head", "llama31_8b_eagle3_config"]
+__all__ = ["random_eagle3_head", "random_eagle3_head_on", "random_eagle1_head", "llama31_8b_eagle3_config"]
 
 
 def llama31_8b_eagle3_config() -> DraftHeadConfig:
@@ -58,6 +58,30 @@ def random_eagle3_head(
             head.d2t.copy_(used - torch.arange(used.numel()))
             head.t2d.zero_()
             head.t2d[used] = True
+    return head.to(dtype).eval()
+
+
+def random_eagle3_head_on(device, config: DraftHeadConfig, peaked: bool = False, dtype: torch.dtype = torch.bfloat16,
+                          seed: int = 0) -> Eagle3DraftHead:
+    """A large random EAGLE-3 head drawn directly on ``device`` (an 8B-shape head in seconds): weights N(0, 0.02),
+    norms near 1, unit-variance embedding, a random sorted draft vocabulary; ``peaked`` scales ``lm_head`` by 12
+    (sharp next-token distributions, deep trees). Benchmarks and GPU tests."""
+    torch.manual_seed(seed)
+    with torch.device(device):
+        head = Eagle3DraftHead(config)
+    with torch.no_grad():
+        for name, p in head.named_parameters():
+            if name.endswith("norm.weight") or "layernorm" in name:
+                p.copy_(1.0 + 0.1 * torch.randn_like(p))
+            else:
+                p.normal_(0.0, 0.02)
+        head.embed_tokens.weight.normal_()
+        if peaked:
+            head.lm_head.weight.mul_(12.0)
+        if head.has_vocab_map:
+            V, Vd = config.vocab_size, config.effective_draft_vocab
+            used = torch.randperm(V, device=device)[:Vd].sort().values
+            head.d2t.copy_(used - torch.arange(Vd, device=device))
     return head.to(dtype).eval()
 
 
