@@ -235,6 +235,28 @@ def _chunk_gu(x_row, row_ok, rstd, g_ptr, wg_row, wu_row, w_ok, k0, ag, au, KDIM
     return ag, au
 
 
+@triton.jit
+def _linear_tiles(x_rows, row_ok, w, out_rows, res_rows, pid, KDIM: tl.constexpr, N: tl.constexpr,
+                  HAS_RES: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, IEEE: tl.constexpr,
+                  STAGES: tl.constexpr, NPROG: tl.constexpr):
+    """This program's ``BN``-wide output tiles of one row tile: ``out = x @ w.T``, or with ``HAS_RES`` the
+    reference's residual add ``rnd(res + rnd(x @ w.T))`` (row pointers ``[BM, 1]``, ``w`` is ``[N, KDIM]``)."""
+    DT: tl.constexpr = out_rows.dtype.element_ty
+    BM: tl.constexpr = row_ok.shape[0]
+    offn = tl.arange(0, BN)
+    for t in range(pid, (N + BN - 1) // BN, NPROG):
+        cols = t * BN + offn
+        cok = cols < N
+        m = row_ok & cok[None, :]
+        acc = tl.zeros([BM, BN], dtype=tl.float32)
+        acc = _mm_plain(acc, x_rows, row_ok, w + cols.to(tl.int64)[:, None] * KDIM, cok[:, None], KDIM, BK, IEEE,
+                        STAGES)
+        if HAS_RES:
+            res = tl.load(res_rows + cols[None, :], mask=m, other=0.0, cache_modifier=".cg").to(tl.float32)
+            acc = _rnd(res + _rnd(acc, DT), DT)
+        tl.store(out_rows + cols[None, :], acc.to(DT), mask=m)
+
+
 # ---------------------------------------------------------------------------------------------------------- phases
 # One noinline function per phase: each is compiled as its own function, which keeps Triton's per-function passes
 # (layout coalescing in particular, quadratic in function size) fast; a call costs nothing next to a phase.
@@ -245,21 +267,13 @@ def _chunk_gu(x_row, row_ok, rstd, g_ptr, wg_row, wu_row, w_ok, k0, ag, au, KDIM
 def _fc_phase(X, fc_w, hbuf, B, S, pid, H: tl.constexpr, W: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr,
               BK: tl.constexpr, IEEE: tl.constexpr, STAGES: tl.constexpr, NPROG: tl.constexpr):
     """Root step: ``h = fc(features)`` for all ``B*S`` new rows into hbuf[0]."""
-    DT: tl.constexpr = hbuf.dtype.element_ty
     offm = tl.arange(0, BM)
-    offn = tl.arange(0, BN)
     MR0 = B * S
-    n_fc = (H + BN - 1) // BN
     for mc in range(0, (MR0 + BM - 1) // BM):
-        r = mc * BM + offm
+        r = (mc * BM + offm).to(tl.int64)
         rok = r < MR0
-        for t in range(pid, n_fc, NPROG):
-            cols = t * BN + offn
-            cok = cols < H
-            acc = tl.zeros([BM, BN], dtype=tl.float32)
-            acc = _mm_plain(acc, X + r.to(tl.int64)[:, None] * W, rok[:, None], fc_w + cols.to(tl.int64)[:, None] * W,
-                            cok[:, None], W, BK, IEEE, STAGES)
-            tl.store(hbuf + r.to(tl.int64)[:, None] * H + cols[None, :], acc.to(DT), mask=rok[:, None] & cok[None, :])
+        _linear_tiles(X + r[:, None] * W, rok[:, None], fc_w, hbuf + r[:, None] * H, hbuf, pid, W, H, False, BN, BK,
+                      IEEE, STAGES, NPROG)
 
 
 @triton.jit(noinline=True)
@@ -451,28 +465,17 @@ def _o_phase(s, attn, wo, hbuf, src, nnew, h1, B, S, MCAP, pid, H: tl.constexpr,
              K: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, IEEE: tl.constexpr,
              STAGES: tl.constexpr, NPROG: tl.constexpr):
     """``h1 = hidden + o_proj(attn)`` for the rows that continue (the root's last row, or the frontier)."""
-    DT: tl.constexpr = hbuf.dtype.element_ty
     is_root = s == 0
     in_off = (s % 2) * MCAP * H
     MQ = tl.where(is_root, B, B * K)
     offm = tl.arange(0, BM)
-    offn = tl.arange(0, BN)
-    n_ht = (H + BN - 1) // BN
     for mc in range(0, (MQ + BM - 1) // BM):
         r = mc * BM + offm
         rok = r < MQ
         nb = tl.load(nnew + r, mask=rok & is_root, other=1)
         hrow = tl.where(is_root, r * S + nb - 1, tl.load(src + r, mask=rok & (s > 0), other=0, cache_modifier=".cg"))
-        for t in range(pid, n_ht, NPROG):
-            cols = t * BN + offn
-            cok = cols < H
-            acc = tl.zeros([BM, BN], dtype=tl.float32)
-            acc = _mm_plain(acc, attn + r.to(tl.int64)[:, None] * QW, rok[:, None],
-                            wo + cols.to(tl.int64)[:, None] * QW, cok[:, None], QW, BK, IEEE, STAGES)
-            res = tl.load(hbuf + in_off + hrow.to(tl.int64)[:, None] * H + cols[None, :],
-                          mask=rok[:, None] & cok[None, :], other=0.0, cache_modifier=".cg").to(tl.float32)
-            y = _rnd(res + _rnd(acc, DT), DT)
-            tl.store(h1 + r.to(tl.int64)[:, None] * H + cols[None, :], y.to(DT), mask=rok[:, None] & cok[None, :])
+        _linear_tiles(attn + r.to(tl.int64)[:, None] * QW, rok[:, None], wo, h1 + r.to(tl.int64)[:, None] * H,
+                      hbuf + in_off + hrow.to(tl.int64)[:, None] * H, pid, QW, H, True, BN, BK, IEEE, STAGES, NPROG)
 
 
 @triton.jit(noinline=True)
@@ -510,26 +513,14 @@ def _down_phase(s, act, wd, h1, hbuf, B, MCAP, pid, H: tl.constexpr, INTER: tl.c
                 BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, IEEE: tl.constexpr, STAGES: tl.constexpr,
                 NPROG: tl.constexpr):
     """The step output ``h1 + down(act)`` into hbuf[(s + 1) % 2]."""
-    DT: tl.constexpr = hbuf.dtype.element_ty
     MQ = tl.where(s == 0, B, B * K)
     out_off = ((s + 1) % 2) * MCAP * H
     offm = tl.arange(0, BM)
-    offn = tl.arange(0, BN)
-    n_ht = (H + BN - 1) // BN
     for mc in range(0, (MQ + BM - 1) // BM):
-        r = mc * BM + offm
+        r = (mc * BM + offm).to(tl.int64)
         rok = r < MQ
-        for t in range(pid, n_ht, NPROG):
-            cols = t * BN + offn
-            cok = cols < H
-            acc = tl.zeros([BM, BN], dtype=tl.float32)
-            acc = _mm_plain(acc, act + r.to(tl.int64)[:, None] * INTER, rok[:, None],
-                            wd + cols.to(tl.int64)[:, None] * INTER, cok[:, None], INTER, BK, IEEE, STAGES)
-            res = tl.load(h1 + r.to(tl.int64)[:, None] * H + cols[None, :], mask=rok[:, None] & cok[None, :],
-                          other=0.0, cache_modifier=".cg").to(tl.float32)
-            y = _rnd(res + _rnd(acc, DT), DT)
-            tl.store(hbuf + out_off + r.to(tl.int64)[:, None] * H + cols[None, :], y.to(DT),
-                     mask=rok[:, None] & cok[None, :])
+        _linear_tiles(act + r[:, None] * INTER, rok[:, None], wd, hbuf + out_off + r[:, None] * H, h1 + r[:, None] * H,
+                      pid, INTER, H, True, BN, BK, IEEE, STAGES, NPROG)
 
 
 @triton.jit(noinline=True)
