@@ -6,7 +6,6 @@
 import copy
 import types
 
-import torch
 from torch import nn
 
 from eagle_triton import TreeConfig

@@ -6,8 +6,6 @@ shapes; the GPU tests run it with one program per SM and at the Llama-3.1-8B sha
 """
 
 import math
-import os
-import warnings
 
 import numpy as np
 import pytest
@@ -216,7 +214,6 @@ def reference_margins(head, tc, feats, ids):
     counts (the selection is re-sorted by index). A tree is *separated at n ulps* when every gap exceeds n ulps:
     then no reordering within n roundings of any score can change it.
     """
-    from eagle_triton.drafter.reference import TorchDraftBackend
     import torch.nn.functional as F
 
     K, D, T = tc.top_k, tc.depth, tc.num_draft_nodes
@@ -227,7 +224,6 @@ def reference_margins(head, tc, feats, ids):
         ulp = eps * torch.maximum(v[..., :-1].abs(), v[..., 1:].abs()).clamp_min(1e-30)
         return ((v[..., :-1] - v[..., 1:]) / ulp).min().item()
 
-    be = TorchDraftBackend(head, tc)
     out, kv = head(feats, ids[:, 1:])
     last = out[:, -1]
     lp = F.log_softmax(head.compute_logits(last), -1)

@@ -16,8 +16,8 @@ import torch
 import torch.nn.functional as F
 
 from ..config import TreeConfig
-from ..drafter.reference import TorchDraftBackend, check_draft_inputs
-from ..drafter.tree import DraftTree, lexicographic_row_order, rank_topk, select_tree_nodes
+from ..drafter.reference import check_draft_inputs
+from ..drafter.tree import DraftTree, rank_topk, select_tree_nodes
 from ..heads.base import DraftHead
 from .host import DrafterConfig, Weights
 

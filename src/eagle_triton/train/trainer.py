@@ -16,7 +16,6 @@ short re-warm-up of the learning rate (``rewarmup_steps``).
 from __future__ import annotations
 
 import json
-import math
 import os
 import random
 import time
