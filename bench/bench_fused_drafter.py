@@ -153,18 +153,27 @@ def bench_case(head, tc, batch, S, prefix, do_ref, do_graph, rep_ms=300, tuning=
     return res
 
 
-def parse_tuning(t: str) -> tuple[dict, int]:
-    """``block_k:num_warps:stages:programs_per_sm[:block_n[:batch]]`` -> (DrafterConfig options, batch);
-    block_k or block_n 0 = the default; "" = every default at batch 1."""
+def parse_tuning(t: str) -> tuple[dict, int, str]:
+    """``block_k:num_warps:stages:programs_per_sm[:block_n[:batch]][+key=value...]`` -> (DrafterConfig options,
+    batch, scenario); block_k or block_n 0 = the default; keys are DrafterConfig fields (integers)
+    or ``scenario`` (decode/prefill); "" = every default, batch 1, decode."""
     if not t:
-        return {}, 1
-    f = [int(x) for x in t.split(":")]
+        return {}, 1, "decode"
+    head, *extra = t.split("+")
+    f = [int(x) for x in head.split(":")]
     bk, nw, st, pps = f[:4]
     sms = torch.cuda.get_device_properties(0).multi_processor_count
     out = dict(block_k=bk or None, num_warps=nw, stages=st, nprog=sms * pps)
     if len(f) > 4 and f[4]:
         out["block_n"] = f[4]
-    return out, (f[5] if len(f) > 5 else 1)
+    scenario = "decode"
+    for kv in extra:
+        k, _, v = kv.partition("=")
+        if k == "scenario":
+            scenario = v
+        else:
+            out[k] = int(v)
+    return out, (f[5] if len(f) > 5 else 1), scenario
 
 
 def warm_variant(spec: str) -> None:
@@ -174,7 +183,7 @@ def warm_variant(spec: str) -> None:
     shape, total, depth, k, batch = spec.split(":")
     head = make_head(shape, False)
     tc = TreeConfig(int(total), int(depth), int(k))
-    opts, tb = parse_tuning(tun)
+    opts, tb, _ = parse_tuning(tun)
     bench_case(head, tc, max(int(batch), tb), 4, 8, False, False, rep_ms=1, tuning=opts, profile=bool(prof))
 
 
@@ -245,14 +254,15 @@ def main(argv=None) -> int:
         head = make_head("llama31-8b", False)
         for t in ([""] if args.profile else []) + tunings:
             try:
-                opts, tb = parse_tuning(t)
-                r = bench_case(head, TreeConfig(60, 7, 10), tb, 4, 512, False, tb > 1, tuning=opts,
-                               profile=args.profile)
+                opts, tb, scen = parse_tuning(t)
+                S, prefix = (4, 512) if scen == "decode" else (512, 0)
+                r = bench_case(head, TreeConfig(60, 7, 10), tb, S, prefix, False, tb > 1 or scen != "decode",
+                               tuning=opts, profile=args.profile)
             except ValueError as exc:  # e.g. a grid that cannot be resident
                 print(f"tuning {t}: {exc}", flush=True)
                 rows.append(dict(tuning=t, error=str(exc)))
                 continue
-            r.update(shape="llama31-8b", peaked=False, tree="60/7/10", scenario="decode", batch=tb,
+            r.update(shape="llama31-8b", peaked=False, tree="60/7/10", scenario=scen, batch=tb,
                      tuning=t,
                      floor_ms=r["bytes"] / bw * 1e3, fused_TBps=r["bytes"] / (r["fused_ms"] * 1e-3) / 1e12)
             print(f"tuning {t}: fused {r['fused_ms']:.3f} ({r['fused_ms_again']:.3f}) ms, graph "

@@ -93,6 +93,7 @@ class DrafterConfig:
     nprog: int | None = None
     nsplit: int | None = None
     block_n: int | None = None
+    block_n_mlp: int | None = None
     block_vocab: int | None = None
     block_k: int | None = None
     block_kv: int | None = None
@@ -104,10 +105,14 @@ class DrafterConfig:
         if self.num_heads * self.head_dim <= 0 or self.num_heads % self.num_kv_heads:
             raise ValueError(f"num_heads {self.num_heads} must be a positive multiple of num_kv_heads "
                              f"{self.num_kv_heads}")
+        if self.hidden_size % 16:
+            raise ValueError(f"hidden_size {self.hidden_size} must be a multiple of 16 for the fused kernel")
         if self.head_dim & (self.head_dim - 1) or self.head_dim < 16:
             raise ValueError(f"head_dim {self.head_dim} must be a power of two >= 16 for the fused kernel")
         if self.block_n is not None and (self.head_dim % self.block_n or self.block_n % 2 or self.block_n < 16):
             raise ValueError(f"block_n {self.block_n} must be even, >= 16 and divide head_dim {self.head_dim}")
+        if self.block_n_mlp is not None and (self.block_n_mlp & (self.block_n_mlp - 1) or self.block_n_mlp < 16):
+            raise ValueError(f"block_n_mlp {self.block_n_mlp} must be a power of two >= 16")
         if self.block_vocab is not None and (self.block_vocab & (self.block_vocab - 1)
                                              or self.block_vocab < max(16, self.kp)):
             raise ValueError(f"block_vocab {self.block_vocab} must be a power of two >= 16 and >= the padded "
@@ -170,27 +175,46 @@ class DrafterConfig:
         # tile does not depend on the new rows of the root step, so prompts of any length share one compiled kernel
         bm = 16 if interp else min(128, max(16, _pow2(mq)))
         bnv = self.block_vocab or (max(16, self.kp) if interp else max(64, self.kp))
-        # 64-wide weight tiles: 16 rows of weights per tile cap one SM near 1.6 TB/s of the whole GPU, 32-64 reach
-        # 2.0-2.6 (bench/results/probe_stream_gemv_h100.json), and 64 also halves the re-reads of the activation
-        # tile at larger batches; RoPE pairs features within a head, so bn | head_dim. 8 warps once the row tile
-        # has 64+ rows (gpu_2026-11-22b/fused_tunings_batch.json: batch 4 9.7 -> 5.6 ms, batch 16 29.2 -> 15.2 ms)
+        # Weight tiles of 64 rows (bench/results/probe_stream_gemv_h100.json: 16-row tiles cap one SM near 1.6 TB/s
+        # of the whole GPU, 32-64 rows reach 2.0-2.6); RoPE pairs features within a head, so bn | head_dim. 32-row
+        # tiles for fc/o/down (128 tiles on 132 SMs instead of 64) measured no faster: those phases are bound by
+        # the whole GPU's bandwidth, not by the idle SMs. 8 warps: batch 1 3.41 -> 3.01 ms over 4 warps
+        # (gpu_2026-11-22d, profile runs).
         bn = self.block_n or (16 if interp else min(64, self.head_dim))
-        warps = self.num_warps or (8 if bm >= 64 and not interp else 4)
-        bk = min(self.block_k or (32 if interp else 256), _pow2(H))
-        if not self.block_k and not interp:  # the pipelined K loops' tiles must fit in shared memory
-            elem = self.dtype.itemsize
-            while bk > 32 and self.stages * elem * bk * (max(bm + 2 * bn, bm + bnv) + 1) > _SMEM_BUDGET:
-                bk //= 2
+        bng = self.block_n_mlp or (16 if interp else 64)
+        warps = self.num_warps or (4 if interp else 8)
+        elem = self.dtype.itemsize
+
+        def fit(bk: int, width: int) -> int:  # the pipelined K loop's tiles must fit in shared memory
+            if not interp:
+                while bk > 32 and self.stages * elem * bk * (bm + width + 1) > _SMEM_BUDGET:
+                    bk //= 2
+            return bk
+
+        bk = self.block_k or fit(32 if interp else 256, max(2 * bng, bnv))
+        bkl = self.block_k or fit(32 if interp else 256, bn)
+        bk, bkl = min(bk, _pow2(H)), min(bkl, _pow2(H))
+        bkq = bkl  # q/k/v chunks split the 2H input at H
+        while H % bkq:
+            bkq //= 2
+        # stream-K q/k/v: the most programs that share one tile (sizes the partial-sum buffer)
+        n_qkv = -(-self.num_heads * self.head_dim // bn) + 2 * -(-self.num_kv_heads * self.head_dim // bn)
+        nc = 2 * H // bkq
+        tot = n_qkv * nc
+        owner = lambda g: ((g + 1) * nprog - 1) // tot  # noqa: E731
+        nseg = max(owner(t * nc + nc - 1) - owner(t * nc) + 1 for t in range(n_qkv))
         nsplit = self.nsplit or (2 if interp else max(1, min(32, _pow2(max(1, nprog // (batch * self.num_kv_heads))) )))
         nsplit = _pow2(nsplit)
         npp = _pow2(nprog)
+        nth = -(-H // bn)
         return dict(
             H=H, W=self.feature_width, NH=self.num_heads, NKV=self.num_kv_heads, HD=self.head_dim,
             INTER=self.intermediate_size, VD=self.draft_vocab, HAS_D2T=self.has_d2t,
             K=K, KP=self.kp, D=self.depth, T=self.total_tokens - 1, TP=_pow2(self.total_tokens),
             NCP=_pow2(self.num_candidates), CP=_pow2(self.depth + 2),
             NPROG=nprog, NPP=npp, NSPLIT=nsplit,
-            BM=bm, BN=bn, BNV=bnv, BK=bk, num_warps=warps, BKV=bkv, BQ=max(16, _pow2(K * gq)),
+            BM=bm, BN=bn, BNG=bng, BNV=bnv, BKL=bkl, BK=bk, num_warps=warps, BKV=bkv, BQ=max(16, _pow2(K * gq)),
+            NTH=nth, NTHP=_pow2(nth), BKQ=bkq, NSEG=nseg,
             IEEE=self.dtype == torch.float32, STAGES=1 if interp else self.stages,
         )
 
@@ -201,7 +225,9 @@ class Weights:
     """The head's tensors in the layout the kernel reads (all contiguous, on one device).
 
     ``cos``/``sin`` are the head's fp32 RoPE tables ``[P, head_dim]`` (the kernel rounds them to the model dtype
-    as the reference does). ``head`` keeps the module for the reference path.
+    as the reference does). ``embed_rstd`` is fp32 ``[vocab]``: the input RMSNorm's ``rsqrt(mean(x**2) + eps)``
+    of every embedding row, computed once here (the kernel then reads one number per row instead of the row).
+    ``head`` keeps the module for the reference path.
     """
 
     fc: torch.Tensor
@@ -221,6 +247,7 @@ class Weights:
     d2t: torch.Tensor
     cos: torch.Tensor
     sin: torch.Tensor
+    embed_rstd: torch.Tensor
     head: DraftHead | None = None
 
     @classmethod
@@ -232,6 +259,9 @@ class Weights:
         rot.ensure_length(max_positions)
         c = lambda t: t.detach().contiguous()  # noqa: E731
         d2t = head.d2t if head.has_vocab_map else torch.zeros(1, dtype=torch.long, device=head.device)
+        emb = head.embed_tokens.weight.detach()
+        emb_rstd = torch.cat([torch.rsqrt(e.float().pow(2).mean(-1) + m.input_layernorm.eps)
+                              for e in emb.split(16384)])  # in slices: no fp32 copy of the whole table
         return cls(
             fc=c(head.fc.weight), embed=c(head.embed_tokens.weight), input_norm=c(m.input_layernorm.weight),
             hidden_norm=c(m.hidden_norm.weight), wq=c(m.self_attn.q_proj.weight), wk=c(m.self_attn.k_proj.weight),
@@ -239,7 +269,8 @@ class Weights:
             post_norm=c(m.post_attention_layernorm.weight), w_gate=c(m.mlp.gate_proj.weight),
             w_up=c(m.mlp.up_proj.weight), w_down=c(m.mlp.down_proj.weight), final_norm=c(head.norm.weight),
             lm_head=c(head.lm_head.weight), d2t=c(d2t.long()),
-            cos=c(rot.cos_cached[:max_positions].float()), sin=c(rot.sin_cached[:max_positions].float()), head=head,
+            cos=c(rot.cos_cached[:max_positions].float()), sin=c(rot.sin_cached[:max_positions].float()),
+            embed_rstd=emb_rstd.contiguous(), head=head,
         )
 
     def tensors(self):
@@ -260,6 +291,10 @@ class Weights:
                 raise TypeError(f"weights.{name} has dtype {t.dtype}, the drafter config says {cfg.dtype}")
             if t.device != dev or not t.is_contiguous():
                 raise ValueError(f"weights.{name} must be contiguous on {dev}")
+        if (tuple(self.embed_rstd.shape) != (cfg.vocab_size,) or self.embed_rstd.dtype != torch.float32
+                or self.embed_rstd.device != dev):
+            raise ValueError(f"weights.embed_rstd must be float32 [{cfg.vocab_size}] on {dev}, got "
+                             f"{self.embed_rstd.dtype} {list(self.embed_rstd.shape)} on {self.embed_rstd.device}")
         if cfg.has_d2t and tuple(self.d2t.shape) != (V,):
             raise ValueError(f"weights.d2t has shape {list(self.d2t.shape)}, expected [{V}]")
         if self.cos.shape[0] < cfg.max_len + cfg.depth + 1 or self.cos.shape[1] != cfg.head_dim:
@@ -309,16 +344,20 @@ class Buffers:
         p = cfg.launch_params(dev, B, S)
         dt = cfg.dtype
         H, K, D, T = cfg.hidden_size, cfg.top_k, cfg.depth, cfg.total_tokens - 1
-        KP, NCP, TP, NPP, NSPLIT = p["KP"], p["NCP"], p["TP"], p["NPP"], p["NSPLIT"]
-        QW = cfg.num_heads * cfg.head_dim
+        KP, NCP, TP, NPP, NSPLIT, NTH = p["KP"], p["NCP"], p["TP"], p["NPP"], p["NSPLIT"], p["NTH"]
+        QW, KVW = cfg.num_heads * cfg.head_dim, cfg.num_kv_heads * cfg.head_dim
+        n_qkv_tiles = -(-QW // p["BN"]) + 2 * -(-KVW // p["BN"])
         mcap = max(B * S, B * K)
         mq = B * K
         e = lambda *s, dtype=dt: torch.empty(*s, dtype=dtype, device=dev)  # noqa: E731
         z = lambda *s, dtype=torch.int32: torch.zeros(*s, dtype=dtype, device=dev)  # noqa: E731
         scratch = dict(
-            hbuf=e(2, mcap, H), qbuf=e(mcap, QW), att_o=e(mq * cfg.num_heads * NSPLIT, cfg.head_dim,
+            hbuf=e(2, mcap, H), hss=e(2, mcap, NTH, dtype=torch.float32), qbuf=e(mcap, QW),
+            part=e(n_qkv_tiles * p["NSEG"], p["BM"], p["BN"], dtype=torch.float32), flag=z(n_qkv_tiles * p["NSEG"]),
+            att_o=e(mq * cfg.num_heads * NSPLIT, cfg.head_dim,
                                                           dtype=torch.float32),
             att_ml=e(mq * cfg.num_heads * NSPLIT * 2, dtype=torch.float32), attn=e(mq, QW), h1=e(mq, H),
+            h1ss=e(mq, NTH, dtype=torch.float32),
             act=e(mq, cfg.intermediate_size), lm_key=e(mq * NPP * KP, dtype=torch.int64),
             lm_ms=e(mq * NPP * 2, dtype=torch.float32), ch_lp=e(mq, KP, dtype=torch.float32),
             ch_id=z(mq, KP), tok_in=z(mq, dtype=torch.int64), src=z(mq), sc=z(B, KP, dtype=torch.float32),
@@ -342,6 +381,7 @@ class Buffers:
         self.kv_len.zero_()
         self.barrier.zero_()
         self.status.zero_()
+        self.scratch["flag"].zero_()
 
 
 # ------------------------------------------------------------------------------------------------ I/O types
@@ -477,11 +517,12 @@ def launch_drafter(cfg: DrafterConfig, X, weights: Weights, bufs: Buffers, fallb
     w = weights
     mcap = sc["hbuf"].shape[1]
     args = (
-        w.fc, w.embed, w.input_norm, w.hidden_norm, w.wq, w.wk, w.wv, w.wo, w.post_norm, w.w_gate, w.w_up,
+        w.fc, w.embed, w.embed_rstd, w.input_norm, w.hidden_norm, w.wq, w.wk, w.wv, w.wo, w.post_norm, w.w_gate, w.w_up,
         w.w_down, w.final_norm, w.lm_head, w.d2t, w.cos, w.sin,
         X.features, X.input_ids, num_new,
         bufs.k_cache, bufs.v_cache, bufs.kv_len,
-        sc["hbuf"], sc["qbuf"], sc["att_o"], sc["att_ml"], sc["attn"], sc["h1"], sc["act"], sc["lm_key"],
+        sc["hbuf"], sc["hss"], sc["qbuf"], sc["part"], sc["flag"], sc["att_o"], sc["att_ml"], sc["attn"], sc["h1"],
+        sc["h1ss"], sc["act"], sc["lm_key"],
         sc["lm_ms"], sc["ch_lp"], sc["ch_id"], sc["tok_in"], sc["src"], sc["sc"], sc["fr"], sc["anc"],
         sc["cand_sc"], sc["cand_tok"], sc["par_list"], sc["node_of"], sc["selg"], sc["pnode"], sc["posb"],
         bufs.draft_tokens, bufs.retrieve, bufs.tree_mask, bufs.positions, bufs.parents, bufs.num_leaves,

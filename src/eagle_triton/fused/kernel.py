@@ -167,17 +167,13 @@ def _dot(x, w, acc, IEEE: tl.constexpr):
 
 
 @triton.jit
-def _rstd(row_ptr, row_ok, KDIM: tl.constexpr, BK: tl.constexpr, eps, BM: tl.constexpr):
-    """``rsqrt(mean(x**2) + eps)`` of ``[BM]`` rows starting at ``row_ptr [BM, 1]``, in fp32, in chunks of
-    4 x BK columns (each chunk is one L2 round trip)."""
-    BR: tl.constexpr = 4 * BK
-    offk = tl.arange(0, BR)[None, :]
-    ss = tl.zeros([BM], dtype=tl.float32)
-    for k0 in range(0, KDIM, BR):
-        x = tl.load(row_ptr + k0 + offk, mask=row_ok & (k0 + offk < KDIM), other=0.0, cache_modifier=".cg")
-        x = x.to(tl.float32)
-        ss += tl.sum(x * x, axis=1)
-    return tl.rsqrt(ss / KDIM + eps)
+def _rstd_parts(ss_rows, row_ok, NT, NTP: tl.constexpr, KDIM: tl.constexpr, eps):
+    """``rsqrt(mean(x**2) + eps)`` of ``[BM]`` rows from the per-tile sums of squares their producer stored
+    (``ss_rows [BM, 1]`` points at each row's ``NT`` partial sums): one L2 round trip instead of a pass over the
+    rows."""
+    offt = tl.arange(0, NTP)[None, :]
+    ss = tl.load(ss_rows + offt, mask=row_ok & (offt < NT), other=0.0, cache_modifier=".cg")
+    return tl.rsqrt(tl.sum(ss, axis=1) / KDIM + eps)
 
 
 @triton.jit
@@ -194,11 +190,12 @@ def _mm_plain(acc, x_row, row_ok, w_row, w_ok, KDIM: tl.constexpr, BK: tl.conste
 
 
 @triton.jit
-def _mm_norm(acc, x_row, row_ok, rstd, g_ptr, w_row, w_ok, KDIM: tl.constexpr, BK: tl.constexpr,
+def _mm_norm(acc, x_row, row_ok, rstd, g_ptr, w_row, w_ok, k_lo, k_hi, KDIM: tl.constexpr, BK: tl.constexpr,
              DT: tl.constexpr, IEEE: tl.constexpr, STAGES: tl.constexpr):
-    """Like :func:`_mm_plain` on RMSNorm'ed rows: ``x = g * (x * rstd).to(DT)`` (the reference's RMSNorm)."""
+    """Like :func:`_mm_plain` on RMSNorm'ed rows, ``x = g * (x * rstd).to(DT)`` (the reference's RMSNorm), over the
+    reduction columns ``[k_lo, k_hi)`` (multiples of BK, or KDIM)."""
     offk = tl.arange(0, BK)[None, :]
-    for k0 in tl.range(0, KDIM, BK, num_stages=STAGES):
+    for k0 in tl.range(k_lo, k_hi, BK, num_stages=STAGES):
         km = k0 + offk < KDIM
         x = tl.load(x_row + k0 + offk, mask=row_ok & km, other=0.0, cache_modifier=".cg").to(tl.float32)
         g = tl.load(g_ptr + k0 + offk, mask=km, other=0.0).to(tl.float32)
@@ -206,19 +203,6 @@ def _mm_norm(acc, x_row, row_ok, rstd, g_ptr, w_row, w_ok, KDIM: tl.constexpr, B
         w = tl.load(w_row + k0 + offk, mask=w_ok & km, other=0.0)
         acc = _dot(xn, w, acc, IEEE)
     return acc
-
-
-@triton.jit
-def _chunk_norm_acc(acc, x_ptr, row_ok, rstd, g_ptr, w_ptr, w_ok, n_left, BK: tl.constexpr, DT: tl.constexpr,
-                    IEEE: tl.constexpr):
-    """One BK chunk of :func:`_mm_norm` at pointers already advanced to the chunk (``n_left`` valid columns)."""
-    offk = tl.arange(0, BK)[None, :]
-    km = offk < n_left
-    x = tl.load(x_ptr + offk, mask=row_ok & km, other=0.0, cache_modifier=".cg").to(tl.float32)
-    g = tl.load(g_ptr + offk, mask=km, other=0.0).to(tl.float32)
-    xn = (g * _rnd(x * rstd[:, None], DT)).to(DT)
-    w = tl.load(w_ptr + offk, mask=w_ok & km, other=0.0)
-    return _dot(xn, w, acc, IEEE)
 
 
 @triton.jit
@@ -236,11 +220,13 @@ def _chunk_gu(x_row, row_ok, rstd, g_ptr, wg_row, wu_row, w_ok, k0, ag, au, KDIM
 
 
 @triton.jit
-def _linear_tiles(x_rows, row_ok, w, out_rows, res_rows, pid, KDIM: tl.constexpr, N: tl.constexpr,
+def _linear_tiles(x_rows, row_ok, w, out_rows, res_rows, ss_rows, pid, KDIM: tl.constexpr, N: tl.constexpr,
                   HAS_RES: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, IEEE: tl.constexpr,
                   STAGES: tl.constexpr, NPROG: tl.constexpr):
     """This program's ``BN``-wide output tiles of one row tile: ``out = x @ w.T``, or with ``HAS_RES`` the
-    reference's residual add ``rnd(res + rnd(x @ w.T))`` (row pointers ``[BM, 1]``, ``w`` is ``[N, KDIM]``)."""
+    reference's residual add ``rnd(res + rnd(x @ w.T))`` (row pointers ``[BM, 1]``, ``w`` is ``[N, KDIM]``).
+    Each tile ``t`` also stores its rows' sums of squares of the stored values at ``ss_rows + t``: the consumer's
+    RMSNorm statistics (:func:`_rstd_parts`)."""
     DT: tl.constexpr = out_rows.dtype.element_ty
     BM: tl.constexpr = row_ok.shape[0]
     offn = tl.arange(0, BN)
@@ -253,8 +239,11 @@ def _linear_tiles(x_rows, row_ok, w, out_rows, res_rows, pid, KDIM: tl.constexpr
                         STAGES)
         if HAS_RES:
             res = tl.load(res_rows + cols[None, :], mask=m, other=0.0, cache_modifier=".cg").to(tl.float32)
-            acc = _rnd(res + _rnd(acc, DT), DT)
-        tl.store(out_rows + cols[None, :], acc.to(DT), mask=m)
+            y = _rnd(res + _rnd(acc, DT), DT)
+        else:
+            y = _rnd(acc, DT)
+        tl.store(out_rows + cols[None, :], y.to(DT), mask=m)
+        tl.store(ss_rows + t, tl.sum(tl.where(m, y * y, 0.0), axis=1, keep_dims=True), mask=row_ok)
 
 
 # ---------------------------------------------------------------------------------------------------------- phases
@@ -264,38 +253,84 @@ def _linear_tiles(x_rows, row_ok, w, out_rows, res_rows, pid, KDIM: tl.constexpr
 
 
 @triton.jit(noinline=True)
-def _fc_phase(X, fc_w, hbuf, B, S, pid, H: tl.constexpr, W: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr,
-              BK: tl.constexpr, IEEE: tl.constexpr, STAGES: tl.constexpr, NPROG: tl.constexpr):
-    """Root step: ``h = fc(features)`` for all ``B*S`` new rows into hbuf[0]."""
+def _fc_phase(X, fc_w, hbuf, hss, B, S, pid, H: tl.constexpr, W: tl.constexpr, NTH: tl.constexpr,
+              BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, IEEE: tl.constexpr, STAGES: tl.constexpr,
+              NPROG: tl.constexpr):
+    """Root step: ``h = fc(features)`` for all ``B*S`` new rows into hbuf[0] (row statistics into hss[0])."""
     offm = tl.arange(0, BM)
     MR0 = B * S
     for mc in range(0, (MR0 + BM - 1) // BM):
         r = (mc * BM + offm).to(tl.int64)
         rok = r < MR0
-        _linear_tiles(X + r[:, None] * W, rok[:, None], fc_w, hbuf + r[:, None] * H, hbuf, pid, W, H, False, BN, BK,
-                      IEEE, STAGES, NPROG)
+        _linear_tiles(X + r[:, None] * W, rok[:, None], fc_w, hbuf + r[:, None] * H, hbuf, hss + r[:, None] * NTH,
+                      pid, W, H, False, BN, BK, IEEE, STAGES, NPROG)
+
+
+@triton.jit
+def _qkv_tile_rows(t, H: tl.constexpr, NH: tl.constexpr, NKV: tl.constexpr, HD: tl.constexpr, BN: tl.constexpr):
+    """Output features of QKV tile ``t`` (q tiles, then k, then v): which matrix (0, 1, 2), whether the tile is
+    RoPE'd, the first feature of each half (RoPE tiles pair features d and d + HD/2 of one head; others are
+    contiguous) and the feature of every lane."""
+    QW: tl.constexpr = NH * HD
+    KVW: tl.constexpr = NKV * HD
+    BH: tl.constexpr = BN // 2
+    n_qt = (QW + BN - 1) // BN
+    n_kt = (KVW + BN - 1) // BN
+    which = tl.where(t < n_qt, 0, tl.where(t < n_qt + n_kt, 1, 2))
+    lt = tl.where(which == 0, t, tl.where(which == 1, t - n_qt, t - n_qt - n_kt))
+    rope = which < 2
+    head = lt // (HD // BN)
+    jj = (lt % (HD // BN)) * BH
+    row_a = tl.where(rope, head * HD + jj, lt * BN)
+    row_b = tl.where(rope, row_a + HD // 2, row_a + BH)
+    offn = tl.arange(0, BN)
+    f = tl.where(offn < BH, row_a + offn, row_b + offn - BH)
+    return which, rope, jj, row_a, row_b, f
+
+
+@triton.jit
+def _streamk_owner(g, TOT, NPROG: tl.constexpr):
+    """The program whose stream-K range ``[p * TOT // NPROG, (p + 1) * TOT // NPROG)`` holds chunk ``g``."""
+    return ((g + 1) * NPROG - 1) // TOT
 
 
 @triton.jit(noinline=True)
-def _qkv_phase(s, emb_w, g_in, g_hid, wq, wk, wv, cos_t, sin_t, ids, nnew, kvlen, kc, vc, hbuf, qbuf, tok_in, src,
-               status, B, S, LMAX, MCAP, eps, pid, H: tl.constexpr, NH: tl.constexpr, NKV: tl.constexpr,
-               HD: tl.constexpr, K: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr,
-               IEEE: tl.constexpr, STAGES: tl.constexpr, NPROG: tl.constexpr):
-    """q/k/v of the step's rows from RMSNorm(embedding) ++ RMSNorm(hidden), RoPE inline; K/V into the draft KV."""
+def _qkv_phase(s, emb_w, emb_rstd, g_in, g_hid, wq, wk, wv, cos_t, sin_t, ids, nnew, kvlen, kc, vc, hbuf, hss, qbuf,
+               part, flag, tok_in, src, status, B, S, LMAX, MCAP, eps, pid, H: tl.constexpr, NH: tl.constexpr,
+               NKV: tl.constexpr, HD: tl.constexpr, K: tl.constexpr, NTH: tl.constexpr, NTHP: tl.constexpr,
+               NSEG: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, IEEE: tl.constexpr,
+               STAGES: tl.constexpr, NPROG: tl.constexpr):
+    """q/k/v of the step's rows from RMSNorm(embedding) ++ RMSNorm(hidden), RoPE inline; K/V into the draft KV.
+
+    With one row tile (every tree step, and root steps of at most BM rows) the work is scheduled stream-K: the
+    (output tile, BK chunk of the 2H reduction) space is cut into NPROG equal contiguous ranges, so every program
+    streams the same number of weight bytes (96 tiles of 64 features would leave 36 of 132 SMs idle, or give 60
+    of them a second tile). A tile cut between programs is finished by its owner (the program holding its first
+    chunk, which reaches it last in its range); the others (holding its later chunks, first in their ranges)
+    publish fp32 partials with a release flag, so nothing waits on a program that is itself waiting. With more
+    row tiles (long prompts at the root) each program takes whole tiles in turn."""
     DT: tl.constexpr = hbuf.dtype.element_ty
     QW: tl.constexpr = NH * HD
     KVW: tl.constexpr = NKV * HD
-    HALF: tl.constexpr = HD // 2
     BH: tl.constexpr = BN // 2
+    NCH: tl.constexpr = H // BK  # chunks per half (the host makes BK divide H)
+    NC: tl.constexpr = 2 * NCH
     offm = tl.arange(0, BM)
     offn = tl.arange(0, BN)
     is_root = s == 0
     lvl = s - 1
-    in_off = (s % 2) * MCAP * H  # hbuf parity: the step reads buffer s % 2 and writes (s + 1) % 2
+    in_off = (s % 2) * MCAP  # hbuf parity (in rows): the step reads buffer s % 2 and writes (s + 1) % 2
     MR = tl.where(is_root, B * S, B * K)  # rows whose K/V are computed
-    n_qt = (QW + BN - 1) // BN
-    n_kt = (KVW + BN - 1) // BN
-    for mc in range(0, (MR + BM - 1) // BM):
+    n_t = (QW + BN - 1) // BN + 2 * ((KVW + BN - 1) // BN)
+    TOT = n_t * NC
+    n_mc = (MR + BM - 1) // BM
+    split = n_mc == 1
+    c_lo = pid * TOT // NPROG
+    c_hi = (pid + 1) * TOT // NPROG
+    t0 = tl.where(split, c_lo // NC, pid)
+    n_seg = tl.where(split, tl.where(c_hi > c_lo, (c_hi - 1) // NC - c_lo // NC + 1, 0),
+                     (n_t - pid + NPROG - 1) // NPROG)
+    for mc in range(0, n_mc):
         r = mc * BM + offm
         rok = r < MR
         b = tl.where(is_root, r // S, r // K)
@@ -312,18 +347,14 @@ def _qkv_phase(s, emb_w, g_in, g_hid, wq, wk, wv, cos_t, sin_t, ids, nnew, kvlen
         tl.store(status + r * 0, tl.full([BM], 1, tl.int32), mask=over)
         valid = valid & (slot < LMAX)
         e_row = emb_w + tok.to(tl.int64)[:, None] * H
-        h_row = hbuf + in_off + hrow.to(tl.int64)[:, None] * H
-        r_e = _rstd(e_row, rok[:, None], H, BK, eps, BM)
-        r_h = _rstd(h_row, rok[:, None], H, BK, eps, BM)
-        for t in range(pid, n_qt + 2 * n_kt, NPROG):
-            which = tl.where(t < n_qt, 0, tl.where(t < n_qt + n_kt, 1, 2))
-            lt = tl.where(which == 0, t, tl.where(which == 1, t - n_qt, t - n_qt - n_kt))
-            rope = which < 2
-            # rope tiles pair features (d, d + HD/2) of one head: lanes [0, BH) first half, [BH, BN) second
-            head = lt // (HD // BN)
-            jj = (lt % (HD // BN)) * BH
-            f_rope = head * HD + jj + (offn % BH) + (offn // BH) * HALF
-            f = tl.where(rope, f_rope, lt * BN + offn)
+        h_row = hbuf + (in_off + hrow).to(tl.int64)[:, None] * H
+        r_e = tl.load(emb_rstd + tok, mask=rok, other=1.0)
+        r_h = _rstd_parts(hss + (in_off + hrow).to(tl.int64)[:, None] * NTH, rok[:, None], NTH, NTHP, H, eps)
+        for i in range(0, n_seg):
+            t = tl.where(split, t0 + i, pid + i * NPROG)
+            s0 = tl.where(split, tl.maximum(c_lo - t * NC, 0), 0)  # this program's chunks [s0, s1) of tile t
+            s1 = tl.where(split, tl.minimum(c_hi - t * NC, NC), NC)
+            which, rope, jj, row_a, row_b, f = _qkv_tile_rows(t, H, NH, NKV, HD, BN)
             nout = tl.where(which == 0, QW, KVW)
             fok = f < nout
             if which == 0:
@@ -333,40 +364,53 @@ def _qkv_phase(s, emb_w, g_in, g_hid, wq, wk, wv, cos_t, sin_t, ids, nnew, kvlen
             else:
                 wbase = wv
             w_row = wbase + f.to(tl.int64)[:, None] * (2 * H)
+            # chunks of the RMSNorm(embedding) half, then of the RMSNorm(hidden) half; one call per operand (a
+            # pointer chosen at run time would make the activation loads scalar and unpipelined)
             acc = tl.zeros([BM, BN], dtype=tl.float32)
-            if H % BK == 0:  # one pipelined loop over both halves of the 2H input (half the cold loop code)
-                for k0 in tl.range(0, 2 * H, BK, num_stages=STAGES):
-                    first = k0 < H
-                    kh = tl.where(first, k0, k0 - H)
-                    acc = _chunk_norm_acc(acc, tl.where(first, e_row, h_row) + kh, rok[:, None],
-                                          tl.where(first, r_e, r_h), tl.where(first, g_in, g_hid) + kh, w_row + k0,
-                                          fok[:, None], H - kh, BK, DT, IEEE)
+            acc = _mm_norm(acc, e_row, rok[:, None], r_e, g_in, w_row, fok[:, None], s0 * BK,
+                           tl.minimum(s1, NCH) * BK, H, BK, DT, IEEE, STAGES)
+            acc = _mm_norm(acc, h_row, rok[:, None], r_h, g_hid, w_row + H, fok[:, None],
+                           tl.maximum(s0 - NCH, 0) * BK, tl.maximum(s1 - NCH, 0) * BK, H, BK, DT, IEEE, STAGES)
+            owner = _streamk_owner(t * NC, TOT, NPROG)
+            if s0 > 0:  # a later part of a tile that another program finishes: publish the partial
+                seg = (t * NSEG + pid - owner).to(tl.int64)
+                tl.store(part + (seg * BM + offm[:, None]) * BN + offn[None, :], acc)
+                tl.debug_barrier()
+                tl.atomic_xchg(flag + seg, 1, sem="release")
             else:
-                acc = _mm_norm(acc, e_row, rok[:, None], r_e, g_in, w_row, fok[:, None], H, BK, DT, IEEE, STAGES)
-                acc = _mm_norm(acc, h_row, rok[:, None], r_h, g_hid, w_row + H, fok[:, None], H, BK, DT, IEEE,
-                               STAGES)
-            y = _rnd(acc, DT)
-            # RoPE (half rotation) on the paired halves, with the tables rounded to the model dtype
-            y3 = tl.permute(tl.reshape(y, (BM, 2, BH)), (0, 2, 1))
-            x1, x2 = tl.split(y3)
-            dfreq = jj + tl.arange(0, BH)
-            cs = _rnd(tl.load(cos_t + pos.to(tl.int64)[:, None] * HD + dfreq[None, :], mask=rok[:, None], other=0.0),
-                      DT)
-            sn = _rnd(tl.load(sin_t + pos.to(tl.int64)[:, None] * HD + dfreq[None, :], mask=rok[:, None], other=0.0),
-                      DT)
-            o1 = _rnd(_rnd(x1 * cs, DT) + _rnd(-x2 * sn, DT), DT)
-            o2 = _rnd(_rnd(x2 * cs, DT) + _rnd(x1 * sn, DT), DT)
-            yr = tl.reshape(tl.permute(tl.join(o1, o2), (0, 2, 1)), (BM, BN))
-            y = tl.where(rope, yr, y)
-            smask = valid[:, None] & fok[None, :]
-            if which == 0:
-                tl.store(qbuf + r.to(tl.int64)[:, None] * QW + f[None, :], y.to(DT), mask=rok[:, None] & fok[None, :])
-            else:
-                kvp = (b.to(tl.int64) * LMAX + slot)[:, None] * KVW + f[None, :]
-                if which == 1:
-                    tl.store(kc + kvp, y.to(DT), mask=smask)
+                last = tl.where(split, _streamk_owner(t * NC + NC - 1, TOT, NPROG), owner)
+                for q in range(owner + 1, last + 1):  # the other programs' parts, in a fixed order
+                    if (q + 1) * TOT // NPROG > q * TOT // NPROG:  # programs with empty ranges hold no part
+                        seg = (t * NSEG + q - owner).to(tl.int64)
+                        seen = tl.atomic_add(flag + seg, 0, sem="acquire")
+                        while seen == 0:
+                            seen = tl.atomic_add(flag + seg, 0, sem="acquire")
+                        tl.debug_barrier()
+                        acc += tl.load(part + (seg * BM + offm[:, None]) * BN + offn[None, :], cache_modifier=".cg")
+                        tl.atomic_xchg(flag + seg, 0, sem="relaxed")
+                y = _rnd(acc, DT)
+                # RoPE (half rotation) on the paired halves, with the tables rounded to the model dtype
+                y3 = tl.permute(tl.reshape(y, (BM, 2, BH)), (0, 2, 1))
+                x1, x2 = tl.split(y3)
+                dfreq = jj + tl.arange(0, BH)
+                cs = _rnd(tl.load(cos_t + pos.to(tl.int64)[:, None] * HD + dfreq[None, :], mask=rok[:, None],
+                                  other=0.0), DT)
+                sn = _rnd(tl.load(sin_t + pos.to(tl.int64)[:, None] * HD + dfreq[None, :], mask=rok[:, None],
+                                  other=0.0), DT)
+                o1 = _rnd(_rnd(x1 * cs, DT) + _rnd(-x2 * sn, DT), DT)
+                o2 = _rnd(_rnd(x2 * cs, DT) + _rnd(x1 * sn, DT), DT)
+                yr = tl.reshape(tl.permute(tl.join(o1, o2), (0, 2, 1)), (BM, BN))
+                y = tl.where(rope, yr, y)
+                smask = valid[:, None] & fok[None, :]
+                if which == 0:
+                    tl.store(qbuf + r.to(tl.int64)[:, None] * QW + f[None, :], y.to(DT),
+                             mask=rok[:, None] & fok[None, :])
                 else:
-                    tl.store(vc + kvp, y.to(DT), mask=smask)
+                    kvp = (b.to(tl.int64) * LMAX + slot)[:, None] * KVW + f[None, :]
+                    if which == 1:
+                        tl.store(kc + kvp, y.to(DT), mask=smask)
+                    else:
+                        tl.store(vc + kvp, y.to(DT), mask=smask)
 
 
 @triton.jit(noinline=True)
@@ -461,9 +505,9 @@ def _comb_phase(s, att_o, att_ml, attn, B, pid, NH: tl.constexpr, HD: tl.constex
 
 
 @triton.jit(noinline=True)
-def _o_phase(s, attn, wo, hbuf, src, nnew, h1, B, S, MCAP, pid, H: tl.constexpr, QW: tl.constexpr,
-             K: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, IEEE: tl.constexpr,
-             STAGES: tl.constexpr, NPROG: tl.constexpr):
+def _o_phase(s, attn, wo, hbuf, src, nnew, h1, h1ss, B, S, MCAP, pid, H: tl.constexpr, QW: tl.constexpr,
+             K: tl.constexpr, NTH: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr,
+             IEEE: tl.constexpr, STAGES: tl.constexpr, NPROG: tl.constexpr):
     """``h1 = hidden + o_proj(attn)`` for the rows that continue (the root's last row, or the frontier)."""
     is_root = s == 0
     in_off = (s % 2) * MCAP * H
@@ -475,13 +519,14 @@ def _o_phase(s, attn, wo, hbuf, src, nnew, h1, B, S, MCAP, pid, H: tl.constexpr,
         nb = tl.load(nnew + r, mask=rok & is_root, other=1)
         hrow = tl.where(is_root, r * S + nb - 1, tl.load(src + r, mask=rok & (s > 0), other=0, cache_modifier=".cg"))
         _linear_tiles(attn + r.to(tl.int64)[:, None] * QW, rok[:, None], wo, h1 + r.to(tl.int64)[:, None] * H,
-                      hbuf + in_off + hrow.to(tl.int64)[:, None] * H, pid, QW, H, True, BN, BK, IEEE, STAGES, NPROG)
+                      hbuf + in_off + hrow.to(tl.int64)[:, None] * H, h1ss + r.to(tl.int64)[:, None] * NTH, pid, QW,
+                      H, True, BN, BK, IEEE, STAGES, NPROG)
 
 
 @triton.jit(noinline=True)
-def _gu_phase(s, h1, g_post, wg, wu, act, B, eps, pid, H: tl.constexpr, INTER: tl.constexpr, K: tl.constexpr,
-              BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, IEEE: tl.constexpr, STAGES: tl.constexpr,
-              NPROG: tl.constexpr):
+def _gu_phase(s, h1, h1ss, g_post, wg, wu, act, B, eps, pid, H: tl.constexpr, INTER: tl.constexpr, K: tl.constexpr,
+              NTH: tl.constexpr, NTHP: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr,
+              IEEE: tl.constexpr, STAGES: tl.constexpr, NPROG: tl.constexpr):
     """``act = silu(gate(x)) * up(x)``, x = post-attention RMSNorm(h1) computed inline."""
     DT: tl.constexpr = h1.dtype.element_ty
     MQ = tl.where(s == 0, B, B * K)
@@ -492,7 +537,7 @@ def _gu_phase(s, h1, g_post, wg, wu, act, B, eps, pid, H: tl.constexpr, INTER: t
         r = mc * BM + offm
         rok = r < MQ
         x_row = h1 + r.to(tl.int64)[:, None] * H
-        rs = _rstd(x_row, rok[:, None], H, BK, eps, BM)
+        rs = _rstd_parts(h1ss + r.to(tl.int64)[:, None] * NTH, rok[:, None], NTH, NTHP, H, eps)
         for t in range(pid, n_it, NPROG):
             cols = t * BN + offn
             cok = cols < INTER
@@ -509,55 +554,70 @@ def _gu_phase(s, h1, g_post, wg, wu, act, B, eps, pid, H: tl.constexpr, INTER: t
 
 
 @triton.jit(noinline=True)
-def _down_phase(s, act, wd, h1, hbuf, B, MCAP, pid, H: tl.constexpr, INTER: tl.constexpr, K: tl.constexpr,
-                BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, IEEE: tl.constexpr, STAGES: tl.constexpr,
-                NPROG: tl.constexpr):
-    """The step output ``h1 + down(act)`` into hbuf[(s + 1) % 2]."""
+def _down_phase(s, act, wd, h1, hbuf, hss, B, MCAP, pid, H: tl.constexpr, INTER: tl.constexpr, K: tl.constexpr,
+                NTH: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, IEEE: tl.constexpr,
+                STAGES: tl.constexpr, NPROG: tl.constexpr):
+    """The step output ``h1 + down(act)`` into hbuf[(s + 1) % 2] (row statistics into hss[(s + 1) % 2])."""
     MQ = tl.where(s == 0, B, B * K)
-    out_off = ((s + 1) % 2) * MCAP * H
+    out_off = ((s + 1) % 2) * MCAP
     offm = tl.arange(0, BM)
     for mc in range(0, (MQ + BM - 1) // BM):
         r = (mc * BM + offm).to(tl.int64)
         rok = r < MQ
-        _linear_tiles(act + r[:, None] * INTER, rok[:, None], wd, hbuf + out_off + r[:, None] * H, h1 + r[:, None] * H,
-                      pid, INTER, H, True, BN, BK, IEEE, STAGES, NPROG)
+        _linear_tiles(act + r[:, None] * INTER, rok[:, None], wd, hbuf + (out_off + r[:, None]) * H,
+                      h1 + r[:, None] * H, hss + (out_off + r[:, None]) * NTH, pid, INTER, H, True, BN, BK, IEEE,
+                      STAGES, NPROG)
 
 
 @triton.jit(noinline=True)
-def _lm_phase(s, hbuf, g_norm, wlm, lm_key, lm_ms, B, MCAP, eps, pid, H: tl.constexpr, VD: tl.constexpr,
-              K: tl.constexpr, KP: tl.constexpr, NPP: tl.constexpr, BM: tl.constexpr, BNV: tl.constexpr,
-              BK: tl.constexpr, IEEE: tl.constexpr, STAGES: tl.constexpr, NPROG: tl.constexpr):
+def _lm_phase(s, hbuf, hss, g_norm, wlm, lm_key, lm_ms, B, MCAP, eps, pid, H: tl.constexpr, VD: tl.constexpr,
+              K: tl.constexpr, KP: tl.constexpr, NPP: tl.constexpr, NTH: tl.constexpr, NTHP: tl.constexpr,
+              BM: tl.constexpr, BNV: tl.constexpr, BK: tl.constexpr, IEEE: tl.constexpr, STAGES: tl.constexpr,
+              NPROG: tl.constexpr):
     """LM head over ``BNV``-wide vocabulary tiles (final RMSNorm inline): each program keeps, per row, a running
     top-``KP`` of packed keys and a running logsumexp, stored to its own slot of lm_key / lm_ms."""
     DT: tl.constexpr = hbuf.dtype.element_ty
     MQ = tl.where(s == 0, B, B * K)
-    out_off = ((s + 1) % 2) * MCAP * H
+    out_off = ((s + 1) % 2) * MCAP
     offm = tl.arange(0, BM)
     offn = tl.arange(0, BNV)
     offkp = tl.arange(0, KP)
-    n_vt = (VD + BNV - 1) // BNV
+    offk = tl.arange(0, BK)[None, :]
+    NKL: tl.constexpr = (H + BK - 1) // BK
+    n_my = ((VD + BNV - 1) // BNV - pid + NPROG - 1) // NPROG  # vocabulary tiles pid, pid + NPROG, ...
     for mc in range(0, (MQ + BM - 1) // BM):
         r = mc * BM + offm
         rok = r < MQ
-        x_row = hbuf + out_off + r.to(tl.int64)[:, None] * H
-        rs = _rstd(x_row, rok[:, None], H, BK, eps, BM)
+        x_row = hbuf + (out_off + r.to(tl.int64)[:, None]) * H
+        rs = _rstd_parts(hss + (out_off + r.to(tl.int64)[:, None]) * NTH, rok[:, None], NTH, NTHP, H, eps)
         run_key = tl.full([BM, KP], _MINKEY, dtype=tl.int64)
         run_m = tl.full([BM], -1.0e30, dtype=tl.float32)
         run_s = tl.zeros([BM], dtype=tl.float32)
-        for t in range(pid, n_vt, NPROG):
-            cols = t * BNV + offn
+        # one pipelined loop over (this program's tiles x K chunks): the next tile's weights are in flight while a
+        # tile's top-k / logsumexp epilogue runs (a loop per tile would drain and refill the pipeline each time)
+        acc = tl.zeros([BM, BNV], dtype=tl.float32)
+        for it in tl.range(0, n_my * NKL, num_stages=STAGES):
+            tt = it // NKL
+            kk = it - tt * NKL
+            cols = (pid + tt * NPROG) * BNV + offn
             cok = cols < VD
-            acc = tl.zeros([BM, BNV], dtype=tl.float32)
-            acc = _mm_norm(acc, x_row, rok[:, None], rs, g_norm, wlm + cols.to(tl.int64)[:, None] * H,
-                           cok[:, None], H, BK, DT, IEEE, STAGES)
-            lg = _rnd(acc, DT)
-            lgm = tl.where(cok[None, :], lg, -1.0e30)
-            m_new = tl.maximum(run_m, tl.max(lgm, axis=1))
-            run_s = run_s * tl.exp(run_m - m_new) + tl.sum(tl.where(cok[None, :], tl.exp(lgm - m_new[:, None]), 0.0),
-                                                           axis=1)
-            run_m = m_new
-            key = tl.where(cok[None, :] & rok[:, None], _pack(lg, cols[None, :] + r[:, None] * 0), _MINKEY)
-            run_key = _topk_merge(run_key, key, K, KP)
+            k0 = kk * BK
+            km = k0 + offk < H
+            x = tl.load(x_row + k0 + offk, mask=rok[:, None] & km, other=0.0, cache_modifier=".cg").to(tl.float32)
+            g = tl.load(g_norm + k0 + offk, mask=km, other=0.0).to(tl.float32)
+            xn = (g * _rnd(x * rs[:, None], DT)).to(DT)
+            w = tl.load(wlm + cols.to(tl.int64)[:, None] * H + k0 + offk, mask=cok[:, None] & km, other=0.0)
+            acc = _dot(xn, w, acc, IEEE)
+            if kk == NKL - 1:
+                lg = _rnd(acc, DT)
+                lgm = tl.where(cok[None, :], lg, -1.0e30)
+                m_new = tl.maximum(run_m, tl.max(lgm, axis=1))
+                run_s = run_s * tl.exp(run_m - m_new) + tl.sum(tl.where(cok[None, :], tl.exp(lgm - m_new[:, None]),
+                                                                        0.0), axis=1)
+                run_m = m_new
+                key = tl.where(cok[None, :] & rok[:, None], _pack(lg, cols[None, :] + r[:, None] * 0), _MINKEY)
+                run_key = _topk_merge(run_key, key, K, KP)
+                acc = tl.zeros([BM, BNV], dtype=tl.float32)
         prow = r.to(tl.int64) * NPP + pid
         tl.store(lm_key + prow[:, None] * KP + offkp[None, :], run_key, mask=rok[:, None])
         tl.store(lm_ms + prow * 2, run_m, mask=rok)
@@ -740,15 +800,15 @@ def _tree_phase(ids, nnew, kvlen, cand_sc, cand_tok, par_list, node_of, selg, pn
 # sizes that vary from call to call are not specialised (no recompilation when a step accepts 1 or 16 tokens)
 @triton.jit(do_not_specialize=["S", "LMAX", "MCAP"])
 def fused_drafter_kernel(
-    # weights
-    fc_w, emb_w, g_in, g_hid, wq, wk, wv, wo, g_post, wg, wu, wd, g_norm, wlm, d2t, cos_t, sin_t,
+    # weights (emb_rstd: fp32 [vocab] RMSNorm statistics of the embedding rows, precomputed once)
+    fc_w, emb_w, emb_rstd, g_in, g_hid, wq, wk, wv, wo, g_post, wg, wu, wd, g_norm, wlm, d2t, cos_t, sin_t,
     # inputs: features [B, S, W], ids [B, S] (row j's token; the last valid one is the root), nnew [B]
     X, ids, nnew,
     # persistent state: draft KV [B, LMAX, NKV, HD] and rows held [B]
     kc, vc, kvlen,
-    # scratch
-    hbuf, qbuf, att_o, att_ml, attn, h1, act, lm_key, lm_ms, ch_lp, ch_id, tok_in, src, sc, fr, anc,
-    cand_sc, cand_tok, par_list, node_of, selg, pnode, posb,
+    # scratch (hss / h1ss: per-tile sums of squares of hbuf / h1 rows; part / flag: QKV split-K partials)
+    hbuf, hss, qbuf, part, flag, att_o, att_ml, attn, h1, h1ss, act, lm_key, lm_ms, ch_lp, ch_id, tok_in, src, sc, fr,
+    anc, cand_sc, cand_tok, par_list, node_of, selg, pnode, posb,
     # outputs
     o_tokens, o_retrieve, o_mask, o_pos, o_parents, o_nleaves, o_maxdepth,
     # control (prof: [NPROG, PROF_SLOTS] int64 arrival times, written only when PROFILE)
@@ -760,22 +820,28 @@ def fused_drafter_kernel(
     INTER: tl.constexpr, VD: tl.constexpr, HAS_D2T: tl.constexpr,
     K: tl.constexpr, KP: tl.constexpr, D: tl.constexpr, T: tl.constexpr, TP: tl.constexpr, NCP: tl.constexpr,
     CP: tl.constexpr,
-    # launch / tiling
+    # launch / tiling: BN (fc, q/k/v, o, down), BNG (gate/up), BNV (lm_head) output tiles; BKL / BK reduction
+    # chunks of the BN-tiled / other products, BKQ (divides H) of q/k/v; NTH = H / BN tiles of the H-wide outputs;
+    # NSEG >= programs sharing one stream-K q/k/v tile
     NPROG: tl.constexpr, NPP: tl.constexpr, NSPLIT: tl.constexpr,
-    BM: tl.constexpr, BN: tl.constexpr, BNV: tl.constexpr, BK: tl.constexpr, BKV: tl.constexpr, BQ: tl.constexpr,
+    BM: tl.constexpr, BN: tl.constexpr, BNG: tl.constexpr, BNV: tl.constexpr, BKL: tl.constexpr, BK: tl.constexpr,
+    BKQ: tl.constexpr, BKV: tl.constexpr, BQ: tl.constexpr, NTH: tl.constexpr, NTHP: tl.constexpr,
+    NSEG: tl.constexpr,
     IEEE: tl.constexpr, STAGES: tl.constexpr, PROFILE: tl.constexpr = False,
 ):
     pid = tl.program_id(0)
     DT: tl.constexpr = hbuf.dtype.element_ty
+    QW: tl.constexpr = NH * HD
     bt = 0  # barrier target
     if PROFILE:
         tl.store(prof + pid * PROF_SLOTS, _now())
-    _fc_phase(X, fc_w, hbuf, B, S, pid, H, W, BM, BN, BK, IEEE, STAGES, NPROG)
+    _fc_phase(X, fc_w, hbuf, hss, B, S, pid, H, W, NTH, BM, BN, BKL, IEEE, STAGES, NPROG)
     bt += NPROG
     _grid_sync(bar, bt, NPROG, prof, PROFILE)
     for s in range(0, D + 1):
-        _qkv_phase(s, emb_w, g_in, g_hid, wq, wk, wv, cos_t, sin_t, ids, nnew, kvlen, kc, vc, hbuf, qbuf, tok_in, src,
-                   status, B, S, LMAX, MCAP, eps, pid, H, NH, NKV, HD, K, BM, BN, BK, IEEE, STAGES, NPROG)
+        _qkv_phase(s, emb_w, emb_rstd, g_in, g_hid, wq, wk, wv, cos_t, sin_t, ids, nnew, kvlen, kc, vc, hbuf, hss,
+                   qbuf, part, flag, tok_in, src, status, B, S, LMAX, MCAP, eps, pid, H, NH, NKV, HD, K, NTH, NTHP,
+                   NSEG, BM, BN, BKQ, IEEE, STAGES, NPROG)
         bt += NPROG
         _grid_sync(bar, bt, NPROG, prof, PROFILE)
         _att_phase(s, qbuf, kc, vc, anc, nnew, kvlen, att_o, att_ml, B, S, LMAX, sm_scale, pid, prof, NH, NKV, HD, K,
@@ -785,17 +851,19 @@ def fused_drafter_kernel(
         _comb_phase(s, att_o, att_ml, attn, B, pid, NH, HD, K, NSPLIT, NPROG)
         bt += NPROG
         _grid_sync(bar, bt, NPROG, prof, PROFILE)
-        _o_phase(s, attn, wo, hbuf, src, nnew, h1, B, S, MCAP, pid, H, NH * HD, K, BM, BN, BK, IEEE, STAGES, NPROG)
+        _o_phase(s, attn, wo, hbuf, src, nnew, h1, h1ss, B, S, MCAP, pid, H, QW, K, NTH, BM, BN, BKL, IEEE, STAGES,
+                 NPROG)
         bt += NPROG
         _grid_sync(bar, bt, NPROG, prof, PROFILE)
-        _gu_phase(s, h1, g_post, wg, wu, act, B, eps, pid, H, INTER, K, BM, BN, BK, IEEE, STAGES, NPROG)
-        bt += NPROG
-        _grid_sync(bar, bt, NPROG, prof, PROFILE)
-        _down_phase(s, act, wd, h1, hbuf, B, MCAP, pid, H, INTER, K, BM, BN, BK, IEEE, STAGES, NPROG)
-        bt += NPROG
-        _grid_sync(bar, bt, NPROG, prof, PROFILE)
-        _lm_phase(s, hbuf, g_norm, wlm, lm_key, lm_ms, B, MCAP, eps, pid, H, VD, K, KP, NPP, BM, BNV, BK, IEEE, STAGES,
+        _gu_phase(s, h1, h1ss, g_post, wg, wu, act, B, eps, pid, H, INTER, K, NTH, NTHP, BM, BNG, BK, IEEE, STAGES,
                   NPROG)
+        bt += NPROG
+        _grid_sync(bar, bt, NPROG, prof, PROFILE)
+        _down_phase(s, act, wd, h1, hbuf, hss, B, MCAP, pid, H, INTER, K, NTH, BM, BN, BKL, IEEE, STAGES, NPROG)
+        bt += NPROG
+        _grid_sync(bar, bt, NPROG, prof, PROFILE)
+        _lm_phase(s, hbuf, hss, g_norm, wlm, lm_key, lm_ms, B, MCAP, eps, pid, H, VD, K, KP, NPP, NTH, NTHP, BM, BNV,
+                  BK, IEEE, STAGES, NPROG)
         bt += NPROG
         _grid_sync(bar, bt, NPROG, prof, PROFILE)
         _rm_phase(s, lm_key, lm_ms, ch_lp, ch_id, B, pid, prof, DT, K, KP, NPP, NPROG, PROFILE)

@@ -9,8 +9,9 @@ __all__ = ["AOT_SPECS", "kernel_signature"]
 _I64 = {"d2t", "ids", "tok_in", "cand_tok", "o_tokens", "o_retrieve", "o_pos", "o_parents", "o_nleaves",
         "o_maxdepth", "lm_key", "prof"}
 _I32 = {"nnew", "kvlen", "ch_id", "src", "fr", "anc", "par_list", "node_of", "selg", "pnode", "posb", "bar",
-        "status"}
-_F32 = {"cos_t", "sin_t", "att_o", "att_ml", "lm_ms", "ch_lp", "sc", "cand_sc", "o_mask"}
+        "status", "flag"}
+_F32 = {"cos_t", "sin_t", "att_o", "att_ml", "lm_ms", "ch_lp", "sc", "cand_sc", "o_mask", "emb_rstd", "hss", "h1ss",
+        "part"}
 _SCALARS = {"B": "i32", "S": "i32", "LMAX": "i32", "MCAP": "i32", "eps": "fp32", "sm_scale": "fp32"}
 
 
@@ -37,15 +38,15 @@ def _llama8b(dtype: str, nprog: int, batch: int) -> tuple:
     K, D, T = 10, 7, 59
     const = dict(H=4096, W=12288, NH=32, NKV=8, HD=128, INTER=14336, VD=32000, HAS_D2T=True, K=K, KP=16, D=D, T=T,
                  TP=64, NCP=1024, CP=16, NPROG=nprog, NPP=256 if nprog > 128 else 128, NSPLIT=16,
-                 BM=16 if batch == 1 else 64, BN=64, BNV=64, BK=128, BKV=64, BQ=64,
-                 IEEE=dtype == "fp32", STAGES=4)
+                 BM=16 if batch == 1 else 64, BN=64, BNG=64, BNV=64, BKL=256, BK=128, BKV=64, BQ=64, NTH=64,
+                 NTHP=64, BKQ=256, NSEG=3, IEEE=dtype == "fp32", STAGES=4)
     return (fused_drafter_kernel, kernel_signature(dtype, const), const)
 
 
 def _tiny(dtype: str) -> tuple:
     const = dict(H=64, W=192, NH=4, NKV=2, HD=16, INTER=96, VD=96, HAS_D2T=True, K=4, KP=4, D=3, T=19, TP=32,
-                 NCP=64, CP=8, NPROG=1, NPP=1, NSPLIT=2, BM=16, BN=16, BNV=16, BK=32, BKV=16, BQ=16,
-                 IEEE=dtype == "fp32", STAGES=1)
+                 NCP=64, CP=8, NPROG=1, NPP=1, NSPLIT=2, BM=16, BN=16, BNG=16, BNV=16, BKL=32, BK=32, BKV=16,
+                 BQ=16, NTH=4, NTHP=4, BKQ=32, NSEG=1, IEEE=dtype == "fp32", STAGES=1)
     return (fused_drafter_kernel, kernel_signature(dtype, const), const)
 
 
