@@ -81,8 +81,9 @@ def run_calls(head, tc, backends, calls, prompt, rng, device="cpu", sampling=Fal
 # ------------------------------------------------------------------------------------------------ CPU parity
 @pytest.mark.parametrize(
     "cfg,peaked,prompt",
-    [((20, 3, 4), True, 9), ((12, 2, 3), False, 5), ((4, 0, 4), True, 3), ((3, 2, 1), True, 1)],
-    ids=["20-3-4-peaked", "12-2-3-flat", "4-0-4-depth0", "3-2-1-k1"],
+    [((20, 3, 4), True, 9), ((12, 2, 3), False, 5), ((4, 0, 4), True, 3), ((3, 2, 1), True, 1),
+     ((12, 2, 3), True, 37)],
+    ids=["20-3-4-peaked", "12-2-3-flat", "4-0-4-depth0", "3-2-1-k1", "12-2-3-long-prompt-root-tiles"],
 )
 def test_fused_matches_reference_across_calls(cfg, peaked, prompt):
     rng = np.random.default_rng()
@@ -310,11 +311,16 @@ def llama8b_head(peaked: bool, dtype=torch.bfloat16, seed=0):
     return random_eagle3_head_on("cuda", llama31_8b_eagle3_config(), peaked=peaked, dtype=dtype, seed=seed)
 
 
-def match_rate_8b(n_inputs: int, peaked: bool, dtype=torch.bfloat16, ulps: float = 4.0, prompt=96):
-    """Kernel vs reference at the Llama-3.1-8B shape in ``dtype`` over fresh prefill inputs.
-    Returns (trees, identical, separated at ``ulps``, identical among separated)."""
+def match_rate_8b(n_inputs: int, peaked: bool, dtype=torch.bfloat16, ulps: float = 4.0, prompt=96,
+                  tree=(60, 7, 10), lm_scale: float = 1.0):
+    """Kernel vs reference at the Llama-3.1-8B shape in ``dtype`` over fresh prefill inputs (``lm_scale``
+    multiplies the head's lm_head: wider log-prob gaps). Returns (trees, identical, separated at ``ulps``,
+    identical among separated)."""
     head = llama8b_head(peaked, dtype)
-    tc = TreeConfig(60, 7, 10)
+    if lm_scale != 1.0:
+        with torch.no_grad():
+            head.lm_head.weight.mul_(lm_scale)
+    tc = TreeConfig(*tree)
     stats = [0, 0, 0, 0]
     for _ in range(n_inputs):
         feats = torch.randn(1, prompt, head.feature_width, device="cuda", dtype=dtype)
@@ -327,22 +333,28 @@ def match_rate_8b(n_inputs: int, peaked: bool, dtype=torch.bfloat16, ulps: float
         stats[1] += same
         stats[2] += sep
         stats[3] += same and sep
+    del head
+    torch.cuda.empty_cache()
     return tuple(stats)
 
 
 @pytest.mark.gpu
 def test_gpu_llama8b_bf16_separated_trees_identical():
-    """At the 8B shape in bf16: every tree whose reference decisions are separated by more than 4 ulps is
-    identical; the overall match rate is reported (bench/FUSED_NOTES.md)."""
-    seps = 0
+    """At the 8B shape in bf16: every tree whose reference decisions are separated by more than 4 ulps
+    (:func:`reference_margins`) is identical to the reference's. 60/7/10 trees are never separated (710 bf16
+    candidate scores always hold near-ties): their match rate is reported. The assertion is decided on a
+    10/2/4 tree with a sharper head (lm_head x 48), where separated trees occur (bench/FUSED_NOTES.md)."""
     for peaked in (True, False):
         n, same, sep, same_sep = match_rate_8b(8, peaked)
-        print(f"8B bf16 peaked={peaked}: {same}/{n} identical, {sep} separated at 4 ulps, "
+        print(f"8B bf16 60/7/10 peaked={peaked}: {same}/{n} identical, {sep} separated at 4 ulps, "
               f"{same_sep} of those identical")
         assert same_sep == sep
-        seps += sep
-    if seps == 0:
-        pytest.skip("no reference tree was separated at 4 ulps: the bf16 comparison decides nothing here")
+    n, same, sep, same_sep = match_rate_8b(16, True, tree=(10, 2, 4), lm_scale=4.0)
+    print(f"8B bf16 10/2/4 lm_head x48: {same}/{n} identical, {sep} separated at 4 ulps, {same_sep} of those "
+          "identical")
+    assert same_sep == sep
+    if sep == 0:
+        pytest.skip("no reference tree was separated at 4 ulps: the bf16 comparison decided nothing")
 
 
 @pytest.mark.gpu

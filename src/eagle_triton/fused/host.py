@@ -174,12 +174,13 @@ class DrafterConfig:
         # one row tile holds every tree row of a step where it can (each extra tile re-streams the weights); the
         # tile does not depend on the new rows of the root step, so prompts of any length share one compiled kernel
         bm = 16 if interp else min(128, max(16, _pow2(mq)))
-        bnv = self.block_vocab or (max(16, self.kp) if interp else max(64, self.kp))
+        # 128-wide vocabulary tiles: 2.74 -> 2.66 ms over 64 at batch 1 (gpu_2026-11-22d/profile_5_tunings.log)
+        bnv = self.block_vocab or (max(16, self.kp) if interp else max(128, self.kp))
         # Weight tiles of 64 rows (bench/results/probe_stream_gemv_h100.json: 16-row tiles cap one SM near 1.6 TB/s
         # of the whole GPU, 32-64 rows reach 2.0-2.6); RoPE pairs features within a head, so bn | head_dim. 32-row
         # tiles for fc/o/down (128 tiles on 132 SMs instead of 64) measured no faster: those phases are bound by
         # the whole GPU's bandwidth, not by the idle SMs. 8 warps: batch 1 3.41 -> 3.01 ms over 4 warps
-        # (gpu_2026-11-22d, profile runs).
+        # (gpu_2026-11-22d/profile_1_baseline_warps.log).
         bn = self.block_n or (16 if interp else min(64, self.head_dim))
         bng = self.block_n_mlp or (16 if interp else 64)
         warps = self.num_warps or (4 if interp else 8)
@@ -194,15 +195,23 @@ class DrafterConfig:
         bk = self.block_k or fit(32 if interp else 256, max(2 * bng, bnv))
         bkl = self.block_k or fit(32 if interp else 256, bn)
         bk, bkl = min(bk, _pow2(H)), min(bkl, _pow2(H))
-        bkq = bkl  # q/k/v chunks split the 2H input at H
-        while H % bkq:
-            bkq //= 2
-        # stream-K q/k/v: the most programs that share one tile (sizes the partial-sum buffer)
+        # the root step of a prompt longer than bm rows: 128-row tiles for fc and q/k/v (32 under the interpreter)
+        bmr = max(bm, 32 if interp else 128)
+        bkr = min(self.block_k or fit(32 if interp else 256, bmr - bm + bn), _pow2(H))
         n_qkv = -(-self.num_heads * self.head_dim // bn) + 2 * -(-self.num_kv_heads * self.head_dim // bn)
-        nc = 2 * H // bkq
-        tot = n_qkv * nc
-        owner = lambda g: ((g + 1) * nprog - 1) // tot  # noqa: E731
-        nseg = max(owner(t * nc + nc - 1) - owner(t * nc) + 1 for t in range(n_qkv))
+
+        def qkv_chunks(bk_: int) -> tuple[int, int]:
+            """q/k/v reduction chunk (divides H: chunks split the 2H input at H) and the most programs that share
+            one stream-K tile (sizes the partial-sum buffer)."""
+            while H % bk_:
+                bk_ //= 2
+            nc = 2 * H // bk_
+            tot = n_qkv * nc
+            owner = lambda g: ((g + 1) * nprog - 1) // tot  # noqa: E731
+            return bk_, max(owner(t * nc + nc - 1) - owner(t * nc) + 1 for t in range(n_qkv))
+
+        bkq, nseg = qkv_chunks(bkl)
+        bkqr, nsegr = qkv_chunks(bkr)
         nsplit = self.nsplit or (2 if interp else max(1, min(32, _pow2(max(1, nprog // (batch * self.num_kv_heads))) )))
         nsplit = _pow2(nsplit)
         npp = _pow2(nprog)
@@ -214,7 +223,7 @@ class DrafterConfig:
             NCP=_pow2(self.num_candidates), CP=_pow2(self.depth + 2),
             NPROG=nprog, NPP=npp, NSPLIT=nsplit,
             BM=bm, BN=bn, BNG=bng, BNV=bnv, BKL=bkl, BK=bk, num_warps=warps, BKV=bkv, BQ=max(16, _pow2(K * gq)),
-            NTH=nth, NTHP=_pow2(nth), BKQ=bkq, NSEG=nseg,
+            NTH=nth, NTHP=_pow2(nth), BKQ=bkq, NSEG=nseg, BMR=bmr, BKR=bkr, BKQR=bkqr, NSEGR=nsegr,
             IEEE=self.dtype == torch.float32, STAGES=1 if interp else self.stages,
         )
 
@@ -353,7 +362,8 @@ class Buffers:
         z = lambda *s, dtype=torch.int32: torch.zeros(*s, dtype=dtype, device=dev)  # noqa: E731
         scratch = dict(
             hbuf=e(2, mcap, H), hss=e(2, mcap, NTH, dtype=torch.float32), qbuf=e(mcap, QW),
-            part=e(n_qkv_tiles * p["NSEG"], p["BM"], p["BN"], dtype=torch.float32), flag=z(n_qkv_tiles * p["NSEG"]),
+            part=e(n_qkv_tiles * max(p["NSEG"] * p["BM"], p["NSEGR"] * p["BMR"]), p["BN"], dtype=torch.float32),
+            flag=z(n_qkv_tiles * max(p["NSEG"], p["NSEGR"])),
             att_o=e(mq * cfg.num_heads * NSPLIT, cfg.head_dim,
                                                           dtype=torch.float32),
             att_ml=e(mq * cfg.num_heads * NSPLIT * 2, dtype=torch.float32), attn=e(mq, QW), h1=e(mq, H),

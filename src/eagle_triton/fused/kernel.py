@@ -822,11 +822,12 @@ def fused_drafter_kernel(
     CP: tl.constexpr,
     # launch / tiling: BN (fc, q/k/v, o, down), BNG (gate/up), BNV (lm_head) output tiles; BKL / BK reduction
     # chunks of the BN-tiled / other products, BKQ (divides H) of q/k/v; NTH = H / BN tiles of the H-wide outputs;
-    # NSEG >= programs sharing one stream-K q/k/v tile
+    # NSEG >= programs sharing one stream-K q/k/v tile; BMR, BKR, BKQR, NSEGR: the same for the root step of a
+    # prompt longer than BM rows
     NPROG: tl.constexpr, NPP: tl.constexpr, NSPLIT: tl.constexpr,
     BM: tl.constexpr, BN: tl.constexpr, BNG: tl.constexpr, BNV: tl.constexpr, BKL: tl.constexpr, BK: tl.constexpr,
     BKQ: tl.constexpr, BKV: tl.constexpr, BQ: tl.constexpr, NTH: tl.constexpr, NTHP: tl.constexpr,
-    NSEG: tl.constexpr,
+    NSEG: tl.constexpr, BMR: tl.constexpr, BKR: tl.constexpr, BKQR: tl.constexpr, NSEGR: tl.constexpr,
     IEEE: tl.constexpr, STAGES: tl.constexpr, PROFILE: tl.constexpr = False,
 ):
     pid = tl.program_id(0)
@@ -835,13 +836,23 @@ def fused_drafter_kernel(
     bt = 0  # barrier target
     if PROFILE:
         tl.store(prof + pid * PROF_SLOTS, _now())
-    _fc_phase(X, fc_w, hbuf, hss, B, S, pid, H, W, NTH, BM, BN, BKL, IEEE, STAGES, NPROG)
+    # a prompt longer than one tree-row tile runs the root's fc and q/k/v on BMR-row tiles: the weights are
+    # streamed once per BMR prompt rows instead of once per BM
+    if B * S > BM:
+        _fc_phase(X, fc_w, hbuf, hss, B, S, pid, H, W, NTH, BMR, BN, BKR, IEEE, STAGES, NPROG)
+    else:
+        _fc_phase(X, fc_w, hbuf, hss, B, S, pid, H, W, NTH, BM, BN, BKL, IEEE, STAGES, NPROG)
     bt += NPROG
     _grid_sync(bar, bt, NPROG, prof, PROFILE)
     for s in range(0, D + 1):
-        _qkv_phase(s, emb_w, emb_rstd, g_in, g_hid, wq, wk, wv, cos_t, sin_t, ids, nnew, kvlen, kc, vc, hbuf, hss,
-                   qbuf, part, flag, tok_in, src, status, B, S, LMAX, MCAP, eps, pid, H, NH, NKV, HD, K, NTH, NTHP,
-                   NSEG, BM, BN, BKQ, IEEE, STAGES, NPROG)
+        if (s == 0) & (B * S > BM):
+            _qkv_phase(s, emb_w, emb_rstd, g_in, g_hid, wq, wk, wv, cos_t, sin_t, ids, nnew, kvlen, kc, vc, hbuf,
+                       hss, qbuf, part, flag, tok_in, src, status, B, S, LMAX, MCAP, eps, pid, H, NH, NKV, HD, K, NTH,
+                       NTHP, NSEGR, BMR, BN, BKQR, IEEE, STAGES, NPROG)
+        else:
+            _qkv_phase(s, emb_w, emb_rstd, g_in, g_hid, wq, wk, wv, cos_t, sin_t, ids, nnew, kvlen, kc, vc, hbuf,
+                       hss, qbuf, part, flag, tok_in, src, status, B, S, LMAX, MCAP, eps, pid, H, NH, NKV, HD, K, NTH,
+                       NTHP, NSEG, BM, BN, BKQ, IEEE, STAGES, NPROG)
         bt += NPROG
         _grid_sync(bar, bt, NPROG, prof, PROFILE)
         _att_phase(s, qbuf, kc, vc, anc, nnew, kvlen, att_o, att_ml, B, S, LMAX, sm_scale, pid, prof, NH, NKV, HD, K,

@@ -38,15 +38,17 @@ def _llama8b(dtype: str, nprog: int, batch: int) -> tuple:
     K, D, T = 10, 7, 59
     const = dict(H=4096, W=12288, NH=32, NKV=8, HD=128, INTER=14336, VD=32000, HAS_D2T=True, K=K, KP=16, D=D, T=T,
                  TP=64, NCP=1024, CP=16, NPROG=nprog, NPP=256 if nprog > 128 else 128, NSPLIT=16,
-                 BM=16 if batch == 1 else 64, BN=64, BNG=64, BNV=64, BKL=256, BK=128, BKV=64, BQ=64, NTH=64,
-                 NTHP=64, BKQ=256, NSEG=3, IEEE=dtype == "fp32", STAGES=4)
+                 BM=16 if batch == 1 else 64, BN=64, BNG=64, BNV=128, BKL=256, BK=128, BKV=64, BQ=64, NTH=64,
+                 NTHP=64, BKQ=256, NSEG=3, BMR=128, BKR=64,
+                 BKQR=64, NSEGR=3, IEEE=dtype == "fp32", STAGES=4)
     return (fused_drafter_kernel, kernel_signature(dtype, const), const)
 
 
 def _tiny(dtype: str) -> tuple:
     const = dict(H=64, W=192, NH=4, NKV=2, HD=16, INTER=96, VD=96, HAS_D2T=True, K=4, KP=4, D=3, T=19, TP=32,
                  NCP=64, CP=8, NPROG=1, NPP=1, NSPLIT=2, BM=16, BN=16, BNG=16, BNV=16, BKL=32, BK=32, BKV=16,
-                 BQ=16, NTH=4, NTHP=4, BKQ=32, NSEG=1, IEEE=dtype == "fp32", STAGES=1)
+                 BQ=16, NTH=4, NTHP=4, BKQ=32, NSEG=1, BMR=32, BKR=32, BKQR=32,
+                 NSEGR=1, IEEE=dtype == "fp32", STAGES=1)
     return (fused_drafter_kernel, kernel_signature(dtype, const), const)
 
 
