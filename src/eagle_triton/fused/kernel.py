@@ -10,19 +10,23 @@ Each phase spreads its work units over all programs (unit ``u`` runs on program 
 ============  ===========================================================  ==================================
 phase         work unit                                                    rows
 ============  ===========================================================  ==================================
-FC (root)     BN output features of ``fc`` (3Ht -> H)                      all ``B*S`` new rows
-QKV           BN output features of q/k/v; RMSNorms of the 2H input and    root: ``B*S`` rows, tree: ``B*K``
-              RoPE inline; K/V written to the draft KV, q to scratch
+FC (root)     BN output features of ``fc`` (3Ht -> H)                      all ``B*S`` new rows (BMR-row
+                                                                           tiles when longer than BM)
+QKV           stream-K: an equal share of (BN features x BKQ chunks of     root: ``B*S`` rows, tree: ``B*K``
+              the 2H input) per program, partials finished by the tile's
+              owner; RMSNorms and RoPE inline; K/V written to the draft
+              KV, q to scratch
 ATT           (sequence, kv head, KV split): all query heads of the group  root: the last row; tree: ``K``
               over packed prefix + tree keys, ancestor mask implicit       frontier nodes
 COMB          (row, head): merges the KV splits (flash-decoding)
 O             BN features of ``o_proj`` + residual
-GU            BN features of gate and up, post-attention RMSNorm inline,
+GU            BNG features of gate and up, post-attention RMSNorm inline,
               ``silu(g) * u``
 DOWN          BN features of ``down_proj`` + residual: the step output
 LM            ``BNV``-wide vocabulary tiles of ``lm_head`` (final
-              RMSNorm inline); each program keeps a streaming top-k
-              and logsumexp per row
+              RMSNorm inline), one pipelined loop over a program's
+              tiles; each program keeps a streaming top-k and
+              logsumexp per row
 RM            one row: merges the programs' top-k (``K`` extractions
               of the maximum) and logsumexp -> ``K`` children
               (log-probs in the model dtype)
@@ -31,6 +35,10 @@ SEL           one sequence: cumulative scores, the global K-way prune,
               (same program, no barrier) the final top-T reranking and
               all tree buffers
 ============  ===========================================================  ==================================
+
+RMSNorm statistics come from the producers: every FC / O / DOWN output tile stores its rows' sums of squares,
+and the consuming phase adds ``H / BN`` partial sums per row (the embedding rows' statistics are precomputed per
+weight set).
 
 Each phase is a ``noinline`` function: compiled on its own, which keeps compilation fast (Triton's layout passes
 grow quickly with function size), at the cost of one call per phase.
