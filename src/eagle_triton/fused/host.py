@@ -155,6 +155,10 @@ class DrafterConfig:
     def num_candidates(self) -> int:
         return self.top_k + self.depth * self.top_k**2
 
+    def qkv_tiles(self, block_n: int) -> int:
+        """Output tiles of q, k and v at tile width ``block_n`` (the kernel's QKV work units)."""
+        return -(-self.num_heads * self.head_dim // block_n) + 2 * -(-self.num_kv_heads * self.head_dim // block_n)
+
     def resolved_nprog(self, device) -> int:
         if self.nprog is not None:
             return int(self.nprog)
@@ -186,9 +190,9 @@ class DrafterConfig:
         warps = self.num_warps or (4 if interp else 8)
         elem = self.dtype.itemsize
 
-        def fit(bk: int, width: int) -> int:  # the pipelined K loop's tiles must fit in shared memory
+        def fit(bk: int, width: int, rows: int = bm) -> int:  # the pipelined K loop's tiles must fit in smem
             if not interp:
-                while bk > 32 and self.stages * elem * bk * (bm + width + 1) > _SMEM_BUDGET:
+                while bk > 32 and self.stages * elem * bk * (rows + width + 1) > _SMEM_BUDGET:
                     bk //= 2
             return bk
 
@@ -197,8 +201,8 @@ class DrafterConfig:
         bk, bkl = min(bk, _pow2(H)), min(bkl, _pow2(H))
         # the root step of a prompt longer than bm rows: 128-row tiles for fc and q/k/v (32 under the interpreter)
         bmr = max(bm, 32 if interp else 128)
-        bkr = min(self.block_k or fit(32 if interp else 256, bmr - bm + bn), _pow2(H))
-        n_qkv = -(-self.num_heads * self.head_dim // bn) + 2 * -(-self.num_kv_heads * self.head_dim // bn)
+        bkr = min(self.block_k or fit(32 if interp else 256, bn, bmr), _pow2(H))
+        n_qkv = self.qkv_tiles(bn)
 
         def qkv_chunks(bk_: int) -> tuple[int, int]:
             """q/k/v reduction chunk (divides H: chunks split the 2H input at H) and the most programs that share
@@ -354,8 +358,8 @@ class Buffers:
         dt = cfg.dtype
         H, K, D, T = cfg.hidden_size, cfg.top_k, cfg.depth, cfg.total_tokens - 1
         KP, NCP, TP, NPP, NSPLIT, NTH = p["KP"], p["NCP"], p["TP"], p["NPP"], p["NSPLIT"], p["NTH"]
-        QW, KVW = cfg.num_heads * cfg.head_dim, cfg.num_kv_heads * cfg.head_dim
-        n_qkv_tiles = -(-QW // p["BN"]) + 2 * -(-KVW // p["BN"])
+        QW = cfg.num_heads * cfg.head_dim
+        n_qkv_tiles = cfg.qkv_tiles(p["BN"])
         mcap = max(B * S, B * K)
         mq = B * K
         e = lambda *s, dtype=dt: torch.empty(*s, dtype=dtype, device=dev)  # noqa: E731
@@ -364,8 +368,7 @@ class Buffers:
             hbuf=e(2, mcap, H), hss=e(2, mcap, NTH, dtype=torch.float32), qbuf=e(mcap, QW),
             part=e(n_qkv_tiles * max(p["NSEG"] * p["BM"], p["NSEGR"] * p["BMR"]), p["BN"], dtype=torch.float32),
             flag=z(n_qkv_tiles * max(p["NSEG"], p["NSEGR"])),
-            att_o=e(mq * cfg.num_heads * NSPLIT, cfg.head_dim,
-                                                          dtype=torch.float32),
+            att_o=e(mq * cfg.num_heads * NSPLIT, cfg.head_dim, dtype=torch.float32),
             att_ml=e(mq * cfg.num_heads * NSPLIT * 2, dtype=torch.float32), attn=e(mq, QW), h1=e(mq, H),
             h1ss=e(mq, NTH, dtype=torch.float32),
             act=e(mq, cfg.intermediate_size), lm_key=e(mq * NPP * KP, dtype=torch.int64),

@@ -277,8 +277,8 @@ def _fc_phase(X, fc_w, hbuf, hss, B, S, pid, H: tl.constexpr, W: tl.constexpr, N
 @triton.jit
 def _qkv_tile_rows(t, H: tl.constexpr, NH: tl.constexpr, NKV: tl.constexpr, HD: tl.constexpr, BN: tl.constexpr):
     """Output features of QKV tile ``t`` (q tiles, then k, then v): which matrix (0, 1, 2), whether the tile is
-    RoPE'd, the first feature of each half (RoPE tiles pair features d and d + HD/2 of one head; others are
-    contiguous) and the feature of every lane."""
+    RoPE'd, its first frequency index within the head and the feature of every lane (RoPE tiles pair features d
+    and d + HD/2 of one head; others are contiguous)."""
     QW: tl.constexpr = NH * HD
     KVW: tl.constexpr = NKV * HD
     BH: tl.constexpr = BN // 2
@@ -293,7 +293,7 @@ def _qkv_tile_rows(t, H: tl.constexpr, NH: tl.constexpr, NKV: tl.constexpr, HD: 
     row_b = tl.where(rope, row_a + HD // 2, row_a + BH)
     offn = tl.arange(0, BN)
     f = tl.where(offn < BH, row_a + offn, row_b + offn - BH)
-    return which, rope, jj, row_a, row_b, f
+    return which, rope, jj, f
 
 
 @triton.jit
@@ -362,7 +362,7 @@ def _qkv_phase(s, emb_w, emb_rstd, g_in, g_hid, wq, wk, wv, cos_t, sin_t, ids, n
             t = tl.where(split, t0 + i, pid + i * NPROG)
             s0 = tl.where(split, tl.maximum(c_lo - t * NC, 0), 0)  # this program's chunks [s0, s1) of tile t
             s1 = tl.where(split, tl.minimum(c_hi - t * NC, NC), NC)
-            which, rope, jj, row_a, row_b, f = _qkv_tile_rows(t, H, NH, NKV, HD, BN)
+            which, rope, jj, f = _qkv_tile_rows(t, H, NH, NKV, HD, BN)
             nout = tl.where(which == 0, QW, KVW)
             fok = f < nout
             if which == 0:
