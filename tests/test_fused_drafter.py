@@ -109,18 +109,23 @@ def test_sampling_order_and_odd_head_shapes():
         assert_same_kv(drafters["torch"].stable_kv, drafters["triton"].stable_kv)
 
 
-def test_batched_launch_matches_per_sequence_reference():
-    """Two sequences in one launch, different KV lengths and different numbers of new rows (padded input)."""
+@pytest.mark.parametrize("tree,batch", [((14, 2, 4), 2), ((20, 2, 6), 3)], ids=["2x4-rows", "3x6-rows-two-tiles"])
+def test_batched_launch_matches_per_sequence_reference(tree, batch):
+    """Several sequences in one launch, different KV lengths and different numbers of new rows (padded input).
+    3 x 6 tree rows exceed one 16-row tile under the interpreter: every phase then loops over row tiles (whole
+    weight tiles in turn instead of stream-K)."""
     head = make_head(True)
-    tc = TreeConfig(14, 2, 4)
-    cfg = DrafterConfig.from_head(head, tc, max_batch=2, max_len=64, max_new_rows=8)
+    tc = TreeConfig(*tree)
+    cfg = DrafterConfig.from_head(head, tc, max_batch=batch, max_len=64, max_new_rows=8)
     w = Weights.from_head(head, cfg.max_len + tc.depth + 1)
     w.check(cfg)
     bufs = Buffers.allocate(cfg, "cpu")
     bufs_ref = Buffers.allocate(cfg, "cpu")
     V = head.config.vocab_size
-    for num_new in ([7, 4], [2, 5]):
-        X = DraftInputs(torch.randn(2, 7, head.feature_width), torch.randint(0, V, (2, 7)),
+    gen = torch.Generator().manual_seed(int(torch.randint(0, 2**31, ())))
+    for _ in range(2):
+        num_new = torch.randint(1, 8, (batch,), generator=gen).tolist()
+        X = DraftInputs(torch.randn(batch, 7, head.feature_width), torch.randint(0, V, (batch, 7)),
                         torch.tensor(num_new, dtype=torch.int32))
         out = launch_drafter(cfg, X, w, bufs)
         ref = launch_drafter_ref(cfg, X, w, bufs_ref)
@@ -129,11 +134,47 @@ def test_batched_launch_matches_per_sequence_reference():
             assert torch.equal(a, b)
         assert torch.equal(bufs.parents, bufs_ref.parents) and torch.equal(bufs.num_leaves, bufs_ref.num_leaves)
         assert torch.equal(bufs.kv_len, bufs_ref.kv_len)
-        for b in range(2):
+        for b in range(batch):
             n = int(bufs.kv_len[b])
             torch.testing.assert_close(bufs.k_cache[b, :n], bufs_ref.k_cache[b, :n], atol=1e-5, rtol=1e-5)
             torch.testing.assert_close(bufs.v_cache[b, :n], bufs_ref.v_cache[b, :n], atol=1e-5, rtol=1e-5)
     assert int(bufs.status[0]) == 0
+
+
+@pytest.mark.parametrize("n_tiles,chunks,nprog", [(96, 32, 132), (64, 16, 132), (64, 56, 132), (96, 128, 132),
+                                                   (3, 2, 132), (5, 7, 1), (7, 3, 4), (1, 1, 3), (40, 5, 37)])
+def test_streamk_schedule_covers_every_chunk_and_cannot_deadlock(n_tiles, chunks, nprog):
+    """The kernel's stream-K schedule (the same formulas, in Python): every (tile, chunk) is summed exactly once,
+    by its tile's owner or published into a slot below the sharing bound the buffers are sized with; a program
+    publishes only in its first segment and waits only in its last, so no program waits on a waiting one."""
+    from eagle_triton.fused.host import streamk_max_sharing, streamk_owner, streamk_range
+
+    total = n_tiles * chunks
+    nseg = streamk_max_sharing(n_tiles, chunks, nprog)
+    seen = np.zeros(total, dtype=int)
+    slots = set()
+    for pid in range(nprog):
+        lo, hi = streamk_range(pid, total, nprog)
+        seen[lo:hi] += 1
+        segs = sorted({g // chunks for g in range(lo, hi)})
+        for i, t in enumerate(segs):
+            owner = streamk_owner(t * chunks, total, nprog)
+            last = streamk_owner(t * chunks + chunks - 1, total, nprog)
+            if t * chunks < lo:  # publishes its part of tile t
+                assert i == 0 and owner < pid <= last and pid - owner < nseg
+                assert (t, pid - owner) not in slots
+                slots.add((t, pid - owner))
+            else:  # owns tile t: waits for the later programs only if they hold part of it
+                assert owner == pid
+                if last > pid:
+                    assert i == len(segs) - 1 and hi < (t + 1) * chunks
+    assert (seen == 1).all()
+    # every published slot is one the owner collects (the programs owner+1..last with non-empty ranges)
+    want = {(t, q - streamk_owner(t * chunks, total, nprog)) for t in range(n_tiles)
+            for q in range(streamk_owner(t * chunks, total, nprog) + 1,
+                           streamk_owner(t * chunks + chunks - 1, total, nprog) + 1)
+            if streamk_range(q, total, nprog)[1] > streamk_range(q, total, nprog)[0]}
+    assert slots == want
 
 
 # ------------------------------------------------------------------------------------------------ fallback, errors

@@ -203,23 +203,20 @@ class DrafterConfig:
         bmr = max(bm, 32 if interp else 128)
         bkr = min(self.block_k or fit(32 if interp else 256, bn, bmr), _pow2(H))
         n_qkv = self.qkv_tiles(bn)
+        nth = -(-H // bn)
 
-        def qkv_chunks(bk_: int) -> tuple[int, int]:
-            """q/k/v reduction chunk (divides H: chunks split the 2H input at H) and the most programs that share
-            one stream-K tile (sizes the partial-sum buffer)."""
+        def bkq_of(bk_: int) -> int:  # the q/k/v reduction chunk divides H: chunks split the 2H input at H
             while H % bk_:
                 bk_ //= 2
-            nc = 2 * H // bk_
-            tot = n_qkv * nc
-            owner = lambda g: ((g + 1) * nprog - 1) // tot  # noqa: E731
-            return bk_, max(owner(t * nc + nc - 1) - owner(t * nc) + 1 for t in range(n_qkv))
+            return bk_
 
-        bkq, nseg = qkv_chunks(bkl)
-        bkqr, nsegr = qkv_chunks(bkr)
+        bkq, bkqr = bkq_of(bkl), bkq_of(bkr)
+        # the most programs sharing one stream-K q/k/v tile (sizes the partial-sum buffer)
+        nseg = streamk_max_sharing(n_qkv, 2 * H // bkq, nprog)
+        nsegr = streamk_max_sharing(n_qkv, 2 * H // bkqr, nprog)
         nsplit = self.nsplit or (2 if interp else max(1, min(32, _pow2(max(1, nprog // (batch * self.num_kv_heads))) )))
         nsplit = _pow2(nsplit)
         npp = _pow2(nprog)
-        nth = -(-H // bn)
         return dict(
             H=H, W=self.feature_width, NH=self.num_heads, NKV=self.num_kv_heads, HD=self.head_dim,
             INTER=self.intermediate_size, VD=self.draft_vocab, HAS_D2T=self.has_d2t,
@@ -230,6 +227,24 @@ class DrafterConfig:
             NTH=nth, NTHP=_pow2(nth), BKQ=bkq, NSEG=nseg, BMR=bmr, BKR=bkr, BKQR=bkqr, NSEGR=nsegr,
             IEEE=self.dtype == torch.float32, STAGES=1 if interp else self.stages,
         )
+
+
+def streamk_range(pid: int, total: int, nprog: int) -> tuple[int, int]:
+    """Program ``pid``'s chunks ``[lo, hi)`` of a stream-K product with ``total`` (tile, chunk) pairs (the kernel's
+    schedule)."""
+    return pid * total // nprog, (pid + 1) * total // nprog
+
+
+def streamk_owner(g: int, total: int, nprog: int) -> int:
+    """The program whose stream-K range holds chunk ``g`` (the kernel's ``_streamk_owner``)."""
+    return ((g + 1) * nprog - 1) // total
+
+
+def streamk_max_sharing(n_tiles: int, chunks: int, nprog: int) -> int:
+    """The most programs whose stream-K ranges share one tile of ``chunks`` chunks."""
+    total = n_tiles * chunks
+    return max(streamk_owner(t * chunks + chunks - 1, total, nprog) - streamk_owner(t * chunks, total, nprog) + 1
+               for t in range(n_tiles))
 
 
 # ------------------------------------------------------------------------------------------------ weights
