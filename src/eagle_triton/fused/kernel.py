@@ -495,21 +495,27 @@ def _att_phase(s, qbuf, kc, vc, anc, nnew, kvlen, att_o, att_ml, B, S, LMAX, sm_
 @triton.jit(noinline=True)
 def _comb_phase(s, att_o, att_ml, attn, B, pid, NH: tl.constexpr, HD: tl.constexpr, K: tl.constexpr,
                 NSPLIT: tl.constexpr, NPROG: tl.constexpr):
-    """Merge the KV splits of every (row, head) (flash-decoding)."""
+    """Merge the KV splits of every (row, head) (flash-decoding), ``G`` (row, head) units at a time: one L2
+    round trip for all of a program's units at batch 1 instead of one per unit."""
     DT: tl.constexpr = attn.dtype.element_ty
     QW: tl.constexpr = NH * HD
-    MQ = tl.where(s == 0, B, B * K)
+    G: tl.constexpr = 4
+    n_u = tl.where(s == 0, B, B * K) * NH
+    offg = tl.arange(0, G)
     offs = tl.arange(0, NSPLIT)
     offd = tl.arange(0, HD)
-    for u in range(pid, MQ * NH, NPROG):
-        prow = u * NSPLIT + offs
-        m_s = tl.load(att_ml + prow * 2, cache_modifier=".cg")
-        l_s = tl.load(att_ml + prow * 2 + 1, cache_modifier=".cg")
-        o_s = tl.load(att_o + prow.to(tl.int64)[:, None] * HD + offd[None, :], cache_modifier=".cg")
-        mx = tl.max(m_s, axis=0)
-        wgt = tl.exp(m_s - mx)
-        o = tl.sum(o_s * wgt[:, None], axis=0) / tl.sum(l_s * wgt, axis=0)
-        tl.store(attn + tl.cast(u // NH, tl.int64) * QW + (u % NH) * HD + offd, o.to(DT))
+    for u0 in range(pid * G, n_u, NPROG * G):
+        u = u0 + offg
+        uok = u < n_u
+        prow = u[:, None] * NSPLIT + offs[None, :]
+        m_s = tl.load(att_ml + prow * 2, mask=uok[:, None], other=-1.0e30, cache_modifier=".cg")
+        l_s = tl.load(att_ml + prow * 2 + 1, mask=uok[:, None], other=1.0, cache_modifier=".cg")
+        o_s = tl.load(att_o + prow.to(tl.int64)[:, :, None] * HD + offd[None, None, :], mask=uok[:, None, None],
+                      other=0.0, cache_modifier=".cg")
+        wgt = tl.exp(m_s - tl.max(m_s, axis=1)[:, None])
+        o = tl.sum(o_s * wgt[:, :, None], axis=1) / tl.sum(l_s * wgt, axis=1)[:, None]
+        tl.store(attn + (u // NH).to(tl.int64)[:, None] * QW + (u % NH)[:, None] * HD + offd[None, :], o.to(DT),
+                 mask=uok[:, None])
 
 
 @triton.jit(noinline=True)
