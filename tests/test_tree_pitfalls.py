@@ -8,10 +8,10 @@ from eagle_triton import TreeConfig, TreeDrafter
 from eagle_triton.testing import random_eagle3_head
 
 
-def peaked_head(**kw):
+def peaked_head(scale=6.0, **kw):
     head = random_eagle3_head(**kw)
     with torch.no_grad():
-        head.lm_head.weight.mul_(6.0)
+        head.lm_head.weight.mul_(scale)
     return head
 
 
@@ -27,8 +27,10 @@ def test_1_total_tokens_counts_the_root_and_depth_gives_depth_plus_one_levels():
     assert tree.draft_tokens.shape == (1, 60)  # 59 drafted nodes + root
     assert tree.tree_mask.shape == (1, 1, 60, 60)
     assert int(tree.tree_position_ids.max()) <= cfg.depth + 1
-    depths = [int(draft_once(peaked_head(), cfg)[1].max_depth) for _ in range(4)]
-    assert max(depths) == cfg.depth + 1, depths  # a peaked head reaches depth + 1 drafted levels
+    # a sharply peaked head reaches depth + 1 drafted levels (x6 fell one level short in about 1 of 4 heads, and
+    # all 4 draws of a CI run did once; x12 reached them in 12 of 12)
+    depths = [int(draft_once(peaked_head(scale=12.0), cfg)[1].max_depth) for _ in range(4)]
+    assert max(depths) == cfg.depth + 1, depths
 
 
 def test_2_midlayer_attention_input_is_norm_embedding_then_norm_hidden():
