@@ -32,11 +32,7 @@ CUDA = torch.cuda.is_available()
 
 
 def make_head(peaked=True, seed=None, **kw):
-    head = random_eagle3_head(seed=seed, **kw)
-    if peaked:
-        with torch.no_grad():
-            head.lm_head.weight.mul_(6.0)
-    return head
+    return random_eagle3_head(seed=seed, lm_head_scale=6.0 if peaked else 1.0, **kw)
 
 
 def assert_same_tree(a, b):

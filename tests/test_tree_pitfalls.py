@@ -9,10 +9,7 @@ from eagle_triton.testing import random_eagle3_head
 
 
 def peaked_head(scale=6.0, **kw):
-    head = random_eagle3_head(**kw)
-    with torch.no_grad():
-        head.lm_head.weight.mul_(scale)
-    return head
+    return random_eagle3_head(lm_head_scale=scale, **kw)
 
 
 def draft_once(head, cfg=TreeConfig(60, 7, 10), prompt=7, sampling=False):

@@ -40,8 +40,10 @@ def random_eagle3_head(
     dtype: torch.dtype = torch.float32,
     std: float = 0.1,
     config: DraftHeadConfig | None = None,
+    lm_head_scale: float = 1.0,
 ) -> Eagle3DraftHead:
-    """An EAGLE-3 head with random weights and a random sorted draft vocabulary (``d2t``/``t2d``)."""
+    """An EAGLE-3 head with random weights and a random sorted draft vocabulary (``d2t``/``t2d``);
+    ``lm_head_scale`` multiplies ``lm_head`` (above 1: sharper next-token distributions, deeper trees)."""
     g = torch.Generator().manual_seed(seed if seed is not None else torch.seed() % 2**31)
     cfg = config or DraftHeadConfig(
         hidden_size=hidden_size, intermediate_size=intermediate_size, num_attention_heads=num_attention_heads,
@@ -52,6 +54,7 @@ def random_eagle3_head(
     head = Eagle3DraftHead(cfg)
     _randomize(head, g, std)
     with torch.no_grad():
+        head.lm_head.weight.mul_(lm_head_scale)
         head.embed_tokens.weight.copy_(torch.randn(head.embed_tokens.weight.shape, generator=g))
         if head.has_vocab_map:
             used = torch.randperm(cfg.vocab_size, generator=g)[: cfg.effective_draft_vocab].sort().values

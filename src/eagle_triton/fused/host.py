@@ -203,7 +203,6 @@ class DrafterConfig:
         bmr = max(bm, 32 if interp else 128)
         bkr = min(self.block_k or fit(32 if interp else 256, bn, bmr), _pow2(H))
         n_qkv = self.qkv_tiles(bn)
-        nth = -(-H // bn)
 
         def bkq_of(bk_: int) -> int:  # the q/k/v reduction chunk divides H: chunks split the 2H input at H
             while H % bk_:
@@ -217,6 +216,7 @@ class DrafterConfig:
         nsplit = self.nsplit or (2 if interp else max(1, min(32, _pow2(max(1, nprog // (batch * self.num_kv_heads))) )))
         nsplit = _pow2(nsplit)
         npp = _pow2(nprog)
+        nth = -(-H // bn)
         return dict(
             H=H, W=self.feature_width, NH=self.num_heads, NKV=self.num_kv_heads, HD=self.head_dim,
             INTER=self.intermediate_size, VD=self.draft_vocab, HAS_D2T=self.has_d2t,
