@@ -137,6 +137,27 @@ def test_batched_launch_matches_per_sequence_reference(tree, batch):
     assert int(bufs.status[0]) == 0
 
 
+@pytest.mark.parametrize("batch,bnq", [(1, 128), (2, 128), (4, 64), (16, 64)])
+def test_qkv_tiling_at_the_8b_shape(batch, bnq):
+    """The H100 launch parameters at the 8B shape: 128-wide q/k/v tiles (a whole head) while one tile holds at most
+    32 rows, 64-wide beyond and for the long-prompt root tiles; NSEG a power of two covering both tilings; and
+    every q/k/v reduction chunk divides H (the two halves of the 2H input never share a chunk)."""
+    from eagle_triton.fused.host import streamk_max_sharing
+
+    cfg = DrafterConfig(hidden_size=4096, num_heads=32, num_kv_heads=8, head_dim=128, intermediate_size=14336,
+                        draft_vocab=32000, feature_width=12288, vocab_size=128256, rms_eps=1e-5, has_d2t=True,
+                        nprog=132)
+    p = cfg.launch_params(torch.device("cuda"), batch, 4)
+    assert (p["BNQ"], p["BNQR"]) == (bnq, 64)
+    assert p["NSEG"] & (p["NSEG"] - 1) == 0
+    for bn, bk in ((p["BNQ"], p["BKQ"]), (p["BNQR"], p["BKQR"])):
+        assert 4096 % bk == 0
+        assert streamk_max_sharing(cfg.qkv_tiles(bn), 2 * 4096 // bk, 132) <= p["NSEG"]
+    assert cfg.with_(block_n_qkv=64).launch_params(torch.device("cuda"), batch, 4)["BNQ"] == 64
+    with pytest.raises(ValueError, match="block_n_qkv"):
+        cfg.with_(block_n_qkv=48)
+
+
 @pytest.mark.parametrize("n_tiles,chunks,nprog", [(96, 32, 132), (64, 16, 132), (64, 56, 132), (96, 128, 132),
                                                    (3, 2, 132), (5, 7, 1), (7, 3, 4), (1, 1, 3), (40, 5, 37)])
 def test_streamk_schedule_covers_every_chunk_and_cannot_deadlock(n_tiles, chunks, nprog):

@@ -93,6 +93,7 @@ class DrafterConfig:
     nprog: int | None = None
     nsplit: int | None = None
     block_n: int | None = None
+    block_n_qkv: int | None = None
     block_n_mlp: int | None = None
     block_vocab: int | None = None
     block_k: int | None = None
@@ -109,8 +110,10 @@ class DrafterConfig:
             raise ValueError(f"hidden_size {self.hidden_size} must be a multiple of 16 for the fused kernel")
         if self.head_dim & (self.head_dim - 1) or self.head_dim < 16:
             raise ValueError(f"head_dim {self.head_dim} must be a power of two >= 16 for the fused kernel")
-        if self.block_n is not None and (self.head_dim % self.block_n or self.block_n % 2 or self.block_n < 16):
-            raise ValueError(f"block_n {self.block_n} must be even, >= 16 and divide head_dim {self.head_dim}")
+        for name in ("block_n", "block_n_qkv"):
+            bn = getattr(self, name)
+            if bn is not None and (self.head_dim % bn or bn % 2 or bn < 16):
+                raise ValueError(f"{name} {bn} must be even, >= 16 and divide head_dim {self.head_dim}")
         if self.block_n_mlp is not None and (self.block_n_mlp & (self.block_n_mlp - 1) or self.block_n_mlp < 16):
             raise ValueError(f"block_n_mlp {self.block_n_mlp} must be a power of two >= 16")
         if self.block_vocab is not None and (self.block_vocab & (self.block_vocab - 1)
@@ -186,6 +189,12 @@ class DrafterConfig:
         # the whole GPU's bandwidth, not by the idle SMs. 8 warps: batch 1 3.41 -> 3.01 ms over 4 warps
         # (gpu_2026-11-22d/profile_1_baseline_warps.log).
         bn = self.block_n or (16 if interp else min(64, self.head_dim))
+        # q/k/v tiles of 128 features (a whole head) for up to 32 rows: the inline RMSNorm of a chunk is shared by
+        # twice the weight bytes, as in gate/up (two 64-wide tiles) and lm_head (128-wide tiles); q/k/v 51 -> 43 us
+        # per step at batch 1 (bench/FUSED_NOTES.md, session 5). 64 features for more rows (8.4 -> 8.8 ms at batch
+        # 16 with 128) and for the 128-row root tiles of long prompts (BNQR).
+        bnq = self.block_n_qkv or (16 if interp else min(128 if bm <= 32 else 64, self.head_dim))
+        bnqr = self.block_n_qkv or (16 if interp else min(64, self.head_dim))
         bng = self.block_n_mlp or (16 if interp else 64)
         warps = self.num_warps or (4 if interp else 8)
         elem = self.dtype.itemsize
@@ -196,35 +205,38 @@ class DrafterConfig:
                     bk //= 2
             return bk
 
-        bk = self.block_k or fit(32 if interp else 256, max(2 * bng, bnv))
+        bk = self.block_k or fit(32 if interp else 256, bnv)
+        bkg = min(self.block_k or fit(32 if interp else 256, 2 * bng), _pow2(H))
         bkl = self.block_k or fit(32 if interp else 256, bn)
+        bkqf = self.block_k or fit(32 if interp else 256, bnq)
         bk, bkl = min(bk, _pow2(H)), min(bkl, _pow2(H))
         # the root step of a prompt longer than bm rows: 128-row tiles for fc and q/k/v (32 under the interpreter)
         bmr = max(bm, 32 if interp else 128)
         bkr = min(self.block_k or fit(32 if interp else 256, bn, bmr), _pow2(H))
-        n_qkv = self.qkv_tiles(bn)
+        bkqrf = min(self.block_k or fit(32 if interp else 256, bnqr, bmr), _pow2(H))
 
         def bkq_of(bk_: int) -> int:  # the q/k/v reduction chunk divides H: chunks split the 2H input at H
             while H % bk_:
                 bk_ //= 2
             return bk_
 
-        bkq, bkqr = bkq_of(bkl), bkq_of(bkr)
-        # the most programs sharing one stream-K q/k/v tile (sizes the partial-sum buffer)
-        nseg = streamk_max_sharing(n_qkv, 2 * H // bkq, nprog)
-        nsegr = streamk_max_sharing(n_qkv, 2 * H // bkqr, nprog)
+        bkq, bkqr = bkq_of(min(bkqf, _pow2(H))), bkq_of(bkqrf)
+        nth = -(-H // bn)
+        # the most programs sharing one stream-K q/k/v tile at either chunking (sizes the partial-sum buffer)
+        # (a power of two: the owner polls the flags of all parts of a tile as one vector)
+        nseg = _pow2(max(streamk_max_sharing(self.qkv_tiles(bnq), 2 * H // bkq, nprog),
+                         streamk_max_sharing(self.qkv_tiles(bnqr), 2 * H // bkqr, nprog)))
         nsplit = self.nsplit or (2 if interp else max(1, min(32, _pow2(max(1, nprog // (batch * self.num_kv_heads))) )))
         nsplit = _pow2(nsplit)
         npp = _pow2(nprog)
-        nth = -(-H // bn)
         return dict(
             H=H, W=self.feature_width, NH=self.num_heads, NKV=self.num_kv_heads, HD=self.head_dim,
             INTER=self.intermediate_size, VD=self.draft_vocab, HAS_D2T=self.has_d2t,
             K=K, KP=self.kp, D=self.depth, T=self.total_tokens - 1, TP=_pow2(self.total_tokens),
             NCP=_pow2(self.num_candidates), CP=_pow2(self.depth + 2),
             NPROG=nprog, NPP=npp, NSPLIT=nsplit,
-            BM=bm, BN=bn, BNG=bng, BNV=bnv, BKL=bkl, BK=bk, num_warps=warps, BKV=bkv, BQ=max(16, _pow2(K * gq)),
-            NTH=nth, NTHP=_pow2(nth), BKQ=bkq, NSEG=nseg, BMR=bmr, BKR=bkr, BKQR=bkqr, NSEGR=nsegr,
+            BM=bm, BN=bn, BNQ=bnq, BNQR=bnqr, BNG=bng, BNV=bnv, BKL=bkl, BKG=bkg, BK=bk, num_warps=warps, BKV=bkv,
+            BQ=max(16, _pow2(K * gq)), NTH=nth, NTHP=_pow2(nth), BKQ=bkq, NSEG=nseg, BMR=bmr, BKR=bkr, BKQR=bkqr,
             IEEE=self.dtype == torch.float32, STAGES=1 if interp else self.stages,
         )
 
@@ -277,6 +289,11 @@ class Weights:
     sin: torch.Tensor
     embed_rstd: torch.Tensor
     head: DraftHead | None = None
+    qkv_norm: torch.Tensor | None = None  # input_norm ++ hidden_norm (derived)
+
+    def __post_init__(self):
+        if self.qkv_norm is None:
+            self.qkv_norm = torch.cat([self.input_norm, self.hidden_norm]).contiguous()
 
     @classmethod
     def from_head(cls, head: DraftHead, max_positions: int) -> Weights:
@@ -302,14 +319,14 @@ class Weights:
         )
 
     def tensors(self):
-        return [getattr(self, f.name) for f in fields(self) if f.name != "head"]
+        return [getattr(self, f.name) for f in fields(self) if f.name not in ("head", "qkv_norm")]
 
     def check(self, cfg: DrafterConfig) -> None:
         H, W, I, V = cfg.hidden_size, cfg.feature_width, cfg.intermediate_size, cfg.draft_vocab
         QW, KVW = cfg.num_heads * cfg.head_dim, cfg.num_kv_heads * cfg.head_dim
         want = dict(fc=(H, W), embed=(cfg.vocab_size, H), input_norm=(H,), hidden_norm=(H,), wq=(QW, 2 * H),
                     wk=(KVW, 2 * H), wv=(KVW, 2 * H), wo=(H, QW), post_norm=(H,), w_gate=(I, H), w_up=(I, H),
-                    w_down=(H, I), final_norm=(H,), lm_head=(V, H))
+                    w_down=(H, I), final_norm=(H,), lm_head=(V, H), qkv_norm=(2 * H,))
         dev = self.fc.device
         for name, shape in want.items():
             t = getattr(self, name)
@@ -374,15 +391,17 @@ class Buffers:
         H, K, D, T = cfg.hidden_size, cfg.top_k, cfg.depth, cfg.total_tokens - 1
         KP, NCP, TP, NPP, NSPLIT, NTH = p["KP"], p["NCP"], p["TP"], p["NPP"], p["NSPLIT"], p["NTH"]
         QW = cfg.num_heads * cfg.head_dim
-        n_qkv_tiles = cfg.qkv_tiles(p["BN"])
+        # partial sums and flags of the stream-K q/k/v, at the tree-row tiling or the long-prompt root tiling
+        n_part = p["NSEG"] * max(cfg.qkv_tiles(p["BNQ"]) * p["BM"] * p["BNQ"],
+                                 cfg.qkv_tiles(p["BNQR"]) * p["BMR"] * p["BNQR"])
+        n_flag = p["NSEG"] * max(cfg.qkv_tiles(p["BNQ"]), cfg.qkv_tiles(p["BNQR"]))
         mcap = max(B * S, B * K)
         mq = B * K
         e = lambda *s, dtype=dt: torch.empty(*s, dtype=dtype, device=dev)  # noqa: E731
         z = lambda *s, dtype=torch.int32: torch.zeros(*s, dtype=dtype, device=dev)  # noqa: E731
         scratch = dict(
             hbuf=e(2, mcap, H), hss=e(2, mcap, NTH, dtype=torch.float32), qbuf=e(mcap, QW),
-            part=e(n_qkv_tiles * max(p["NSEG"] * p["BM"], p["NSEGR"] * p["BMR"]), p["BN"], dtype=torch.float32),
-            flag=z(n_qkv_tiles * max(p["NSEG"], p["NSEGR"])),
+            part=e(n_part, dtype=torch.float32), flag=z(n_flag),
             att_o=e(mq * cfg.num_heads * NSPLIT, cfg.head_dim, dtype=torch.float32),
             att_ml=e(mq * cfg.num_heads * NSPLIT * 2, dtype=torch.float32), attn=e(mq, QW), h1=e(mq, H),
             h1ss=e(mq, NTH, dtype=torch.float32),
@@ -545,7 +564,7 @@ def launch_drafter(cfg: DrafterConfig, X, weights: Weights, bufs: Buffers, fallb
     w = weights
     mcap = sc["hbuf"].shape[1]
     args = (
-        w.fc, w.embed, w.embed_rstd, w.input_norm, w.hidden_norm, w.wq, w.wk, w.wv, w.wo, w.post_norm, w.w_gate, w.w_up,
+        w.fc, w.embed_rstd, w.qkv_norm, w.wq, w.wk, w.wv, w.wo, w.post_norm, w.w_gate, w.w_up,
         w.w_down, w.final_norm, w.lm_head, w.d2t, w.cos, w.sin,
         X.features, X.input_ids, num_new,
         bufs.k_cache, bufs.v_cache, bufs.kv_len,
@@ -555,7 +574,7 @@ def launch_drafter(cfg: DrafterConfig, X, weights: Weights, bufs: Buffers, fallb
         sc["cand_sc"], sc["cand_tok"], sc["par_list"], sc["node_of"], sc["selg"], sc["pnode"], sc["posb"],
         bufs.draft_tokens, bufs.retrieve, bufs.tree_mask, bufs.positions, bufs.parents, bufs.num_leaves,
         bufs.max_depth, bufs.barrier, bufs.status, bufs.profile,
-        B, S, cfg.max_len, mcap, cfg.rms_eps, math.sqrt(cfg.head_dim),
+        B, S, cfg.max_len, mcap, _element_offset(sc["hbuf"], w.embed), cfg.rms_eps, math.sqrt(cfg.head_dim),
     )
     kw = dict(PROFILE=bool(profile), **p)
     if not _interpreting():
@@ -566,6 +585,16 @@ def launch_drafter(cfg: DrafterConfig, X, weights: Weights, bufs: Buffers, fallb
             _RESIDENT_CHECKED.add(key)
     fused_drafter_kernel[(p["NPROG"],)](*args, **kw)
     return DraftOutput((bufs.draft_tokens, bufs.retrieve, bufs.tree_mask, bufs.positions), buffers=bufs)
+
+
+def _element_offset(base: torch.Tensor, other: torch.Tensor) -> int:
+    """Elements from ``base`` to ``other`` (same dtype and device): lets the kernel address both through one
+    pointer."""
+    delta = other.data_ptr() - base.data_ptr()
+    if base.dtype != other.dtype or base.device != other.device or delta % base.element_size():
+        raise ValueError(f"cannot address {other.dtype} tensor at {other.data_ptr():#x} from {base.dtype} buffer at "
+                         f"{base.data_ptr():#x} on {base.device}")
+    return delta // base.element_size()
 
 
 def profile_phases(cfg: DrafterConfig, bufs: Buffers) -> list[dict]:

@@ -185,11 +185,12 @@ def _rstd_parts(ss_rows, row_ok, NT, NTP: tl.constexpr, KDIM: tl.constexpr, eps)
 
 
 @triton.jit
-def _mm_plain(acc, x_row, row_ok, w_row, w_ok, KDIM: tl.constexpr, BK: tl.constexpr, IEEE: tl.constexpr,
+def _mm_plain(acc, x_row, row_ok, w_row, w_ok, k_lo, k_hi, KDIM: tl.constexpr, BK: tl.constexpr, IEEE: tl.constexpr,
               STAGES: tl.constexpr):
-    """``acc [BM, BN] += X[rows, :KDIM] @ W[cols, :KDIM].T`` (row pointers ``[BM, 1]`` and ``[BN, 1]``)."""
+    """``acc [BM, BN] += X[rows, k_lo:k_hi] @ W[cols, k_lo:k_hi].T`` (row pointers ``[BM, 1]`` and ``[BN, 1]``;
+    ``k_lo``, ``k_hi`` multiples of BK, or KDIM)."""
     offk = tl.arange(0, BK)[None, :]
-    for k0 in tl.range(0, KDIM, BK, num_stages=STAGES):
+    for k0 in tl.range(k_lo, k_hi, BK, num_stages=STAGES):
         km = k0 + offk < KDIM
         x = tl.load(x_row + k0 + offk, mask=row_ok & km, other=0.0, cache_modifier=".cg")
         w = tl.load(w_row + k0 + offk, mask=w_ok & km, other=0.0)
@@ -214,6 +215,27 @@ def _mm_norm(acc, x_row, row_ok, rstd, g_ptr, w_row, w_ok, k_lo, k_hi, KDIM: tl.
 
 
 @triton.jit
+def _mm_qkv(acc, base, e_off, h_off, row_ok, r_e, r_h, g_ptr, w_row, w_ok, k_lo, k_hi, H: tl.constexpr,
+            BK: tl.constexpr, DT: tl.constexpr, IEEE: tl.constexpr, STAGES: tl.constexpr):
+    """``acc += [RMSNorm(emb) | RMSNorm(hidden)][:, k_lo:k_hi] @ W[cols, k_lo:k_hi].T`` in one pipelined loop
+    over the 2H reduction (BK divides H). Both activation rows are addressed from one base pointer by element
+    offsets (``e_off``, ``h_off`` ``[BM, 1]``) chosen per chunk: a pointer chosen at run time would make the loads
+    scalar, and two loads per chunk (one masked off) spill and double the shared memory. ``g_ptr``: the two
+    RMSNorm weights concatenated."""
+    offk = tl.arange(0, BK)[None, :]
+    for k0 in tl.range(k_lo, k_hi, BK, num_stages=STAGES):
+        is_e = k0 < H
+        xo = h_off + (k0 - H) + is_e.to(tl.int64) * (e_off - h_off + H)
+        x = tl.load(base + xo + offk, mask=row_ok, other=0.0, cache_modifier=".cg").to(tl.float32)
+        g = tl.load(g_ptr + k0 + offk).to(tl.float32)
+        rs = tl.where(is_e, r_e, r_h)
+        xn = (g * _rnd(x * rs[:, None], DT)).to(DT)
+        w = tl.load(w_row + k0 + offk, mask=w_ok, other=0.0)
+        acc = _dot(xn, w, acc, IEEE)
+    return acc
+
+
+@triton.jit
 def _chunk_gu(x_row, row_ok, rstd, g_ptr, wg_row, wu_row, w_ok, k0, ag, au, KDIM: tl.constexpr,
               BK: tl.constexpr, DT: tl.constexpr, IEEE: tl.constexpr):
     """Gate and up products of one reduction chunk, sharing the normalised rows."""
@@ -227,6 +249,95 @@ def _chunk_gu(x_row, row_ok, rstd, g_ptr, wg_row, wu_row, w_ok, k0, ag, au, KDIM
     return ag, au
 
 
+# Stream-K: with one row tile, a product's (output tile, BK chunk) space is cut into NPROG equal contiguous
+# ranges, so every program streams the same number of weight bytes (64 tiles of 64 features would leave 68 of 132
+# SMs idle; 96 q/k/v tiles would give 36 of them a second tile). A tile cut between programs is finished by its
+# owner (the program holding its first chunk, which reaches it last in its range); the others (holding its later
+# chunks, first in their ranges) publish fp32 partials behind a release flag, so no program waits on one that is
+# itself waiting. With more row tiles (long prompts at the root) each program takes whole tiles in turn.
+
+
+@triton.jit
+def _streamk_owner(g, TOT, NPROG: tl.constexpr):
+    """The program whose stream-K range ``[p * TOT // NPROG, (p + 1) * TOT // NPROG)`` holds chunk ``g``."""
+    return ((g + 1) * NPROG - 1) // TOT
+
+
+@triton.jit
+def _streamk_span(pid, n_t, NC: tl.constexpr, split, NPROG: tl.constexpr):
+    """This program's share of ``n_t`` tiles of ``NC`` chunks: its chunk range ``[c_lo, c_hi)`` (when ``split``),
+    its first tile and its number of tiles (segments)."""
+    TOT = n_t * NC
+    c_lo = pid * TOT // NPROG
+    c_hi = (pid + 1) * TOT // NPROG
+    t0 = tl.where(split, c_lo // NC, pid)
+    n_seg = tl.where(split, tl.where(c_hi > c_lo, (c_hi - 1) // NC - c_lo // NC + 1, 0),
+                     (n_t - pid + NPROG - 1) // NPROG)
+    return c_lo, c_hi, t0, n_seg
+
+
+@triton.jit
+def _streamk_segment(i, c_lo, c_hi, t0, NC: tl.constexpr, split, pid, NPROG: tl.constexpr):
+    """Segment ``i`` of this program: tile ``t`` and its chunks ``[s0, s1)``."""
+    t = tl.where(split, t0 + i, pid + i * NPROG)
+    s0 = tl.where(split, tl.maximum(c_lo - t * NC, 0), 0)
+    s1 = tl.where(split, tl.minimum(c_hi - t * NC, NC), NC)
+    return t, s0, s1
+
+
+@triton.jit
+def _streamk_part(part, t, k, owner, last, TOT, NSEG: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr,
+                  NPROG: tl.constexpr):
+    """Part ``k`` of tile ``t`` (zeros where no program holds it)."""
+    offm = tl.arange(0, BM)[:, None]
+    offn = tl.arange(0, BN)[None, :]
+    q = owner + k
+    held = (q <= last) & ((q + 1) * TOT // NPROG > q * TOT // NPROG)
+    seg = (t * NSEG + k).to(tl.int64)
+    return tl.load(part + (seg * BM + offm) * BN + offn, mask=offm < tl.where(held, BM, 0), other=0.0,
+                   cache_modifier=".cg")
+
+
+@triton.jit
+def _streamk_fixup(acc, t, s0, s1, n_t, NC: tl.constexpr, split, part, flag, pid, NSEG: tl.constexpr,
+                   NPROG: tl.constexpr):
+    """Combine the parts of tile ``t``: a program holding a later part (``s0 > 0``) publishes its partial sum and
+    gets False; the owner adds the other parts in a fixed order (deterministic) and gets True with the full sum."""
+    BM: tl.constexpr = acc.shape[0]
+    BN: tl.constexpr = acc.shape[1]
+    offm = tl.arange(0, BM)[:, None]
+    offn = tl.arange(0, BN)[None, :]
+    TOT = n_t * NC
+    owner = _streamk_owner(t * NC, TOT, NPROG)
+    if s0 > 0:
+        seg = (t * NSEG + pid - owner).to(tl.int64)
+        tl.store(part + (seg * BM + offm) * BN + offn, acc)
+        tl.debug_barrier()
+        tl.atomic_xchg(flag + seg, 1, sem="release")
+    else:
+        # the later parts (slots 1.. of the tile; programs with empty ranges hold none): wait for all their flags at
+        # once, then load them together (one L2 round trip for all instead of two per part, in turn)
+        last = tl.where(split, _streamk_owner(t * NC + NC - 1, TOT, NPROG), owner)
+        offs = tl.arange(0, NSEG)
+        q = owner + offs
+        need = (offs > 0) & (q <= last) & ((q + 1) * TOT // NPROG > q * TOT // NPROG)
+        segs = (t * NSEG + offs).to(tl.int64)
+        if tl.max(need.to(tl.int32), axis=0) > 0:
+            pending = 1
+            while pending > 0:  # (a scalar loop-carried value: Triton 3.6 fails on a tensor one)
+                seen = tl.atomic_add(flag + segs, 0, mask=need, sem="acquire")
+                pending = tl.sum((need & (seen == 0)).to(tl.int32), axis=0)
+            tl.debug_barrier()
+            if BM <= 64:  # unrolled: independent loads in flight together, added in a fixed order
+                for k in tl.static_range(1, NSEG):
+                    acc += _streamk_part(part, t, k, owner, last, TOT, NSEG, BM, BN, NPROG)
+            else:  # 128-row tiles: one part at a time (unrolled, they would spill)
+                for k in range(1, NSEG):
+                    acc += _streamk_part(part, t, k, owner, last, TOT, NSEG, BM, BN, NPROG)
+            tl.atomic_xchg(flag + segs, 0, mask=need, sem="relaxed")
+    return acc, s0 == 0
+
+
 @triton.jit
 def _linear_tiles(x_rows, row_ok, w, out_rows, res_rows, ss_rows, pid, KDIM: tl.constexpr, N: tl.constexpr,
                   HAS_RES: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, IEEE: tl.constexpr,
@@ -234,7 +345,8 @@ def _linear_tiles(x_rows, row_ok, w, out_rows, res_rows, ss_rows, pid, KDIM: tl.
     """This program's ``BN``-wide output tiles of one row tile: ``out = x @ w.T``, or with ``HAS_RES`` the
     reference's residual add ``rnd(res + rnd(x @ w.T))`` (row pointers ``[BM, 1]``, ``w`` is ``[N, KDIM]``).
     Each tile ``t`` also stores its rows' sums of squares of the stored values at ``ss_rows + t``: the consumer's
-    RMSNorm statistics (:func:`_rstd_parts`)."""
+    RMSNorm statistics (:func:`_rstd_parts`). Whole tiles, not stream-K: for o and down (64 tiles on 132 SMs)
+    stream-K measured no faster (down 46 us either way, o 16 -> 18.5 us per step; bench/FUSED_NOTES.md)."""
     DT: tl.constexpr = out_rows.dtype.element_ty
     BM: tl.constexpr = row_ok.shape[0]
     offn = tl.arange(0, BN)
@@ -243,8 +355,8 @@ def _linear_tiles(x_rows, row_ok, w, out_rows, res_rows, ss_rows, pid, KDIM: tl.
         cok = cols < N
         m = row_ok & cok[None, :]
         acc = tl.zeros([BM, BN], dtype=tl.float32)
-        acc = _mm_plain(acc, x_rows, row_ok, w + cols.to(tl.int64)[:, None] * KDIM, cok[:, None], KDIM, BK, IEEE,
-                        STAGES)
+        acc = _mm_plain(acc, x_rows, row_ok, w + cols.to(tl.int64)[:, None] * KDIM, cok[:, None], 0, KDIM, KDIM, BK,
+                        IEEE, STAGES)
         if HAS_RES:
             res = tl.load(res_rows + cols[None, :], mask=m, other=0.0, cache_modifier=".cg").to(tl.float32)
             y = _rnd(res + _rnd(acc, DT), DT)
@@ -296,27 +408,15 @@ def _qkv_tile_rows(t, H: tl.constexpr, NH: tl.constexpr, NKV: tl.constexpr, HD: 
     return which, rope, jj, f
 
 
-@triton.jit
-def _streamk_owner(g, TOT, NPROG: tl.constexpr):
-    """The program whose stream-K range ``[p * TOT // NPROG, (p + 1) * TOT // NPROG)`` holds chunk ``g``."""
-    return ((g + 1) * NPROG - 1) // TOT
-
-
 @triton.jit(noinline=True)
-def _qkv_phase(s, emb_w, emb_rstd, g_in, g_hid, wq, wk, wv, cos_t, sin_t, ids, nnew, kvlen, kc, vc, hbuf, hss, qbuf,
+def _qkv_phase(s, emb_off, emb_rstd, g_qkv, wq, wk, wv, cos_t, sin_t, ids, nnew, kvlen, kc, vc, hbuf, hss, qbuf,
                part, flag, tok_in, src, status, B, S, LMAX, MCAP, eps, pid, H: tl.constexpr, NH: tl.constexpr,
                NKV: tl.constexpr, HD: tl.constexpr, K: tl.constexpr, NTH: tl.constexpr, NTHP: tl.constexpr,
                NSEG: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, IEEE: tl.constexpr,
                STAGES: tl.constexpr, NPROG: tl.constexpr):
     """q/k/v of the step's rows from RMSNorm(embedding) ++ RMSNorm(hidden), RoPE inline; K/V into the draft KV.
-
-    With one row tile (every tree step, and root steps of at most BM rows) the work is scheduled stream-K: the
-    (output tile, BK chunk of the 2H reduction) space is cut into NPROG equal contiguous ranges, so every program
-    streams the same number of weight bytes (96 tiles of 64 features would leave 36 of 132 SMs idle, or give 60
-    of them a second tile). A tile cut between programs is finished by its owner (the program holding its first
-    chunk, which reaches it last in its range); the others (holding its later chunks, first in their ranges)
-    publish fp32 partials with a release flag, so nothing waits on a program that is itself waiting. With more
-    row tiles (long prompts at the root) each program takes whole tiles in turn."""
+    Stream-K over (output tile, BK chunk of the 2H reduction) with one row tile (every tree step, and root steps
+    of at most BM rows)."""
     DT: tl.constexpr = hbuf.dtype.element_ty
     QW: tl.constexpr = NH * HD
     KVW: tl.constexpr = NKV * HD
@@ -324,20 +424,14 @@ def _qkv_phase(s, emb_w, emb_rstd, g_in, g_hid, wq, wk, wv, cos_t, sin_t, ids, n
     NCH: tl.constexpr = H // BK  # chunks per half (the host makes BK divide H)
     NC: tl.constexpr = 2 * NCH
     offm = tl.arange(0, BM)
-    offn = tl.arange(0, BN)
     is_root = s == 0
     lvl = s - 1
     in_off = (s % 2) * MCAP  # hbuf parity (in rows): the step reads buffer s % 2 and writes (s + 1) % 2
     MR = tl.where(is_root, B * S, B * K)  # rows whose K/V are computed
     n_t = (QW + BN - 1) // BN + 2 * ((KVW + BN - 1) // BN)
-    TOT = n_t * NC
     n_mc = (MR + BM - 1) // BM
     split = n_mc == 1
-    c_lo = pid * TOT // NPROG
-    c_hi = (pid + 1) * TOT // NPROG
-    t0 = tl.where(split, c_lo // NC, pid)
-    n_seg = tl.where(split, tl.where(c_hi > c_lo, (c_hi - 1) // NC - c_lo // NC + 1, 0),
-                     (n_t - pid + NPROG - 1) // NPROG)
+    c_lo, c_hi, t0, n_seg = _streamk_span(pid, n_t, NC, split, NPROG)
     for mc in range(0, n_mc):
         r = mc * BM + offm
         rok = r < MR
@@ -354,14 +448,12 @@ def _qkv_phase(s, emb_w, emb_rstd, g_in, g_hid, wq, wk, wv, cos_t, sin_t, ids, n
         over = valid & (slot >= LMAX)
         tl.store(status + r * 0, tl.full([BM], 1, tl.int32), mask=over)
         valid = valid & (slot < LMAX)
-        e_row = emb_w + tok.to(tl.int64)[:, None] * H
-        h_row = hbuf + (in_off + hrow).to(tl.int64)[:, None] * H
+        e_off = emb_off + tok.to(tl.int64)[:, None] * H  # elements from hbuf to the embedding rows
+        h_off = (in_off + hrow).to(tl.int64)[:, None] * H
         r_e = tl.load(emb_rstd + tok, mask=rok, other=1.0)
         r_h = _rstd_parts(hss + (in_off + hrow).to(tl.int64)[:, None] * NTH, rok[:, None], NTH, NTHP, H, eps)
         for i in range(0, n_seg):
-            t = tl.where(split, t0 + i, pid + i * NPROG)
-            s0 = tl.where(split, tl.maximum(c_lo - t * NC, 0), 0)  # this program's chunks [s0, s1) of tile t
-            s1 = tl.where(split, tl.minimum(c_hi - t * NC, NC), NC)
+            t, s0, s1 = _streamk_segment(i, c_lo, c_hi, t0, NC, split, pid, NPROG)
             which, rope, jj, f = _qkv_tile_rows(t, H, NH, NKV, HD, BN)
             nout = tl.where(which == 0, QW, KVW)
             fok = f < nout
@@ -372,30 +464,11 @@ def _qkv_phase(s, emb_w, emb_rstd, g_in, g_hid, wq, wk, wv, cos_t, sin_t, ids, n
             else:
                 wbase = wv
             w_row = wbase + f.to(tl.int64)[:, None] * (2 * H)
-            # chunks of the RMSNorm(embedding) half, then of the RMSNorm(hidden) half; one call per operand (a
-            # pointer chosen at run time would make the activation loads scalar and unpipelined)
             acc = tl.zeros([BM, BN], dtype=tl.float32)
-            acc = _mm_norm(acc, e_row, rok[:, None], r_e, g_in, w_row, fok[:, None], s0 * BK,
-                           tl.minimum(s1, NCH) * BK, H, BK, DT, IEEE, STAGES)
-            acc = _mm_norm(acc, h_row, rok[:, None], r_h, g_hid, w_row + H, fok[:, None],
-                           tl.maximum(s0 - NCH, 0) * BK, tl.maximum(s1 - NCH, 0) * BK, H, BK, DT, IEEE, STAGES)
-            owner = _streamk_owner(t * NC, TOT, NPROG)
-            if s0 > 0:  # a later part of a tile that another program finishes: publish the partial
-                seg = (t * NSEG + pid - owner).to(tl.int64)
-                tl.store(part + (seg * BM + offm[:, None]) * BN + offn[None, :], acc)
-                tl.debug_barrier()
-                tl.atomic_xchg(flag + seg, 1, sem="release")
-            else:
-                last = tl.where(split, _streamk_owner(t * NC + NC - 1, TOT, NPROG), owner)
-                for q in range(owner + 1, last + 1):  # the other programs' parts, in a fixed order
-                    if (q + 1) * TOT // NPROG > q * TOT // NPROG:  # programs with empty ranges hold no part
-                        seg = (t * NSEG + q - owner).to(tl.int64)
-                        seen = tl.atomic_add(flag + seg, 0, sem="acquire")
-                        while seen == 0:
-                            seen = tl.atomic_add(flag + seg, 0, sem="acquire")
-                        tl.debug_barrier()
-                        acc += tl.load(part + (seg * BM + offm[:, None]) * BN + offn[None, :], cache_modifier=".cg")
-                        tl.atomic_xchg(flag + seg, 0, sem="relaxed")
+            acc = _mm_qkv(acc, hbuf, e_off, h_off, rok[:, None], r_e, r_h, g_qkv, w_row, fok[:, None], s0 * BK,
+                          s1 * BK, H, BK, DT, IEEE, STAGES)
+            acc, own = _streamk_fixup(acc, t, s0, s1, n_t, NC, split, part, flag, pid, NSEG, NPROG)
+            if own:
                 y = _rnd(acc, DT)
                 # RoPE (half rotation) on the paired halves, with the tables rounded to the model dtype
                 y3 = tl.permute(tl.reshape(y, (BM, 2, BH)), (0, 2, 1))
@@ -814,8 +887,9 @@ def _tree_phase(ids, nnew, kvlen, cand_sc, cand_tok, par_list, node_of, selg, pn
 # sizes that vary from call to call are not specialised (no recompilation when a step accepts 1 or 16 tokens)
 @triton.jit(do_not_specialize=["S", "LMAX", "MCAP"])
 def fused_drafter_kernel(
-    # weights (emb_rstd: fp32 [vocab] RMSNorm statistics of the embedding rows, precomputed once)
-    fc_w, emb_w, emb_rstd, g_in, g_hid, wq, wk, wv, wo, g_post, wg, wu, wd, g_norm, wlm, d2t, cos_t, sin_t,
+    # weights (emb_rstd: fp32 [vocab] RMSNorm statistics of the embedding rows, precomputed once; g_qkv: the input
+    # and hidden RMSNorm weights concatenated; the embedding itself is addressed as hbuf + emb_off)
+    fc_w, emb_rstd, g_qkv, wq, wk, wv, wo, g_post, wg, wu, wd, g_norm, wlm, d2t, cos_t, sin_t,
     # inputs: features [B, S, W], ids [B, S] (row j's token; the last valid one is the root), nnew [B]
     X, ids, nnew,
     # persistent state: draft KV [B, LMAX, NKV, HD] and rows held [B]
@@ -827,21 +901,22 @@ def fused_drafter_kernel(
     o_tokens, o_retrieve, o_mask, o_pos, o_parents, o_nleaves, o_maxdepth,
     # control (prof: [NPROG, PROF_SLOTS] int64 arrival times, written only when PROFILE)
     bar, status, prof,
-    # runtime sizes
-    B, S, LMAX, MCAP, eps, sm_scale,
+    # runtime sizes; emb_off: elements from hbuf to the embedding table (one base pointer for both q/k/v inputs)
+    B, S, LMAX, MCAP, emb_off, eps, sm_scale,
     # shapes
     H: tl.constexpr, W: tl.constexpr, NH: tl.constexpr, NKV: tl.constexpr, HD: tl.constexpr,
     INTER: tl.constexpr, VD: tl.constexpr, HAS_D2T: tl.constexpr,
     K: tl.constexpr, KP: tl.constexpr, D: tl.constexpr, T: tl.constexpr, TP: tl.constexpr, NCP: tl.constexpr,
     CP: tl.constexpr,
-    # launch / tiling: BN (fc, q/k/v, o, down), BNG (gate/up), BNV (lm_head) output tiles; BKL / BK reduction
-    # chunks of the BN-tiled / other products, BKQ (divides H) of q/k/v; NTH = H / BN tiles of the H-wide outputs;
-    # NSEG >= programs sharing one stream-K q/k/v tile; BMR, BKR, BKQR, NSEGR: the same for the root step of a
-    # prompt longer than BM rows
+    # launch / tiling: BN (fc, o, down), BNQ (q/k/v), BNG (gate/up), BNV (lm_head) output tiles; BKL / BKG / BK
+    # reduction chunks of the BN-tiled products / gate-up / lm_head, BKQ (divides H) of q/k/v; NTH = H / BN tiles
+    # of the H-wide outputs; NSEG >= programs sharing one stream-K q/k/v tile (a power of two); BMR, BKR, BNQR, BKQR:
+    # the root step of a prompt longer than BM rows
     NPROG: tl.constexpr, NPP: tl.constexpr, NSPLIT: tl.constexpr,
-    BM: tl.constexpr, BN: tl.constexpr, BNG: tl.constexpr, BNV: tl.constexpr, BKL: tl.constexpr, BK: tl.constexpr,
-    BKQ: tl.constexpr, BKV: tl.constexpr, BQ: tl.constexpr, NTH: tl.constexpr, NTHP: tl.constexpr,
-    NSEG: tl.constexpr, BMR: tl.constexpr, BKR: tl.constexpr, BKQR: tl.constexpr, NSEGR: tl.constexpr,
+    BM: tl.constexpr, BN: tl.constexpr, BNQ: tl.constexpr, BNQR: tl.constexpr, BNG: tl.constexpr, BNV: tl.constexpr,
+    BKL: tl.constexpr, BKG: tl.constexpr, BK: tl.constexpr, BKQ: tl.constexpr, BKV: tl.constexpr, BQ: tl.constexpr,
+    NTH: tl.constexpr, NTHP: tl.constexpr,
+    NSEG: tl.constexpr, BMR: tl.constexpr, BKR: tl.constexpr, BKQR: tl.constexpr,
     IEEE: tl.constexpr, STAGES: tl.constexpr, PROFILE: tl.constexpr = False,
 ):
     pid = tl.program_id(0)
@@ -860,13 +935,13 @@ def fused_drafter_kernel(
     _grid_sync(bar, bt, NPROG, prof, PROFILE)
     for s in range(0, D + 1):
         if (s == 0) & (B * S > BM):
-            _qkv_phase(s, emb_w, emb_rstd, g_in, g_hid, wq, wk, wv, cos_t, sin_t, ids, nnew, kvlen, kc, vc, hbuf,
-                       hss, qbuf, part, flag, tok_in, src, status, B, S, LMAX, MCAP, eps, pid, H, NH, NKV, HD, K, NTH,
-                       NTHP, NSEGR, BMR, BN, BKQR, IEEE, STAGES, NPROG)
+            _qkv_phase(s, emb_off, emb_rstd, g_qkv, wq, wk, wv, cos_t, sin_t, ids, nnew, kvlen, kc, vc, hbuf, hss,
+                       qbuf, part, flag, tok_in, src, status, B, S, LMAX, MCAP, eps, pid, H, NH, NKV, HD, K,
+                       NTH, NTHP, NSEG, BMR, BNQR, BKQR, IEEE, STAGES, NPROG)
         else:
-            _qkv_phase(s, emb_w, emb_rstd, g_in, g_hid, wq, wk, wv, cos_t, sin_t, ids, nnew, kvlen, kc, vc, hbuf,
-                       hss, qbuf, part, flag, tok_in, src, status, B, S, LMAX, MCAP, eps, pid, H, NH, NKV, HD, K, NTH,
-                       NTHP, NSEG, BM, BN, BKQ, IEEE, STAGES, NPROG)
+            _qkv_phase(s, emb_off, emb_rstd, g_qkv, wq, wk, wv, cos_t, sin_t, ids, nnew, kvlen, kc, vc, hbuf, hss,
+                       qbuf, part, flag, tok_in, src, status, B, S, LMAX, MCAP, eps, pid, H, NH, NKV, HD, K,
+                       NTH, NTHP, NSEG, BM, BNQ, BKQ, IEEE, STAGES, NPROG)
         bt += NPROG
         _grid_sync(bar, bt, NPROG, prof, PROFILE)
         _att_phase(s, qbuf, kc, vc, anc, nnew, kvlen, att_o, att_ml, B, S, LMAX, sm_scale, pid, prof, NH, NKV, HD, K,
@@ -880,7 +955,7 @@ def fused_drafter_kernel(
                  NPROG)
         bt += NPROG
         _grid_sync(bar, bt, NPROG, prof, PROFILE)
-        _gu_phase(s, h1, h1ss, g_post, wg, wu, act, B, eps, pid, H, INTER, K, NTH, NTHP, BM, BNG, BK, IEEE, STAGES,
+        _gu_phase(s, h1, h1ss, g_post, wg, wu, act, B, eps, pid, H, INTER, K, NTH, NTHP, BM, BNG, BKG, IEEE, STAGES,
                   NPROG)
         bt += NPROG
         _grid_sync(bar, bt, NPROG, prof, PROFILE)

@@ -12,7 +12,7 @@ _I32 = {"nnew", "kvlen", "ch_id", "src", "fr", "anc", "par_list", "node_of", "se
         "status", "flag"}
 _F32 = {"cos_t", "sin_t", "att_o", "att_ml", "lm_ms", "ch_lp", "sc", "cand_sc", "o_mask", "emb_rstd", "hss", "h1ss",
         "part"}
-_SCALARS = {"B": "i32", "S": "i32", "LMAX": "i32", "MCAP": "i32", "eps": "fp32", "sm_scale": "fp32"}
+_SCALARS = {"B": "i32", "S": "i32", "LMAX": "i32", "MCAP": "i32", "emb_off": "i64", "eps": "fp32", "sm_scale": "fp32"}
 
 
 def kernel_signature(dtype: str, constexprs: dict) -> dict:
@@ -38,17 +38,21 @@ def _llama8b(dtype: str, nprog: int, batch: int) -> tuple:
     K, D, T = 10, 7, 59
     const = dict(H=4096, W=12288, NH=32, NKV=8, HD=128, INTER=14336, VD=32000, HAS_D2T=True, K=K, KP=16, D=D, T=T,
                  TP=64, NCP=1024, CP=16, NPROG=nprog, NPP=256 if nprog > 128 else 128, NSPLIT=16,
-                 BM=16 if batch == 1 else 64, BN=64, BNG=64, BNV=128, BKL=256, BK=128, BKV=64, BQ=64, NTH=64,
-                 NTHP=64, BKQ=256, NSEG=3, BMR=128, BKR=64,
-                 BKQR=64, NSEGR=3, IEEE=dtype == "fp32", STAGES=4)
-    return (fused_drafter_kernel, kernel_signature(dtype, const), const)
+                 BM=16 if batch == 1 else 64, BN=64, BNQ=128 if batch == 1 else 64, BNQR=64, BNG=64, BNV=128,
+                 BKL=256, BKG=128, BK=128, BKV=64, BQ=64,
+                 NTH=64, NTHP=64, BKQ=128, NSEG=4, BMR=128, BKR=64,
+                 BKQR=64, IEEE=dtype == "fp32", STAGES=4, PROFILE=False)
+    # emb_off is a multiple of 16 at run time (both tensors come from the 512-byte aligned CUDA allocator)
+    return (fused_drafter_kernel, kernel_signature(dtype, const), const,
+            dict(num_warps=8, num_stages=4, div16=["emb_off"]))
 
 
 def _tiny(dtype: str) -> tuple:
     const = dict(H=64, W=192, NH=4, NKV=2, HD=16, INTER=96, VD=96, HAS_D2T=True, K=4, KP=4, D=3, T=19, TP=32,
-                 NCP=64, CP=8, NPROG=1, NPP=1, NSPLIT=2, BM=16, BN=16, BNG=16, BNV=16, BKL=32, BK=32, BKV=16,
-                 BQ=16, NTH=4, NTHP=4, BKQ=32, NSEG=1, BMR=32, BKR=32, BKQR=32,
-                 NSEGR=1, IEEE=dtype == "fp32", STAGES=1)
+                 NCP=64, CP=8, NPROG=1, NPP=1, NSPLIT=2, BM=16, BN=16, BNQ=16, BNQR=16, BNG=16, BNV=16, BKL=32,
+                 BKG=32, BK=32, BKV=16,
+                 BQ=16, NTH=4, NTHP=4, BKQ=32, NSEG=1, BMR=32, BKR=32, BKQR=32, IEEE=dtype == "fp32", STAGES=1,
+                 PROFILE=False)
     return (fused_drafter_kernel, kernel_signature(dtype, const), const)
 
 
