@@ -1,12 +1,13 @@
-"""Probe: does the weight layout limit how fast the fused drafter's phases stream?
+"""Probe: does the weight layout or the schedule limit how fast the fused drafter's phases stream?
 
-The drafter's weight phases stream ``W[N, K]`` in ``[BN, BK]`` tiles (64 rows of 512 bytes each, rows ``2K`` bytes
-apart) for a 10-row product, at 2.0 (q/k/v) to 2.9 TB/s (gate/up). This probe streams the same shapes with one
-persistent program per SM in two layouts: row-major (as the checkpoints store them) and tile-packed (every
-``[BN, BK]`` tile contiguous, tiles in (output tile, chunk) order, so a program's work is one contiguous range), under
-two schedules: whole output tiles per program, and stream-K (equal contiguous chunk ranges; partial sums are not
-combined, the probe times the streaming only). TB/s of weight bytes, median of triton.testing.do_bench, next to a
-plain copy of the same bytes. GPU only.
+The drafter's weight phases stream ``W[N, K]`` in ``[BN, BK]`` tiles for a 10-row product. This probe streams the
+same shapes with one persistent program per SM and nothing else in the loop: row-major (as checkpoints store them)
+or tile-packed (every tile contiguous, a program's work one contiguous range), whole output tiles per program or
+stream-K (equal contiguous chunk ranges; partial sums are not combined, only the streaming is timed), one matrix or
+two per chunk (like gate/up). Each variant runs back to back on two copies of the weights (no L2 reuse, and no L2
+clearing: do_bench's clearing leaves dirty lines whose write-backs slow the next kernel's reads) and reports the
+median CUDA-event time and, from globaltimer stamps inside the last run, the in-kernel span (first program start to
+last program end) as TB/s of weight bytes. GPU only.
 
     python bench/probes/weight_layout.py [--out DIR]
 """
