@@ -142,11 +142,12 @@ def test_qkv_tiling_at_the_8b_shape(batch, bnq):
     """The H100 launch parameters at the 8B shape: 128-wide q/k/v tiles (a whole head) while one tile holds at most
     32 rows, 64-wide beyond and for the long-prompt root tiles; NSEG a power of two covering both tilings; and
     every q/k/v reduction chunk divides H (the two halves of the 2H input never share a chunk)."""
+    from eagle_triton import Eagle3DraftHead
     from eagle_triton.fused.host import streamk_max_sharing
 
-    cfg = DrafterConfig(hidden_size=4096, num_heads=32, num_kv_heads=8, head_dim=128, intermediate_size=14336,
-                        draft_vocab=32000, feature_width=12288, vocab_size=128256, rms_eps=1e-5, has_d2t=True,
-                        nprog=132)
+    with torch.device("meta"):  # the shapes only
+        head = Eagle3DraftHead(llama31_8b_eagle3_config())
+    cfg = DrafterConfig.from_head(head, dtype=torch.bfloat16, nprog=132)
     p = cfg.launch_params(torch.device("cuda"), batch, 4)
     assert (p["BNQ"], p["BNQR"]) == (bnq, 64)
     assert p["NSEG"] & (p["NSEG"] - 1) == 0

@@ -205,22 +205,18 @@ class DrafterConfig:
                     bk //= 2
             return bk
 
-        bk = self.block_k or fit(32 if interp else 256, bnv)
-        bkg = min(self.block_k or fit(32 if interp else 256, 2 * bng), _pow2(H))
-        bkl = self.block_k or fit(32 if interp else 256, bn)
-        bkqf = self.block_k or fit(32 if interp else 256, bnq)
-        bk, bkl = min(bk, _pow2(H)), min(bkl, _pow2(H))
-        # the root step of a prompt longer than bm rows: 128-row tiles for fc and q/k/v (32 under the interpreter)
-        bmr = max(bm, 32 if interp else 128)
-        bkr = min(self.block_k or fit(32 if interp else 256, bn, bmr), _pow2(H))
-        bkqrf = min(self.block_k or fit(32 if interp else 256, bnqr, bmr), _pow2(H))
+        def chunk(width: int, rows: int = bm) -> int:  # a product's reduction chunk: block_k or the largest that fits
+            return min(self.block_k or fit(32 if interp else 256, width, rows), _pow2(H))
 
         def bkq_of(bk_: int) -> int:  # the q/k/v reduction chunk divides H: chunks split the 2H input at H
             while H % bk_:
                 bk_ //= 2
             return bk_
 
-        bkq, bkqr = bkq_of(min(bkqf, _pow2(H))), bkq_of(bkqrf)
+        # the root step of a prompt longer than bm rows: 128-row tiles for fc and q/k/v (32 under the interpreter)
+        bmr = max(bm, 32 if interp else 128)
+        bk, bkg, bkl, bkr = chunk(bnv), chunk(2 * bng), chunk(bn), chunk(bn, bmr)
+        bkq, bkqr = bkq_of(chunk(bnq)), bkq_of(chunk(bnqr, bmr))
         nth = -(-H // bn)
         # the most programs sharing one stream-K q/k/v tile at either chunking (sizes the partial-sum buffer)
         # (a power of two: the owner polls the flags of all parts of a tile as one vector)

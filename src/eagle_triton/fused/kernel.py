@@ -185,32 +185,15 @@ def _rstd_parts(ss_rows, row_ok, NT, NTP: tl.constexpr, KDIM: tl.constexpr, eps)
 
 
 @triton.jit
-def _mm_plain(acc, x_row, row_ok, w_row, w_ok, k_lo, k_hi, KDIM: tl.constexpr, BK: tl.constexpr, IEEE: tl.constexpr,
+def _mm_plain(acc, x_row, row_ok, w_row, w_ok, KDIM: tl.constexpr, BK: tl.constexpr, IEEE: tl.constexpr,
               STAGES: tl.constexpr):
-    """``acc [BM, BN] += X[rows, k_lo:k_hi] @ W[cols, k_lo:k_hi].T`` (row pointers ``[BM, 1]`` and ``[BN, 1]``;
-    ``k_lo``, ``k_hi`` multiples of BK, or KDIM)."""
+    """``acc [BM, BN] += X[rows, :KDIM] @ W[cols, :KDIM].T`` (row pointers ``[BM, 1]`` and ``[BN, 1]``)."""
     offk = tl.arange(0, BK)[None, :]
-    for k0 in tl.range(k_lo, k_hi, BK, num_stages=STAGES):
+    for k0 in tl.range(0, KDIM, BK, num_stages=STAGES):
         km = k0 + offk < KDIM
         x = tl.load(x_row + k0 + offk, mask=row_ok & km, other=0.0, cache_modifier=".cg")
         w = tl.load(w_row + k0 + offk, mask=w_ok & km, other=0.0)
         acc = _dot(x, w, acc, IEEE)
-    return acc
-
-
-@triton.jit
-def _mm_norm(acc, x_row, row_ok, rstd, g_ptr, w_row, w_ok, k_lo, k_hi, KDIM: tl.constexpr, BK: tl.constexpr,
-             DT: tl.constexpr, IEEE: tl.constexpr, STAGES: tl.constexpr):
-    """Like :func:`_mm_plain` on RMSNorm'ed rows, ``x = g * (x * rstd).to(DT)`` (the reference's RMSNorm), over the
-    reduction columns ``[k_lo, k_hi)`` (multiples of BK, or KDIM)."""
-    offk = tl.arange(0, BK)[None, :]
-    for k0 in tl.range(k_lo, k_hi, BK, num_stages=STAGES):
-        km = k0 + offk < KDIM
-        x = tl.load(x_row + k0 + offk, mask=row_ok & km, other=0.0, cache_modifier=".cg").to(tl.float32)
-        g = tl.load(g_ptr + k0 + offk, mask=km, other=0.0).to(tl.float32)
-        xn = (g * _rnd(x * rstd[:, None], DT)).to(DT)
-        w = tl.load(w_row + k0 + offk, mask=w_ok & km, other=0.0)
-        acc = _dot(xn, w, acc, IEEE)
     return acc
 
 
@@ -249,12 +232,12 @@ def _chunk_gu(x_row, row_ok, rstd, g_ptr, wg_row, wu_row, w_ok, k0, ag, au, KDIM
     return ag, au
 
 
-# Stream-K: with one row tile, a product's (output tile, BK chunk) space is cut into NPROG equal contiguous
-# ranges, so every program streams the same number of weight bytes (64 tiles of 64 features would leave 68 of 132
-# SMs idle; 96 q/k/v tiles would give 36 of them a second tile). A tile cut between programs is finished by its
-# owner (the program holding its first chunk, which reaches it last in its range); the others (holding its later
-# chunks, first in their ranges) publish fp32 partials behind a release flag, so no program waits on one that is
-# itself waiting. With more row tiles (long prompts at the root) each program takes whole tiles in turn.
+# Stream-K (q/k/v): with one row tile, the (output tile, BK chunk) space is cut into NPROG equal contiguous ranges,
+# so every program streams the same number of weight bytes (48 tiles of a head would leave 84 of 132 SMs idle). A
+# tile cut between programs is finished by its owner (the program holding its first chunk, which reaches it last in
+# its range); the others (holding its later chunks, first in their ranges) publish fp32 partials behind a release
+# flag, so no program waits on one that is itself waiting. With more row tiles (long prompts at the root) each
+# program takes whole tiles in turn.
 
 
 @triton.jit
@@ -286,20 +269,26 @@ def _streamk_segment(i, c_lo, c_hi, t0, NC: tl.constexpr, split, pid, NPROG: tl.
 
 
 @triton.jit
+def _streamk_holds(q, last, TOT, NPROG: tl.constexpr):
+    """Whether program ``q`` (a later one than the tile's owner) holds a part of the tile whose last chunk is in
+    program ``last``'s range: programs with empty ranges hold none."""
+    return (q <= last) & ((q + 1) * TOT // NPROG > q * TOT // NPROG)
+
+
+@triton.jit
 def _streamk_part(part, t, k, owner, last, TOT, NSEG: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr,
                   NPROG: tl.constexpr):
     """Part ``k`` of tile ``t`` (zeros where no program holds it)."""
     offm = tl.arange(0, BM)[:, None]
     offn = tl.arange(0, BN)[None, :]
-    q = owner + k
-    held = (q <= last) & ((q + 1) * TOT // NPROG > q * TOT // NPROG)
+    held = _streamk_holds(owner + k, last, TOT, NPROG)
     seg = (t * NSEG + k).to(tl.int64)
     return tl.load(part + (seg * BM + offm) * BN + offn, mask=offm < tl.where(held, BM, 0), other=0.0,
                    cache_modifier=".cg")
 
 
 @triton.jit
-def _streamk_fixup(acc, t, s0, s1, n_t, NC: tl.constexpr, split, part, flag, pid, NSEG: tl.constexpr,
+def _streamk_fixup(acc, t, s0, n_t, NC: tl.constexpr, split, part, flag, pid, NSEG: tl.constexpr,
                    NPROG: tl.constexpr):
     """Combine the parts of tile ``t``: a program holding a later part (``s0 > 0``) publishes its partial sum and
     gets False; the owner adds the other parts in a fixed order (deterministic) and gets True with the full sum."""
@@ -319,8 +308,7 @@ def _streamk_fixup(acc, t, s0, s1, n_t, NC: tl.constexpr, split, part, flag, pid
         # once, then load them together (one L2 round trip for all instead of two per part, in turn)
         last = tl.where(split, _streamk_owner(t * NC + NC - 1, TOT, NPROG), owner)
         offs = tl.arange(0, NSEG)
-        q = owner + offs
-        need = (offs > 0) & (q <= last) & ((q + 1) * TOT // NPROG > q * TOT // NPROG)
+        need = (offs > 0) & _streamk_holds(owner + offs, last, TOT, NPROG)
         segs = (t * NSEG + offs).to(tl.int64)
         if tl.max(need.to(tl.int32), axis=0) > 0:
             pending = 1
@@ -355,8 +343,8 @@ def _linear_tiles(x_rows, row_ok, w, out_rows, res_rows, ss_rows, pid, KDIM: tl.
         cok = cols < N
         m = row_ok & cok[None, :]
         acc = tl.zeros([BM, BN], dtype=tl.float32)
-        acc = _mm_plain(acc, x_rows, row_ok, w + cols.to(tl.int64)[:, None] * KDIM, cok[:, None], 0, KDIM, KDIM, BK,
-                        IEEE, STAGES)
+        acc = _mm_plain(acc, x_rows, row_ok, w + cols.to(tl.int64)[:, None] * KDIM, cok[:, None], KDIM, BK, IEEE,
+                        STAGES)
         if HAS_RES:
             res = tl.load(res_rows + cols[None, :], mask=m, other=0.0, cache_modifier=".cg").to(tl.float32)
             y = _rnd(res + _rnd(acc, DT), DT)
@@ -467,7 +455,7 @@ def _qkv_phase(s, emb_off, emb_rstd, g_qkv, wq, wk, wv, cos_t, sin_t, ids, nnew,
             acc = tl.zeros([BM, BN], dtype=tl.float32)
             acc = _mm_qkv(acc, hbuf, e_off, h_off, rok[:, None], r_e, r_h, g_qkv, w_row, fok[:, None], s0 * BK,
                           s1 * BK, H, BK, DT, IEEE, STAGES)
-            acc, own = _streamk_fixup(acc, t, s0, s1, n_t, NC, split, part, flag, pid, NSEG, NPROG)
+            acc, own = _streamk_fixup(acc, t, s0, n_t, NC, split, part, flag, pid, NSEG, NPROG)
             if own:
                 y = _rnd(acc, DT)
                 # RoPE (half rotation) on the paired halves, with the tables rounded to the model dtype
