@@ -18,10 +18,22 @@ def llama31_8b_eagle3_config() -> DraftHeadConfig:
     )
 
 
+def _is_norm(name: str) -> bool:
+    """Whether a parameter is an RMSNorm weight (random heads draw those near 1)."""
+    return name.endswith("norm.weight") or "layernorm" in name
+
+
+def _set_draft_vocab(head: Eagle3DraftHead, used: torch.Tensor) -> None:
+    """``d2t``/``t2d`` for the sorted target ids ``used`` of a random draft vocabulary."""
+    head.d2t.copy_(used - torch.arange(used.numel(), device=used.device))
+    head.t2d.zero_()
+    head.t2d[used] = True
+
+
 def _randomize(module: torch.nn.Module, generator: torch.Generator, std: float) -> None:
     with torch.no_grad():
         for name, p in module.named_parameters():
-            if name.endswith("norm.weight") or "layernorm" in name:
+            if _is_norm(name):
                 p.copy_(1.0 + 0.1 * torch.randn(p.shape, generator=generator))
             else:
                 p.copy_(std * torch.randn(p.shape, generator=generator))
@@ -57,10 +69,8 @@ def random_eagle3_head(
         head.lm_head.weight.mul_(lm_head_scale)
         head.embed_tokens.weight.copy_(torch.randn(head.embed_tokens.weight.shape, generator=g))
         if head.has_vocab_map:
-            used = torch.randperm(cfg.vocab_size, generator=g)[: cfg.effective_draft_vocab].sort().values
-            head.d2t.copy_(used - torch.arange(used.numel()))
-            head.t2d.zero_()
-            head.t2d[used] = True
+            used = torch.randperm(cfg.vocab_size, generator=g)[: cfg.effective_draft_vocab]
+            _set_draft_vocab(head, used.sort().values)
     return head.to(dtype).eval()
 
 
@@ -74,7 +84,7 @@ def random_eagle3_head_on(device, config: DraftHeadConfig, peaked: bool = False,
         head = Eagle3DraftHead(config)
     with torch.no_grad():
         for name, p in head.named_parameters():
-            if name.endswith("norm.weight") or "layernorm" in name:
+            if _is_norm(name):
                 p.copy_(1.0 + 0.1 * torch.randn_like(p))
             else:
                 p.normal_(0.0, 0.02)
@@ -82,9 +92,8 @@ def random_eagle3_head_on(device, config: DraftHeadConfig, peaked: bool = False,
         if peaked:
             head.lm_head.weight.mul_(12.0)
         if head.has_vocab_map:
-            V, Vd = config.vocab_size, config.effective_draft_vocab
-            used = torch.randperm(V, device=device)[:Vd].sort().values
-            head.d2t.copy_(used - torch.arange(Vd, device=device))
+            used = torch.randperm(config.vocab_size, device=device)[: config.effective_draft_vocab]
+            _set_draft_vocab(head, used.sort().values)
     return head.to(dtype).eval()
 
 
