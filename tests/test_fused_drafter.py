@@ -10,9 +10,12 @@ import math
 import numpy as np
 import pytest
 import torch
+import triton
+import triton.language as tl
 
 from eagle_triton import TreeConfig, TreeDrafter
 from eagle_triton.drafter.tree import rank_topk
+from eagle_triton.fused.kernel import _pack, _tile_key, _tile_key_global
 from eagle_triton.fused import (
     Buffers,
     DraftInputs,
@@ -430,6 +433,40 @@ def test_gpu_llama8b_fp32_identical_trees():
             assert_same_kv(drafters["torch"].stable_kv, drafters["triton"].stable_kv, atol=1e-3)
         del head, drafters
         torch.cuda.empty_cache()
+
+
+@triton.jit
+def _tile_keys_kernel(v_ptr, l_ptr, k32_ptr, k64_ptr, ref_ptr, v_lo, N: tl.constexpr, DT: tl.constexpr):
+    o = tl.arange(0, N)
+    v = tl.load(v_ptr + o)
+    lidx = tl.load(l_ptr + o)
+    k = _tile_key(v, lidx, v_lo + lidx, DT)
+    tl.store(k32_ptr + o, k)
+    tl.store(k64_ptr + o, _tile_key_global(k, v_lo, -2147483648, DT))
+    tl.store(ref_ptr + o, _pack(v, v_lo + lidx))
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_lm_head_tile_keys_rank_like_the_int64_keys(dtype):
+    """The lm_head tiles of a 16-bit model rank int32 keys (value bits, row within the program's vocabulary range);
+    converted back they must be the int64 keys of the same (value, vocabulary row), and their integer order must be
+    (value descending, +0 before -0, row ascending) as for the int64 keys. Values include ties, signed zeros,
+    negatives and the dtype's extremes; rows span the whole 16-bit range."""
+    n = 512
+    info = torch.finfo(dtype)
+    v = (torch.randn(n) * 4).to(dtype)
+    v[:8] = torch.tensor([0.0, -0.0, info.max, -info.max, info.tiny, -info.tiny, 1.0, 1.0]).to(dtype)
+    v[8:40] = v[40:72]  # ties
+    lidx = torch.randperm(65536)[:n].to(torch.int32)
+    v_lo = int(torch.randint(0, 100_000, ()))
+    k32 = torch.empty(n, dtype=torch.int32)
+    k64, ref = torch.empty(n, dtype=torch.int64), torch.empty(n, dtype=torch.int64)
+    _tile_keys_kernel[(1,)](v.float(), lidx, k32, k64, ref, v_lo, N=n,
+                            DT=tl.bfloat16 if dtype == torch.bfloat16 else tl.float16)
+    assert torch.equal(k64, ref)
+    order = torch.sort(k32, descending=True, stable=True).indices.tolist()
+    vf, neg = v.float().tolist(), torch.signbit(v).tolist()
+    assert order == sorted(range(n), key=lambda i: (-vf[i], neg[i] and vf[i] == 0, int(lidx[i])))
 
 
 def test_grids_that_cannot_be_resident_are_refused(monkeypatch):

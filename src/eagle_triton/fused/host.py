@@ -393,6 +393,8 @@ class Buffers:
         n_flag = p["NSEG"] * max(cfg.qkv_tiles(p["BNQ"]), cfg.qkv_tiles(p["BNQR"]))
         mcap = max(B * S, B * K)
         mq = B * K
+        rpp = -(-cfg.draft_vocab // p["NPROG"])  # vocabulary rows per program (the kernel's RPP)
+        lm_tiles = -(-rpp // p["BNV"])
         e = lambda *s, dtype=dt: torch.empty(*s, dtype=dtype, device=dev)  # noqa: E731
         z = lambda *s, dtype=torch.int32: torch.zeros(*s, dtype=dtype, device=dev)  # noqa: E731
         scratch = dict(
@@ -402,7 +404,10 @@ class Buffers:
             att_ml=e(mq * cfg.num_heads * NSPLIT * 2, dtype=torch.float32), attn=e(mq, QW), h1=e(mq, H),
             h1ss=e(mq, NTH, dtype=torch.float32),
             act=e(mq, cfg.intermediate_size), lm_key=e(mq * NPP * KP, dtype=torch.int64),
-            lm_ms=e(mq * NPP * 2, dtype=torch.float32), ch_lp=e(mq, KP, dtype=torch.float32),
+            lm_ms=e(mq * NPP * 2, dtype=torch.float32),
+            # per program: the keys of its lm_head tiles, [tiles, BM, BNV] (int32 keys for 16-bit dtypes)
+            lm_scr=e(p["NPROG"] * lm_tiles * p["BM"] * p["BNV"], dtype=torch.int32 if dt.itemsize == 2 else torch.int64),
+            ch_lp=e(mq, KP, dtype=torch.float32),
             ch_id=z(mq, KP), tok_in=z(mq, dtype=torch.int64), src=z(mq), sc=z(B, KP, dtype=torch.float32),
             fr=z(B, KP), anc=z(2, B, KP, D + 1), cand_sc=z(B, NCP, dtype=torch.float32),
             cand_tok=z(B, NCP, dtype=torch.int64), par_list=z(B, 1 + D * K), node_of=z(B, NCP), selg=z(B, TP),
@@ -566,7 +571,7 @@ def launch_drafter(cfg: DrafterConfig, X, weights: Weights, bufs: Buffers, fallb
         bufs.k_cache, bufs.v_cache, bufs.kv_len,
         sc["hbuf"], sc["hss"], sc["qbuf"], sc["part"], sc["flag"], sc["att_o"], sc["att_ml"], sc["attn"], sc["h1"],
         sc["h1ss"], sc["act"], sc["lm_key"],
-        sc["lm_ms"], sc["ch_lp"], sc["ch_id"], sc["tok_in"], sc["src"], sc["sc"], sc["fr"], sc["anc"],
+        sc["lm_ms"], sc["lm_scr"], sc["ch_lp"], sc["ch_id"], sc["tok_in"], sc["src"], sc["sc"], sc["fr"], sc["anc"],
         sc["cand_sc"], sc["cand_tok"], sc["par_list"], sc["node_of"], sc["selg"], sc["pnode"], sc["posb"],
         bufs.draft_tokens, bufs.retrieve, bufs.tree_mask, bufs.positions, bufs.parents, bufs.num_leaves,
         bufs.max_depth, bufs.barrier, bufs.status, bufs.profile,

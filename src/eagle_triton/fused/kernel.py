@@ -644,14 +644,94 @@ def _down_phase(s, act, wd, h1, hbuf, hss, B, MCAP, pid, H: tl.constexpr, INTER:
                       STAGES, NPROG)
 
 
+@triton.jit
+def _tile_key(v, lidx, gidx, DT: tl.constexpr):
+    """A program's vocabulary keys: for a 16-bit model dtype int32 ``(order-preserving bits of v << 16) | (65535 -
+    lidx)`` with ``lidx`` the row within the program's range (v is exactly a DT value), else :func:`_pack` with the
+    vocabulary row ``gidx``. Same order as _pack within one program."""
+    if DT.primitive_bitwidth == 16:
+        u = v.to(DT).to(tl.int16, bitcast=True).to(tl.int32)
+        o = tl.where(u >= 0, u, u ^ 32767)
+        return (o << 16) + (65535 - lidx)
+    else:
+        return _pack(v, gidx)
+
+
+@triton.jit
+def _tile_key_value(key, DT: tl.constexpr):
+    if DT.primitive_bitwidth == 16:
+        o = key >> 16
+        u = tl.where(o >= 0, o, o ^ 32767)
+        return u.to(tl.int16).to(DT, bitcast=True).to(tl.float32)
+    else:
+        return _unpack_value(key)
+
+
+@triton.jit
+def _tile_key_global(key, v_lo, kmin, DT: tl.constexpr):
+    """:func:`_tile_key` -> the int64 key :func:`_pack` gives the same value and vocabulary row."""
+    if DT.primitive_bitwidth == 16:
+        g = _pack(_tile_key_value(key, DT), v_lo + 65535 - (key & 65535))
+        return tl.where(key == kmin, _MINKEY, g)
+    else:
+        return key
+
+
+@triton.jit
+def _lse_update(kt, run_m, run_s, kmin, DT: tl.constexpr):
+    """Online logsumexp over the values of the keys ``kt`` (``kmin``: none); the row maximum comes from the largest
+    key (an integer warp reduction)."""
+    top = tl.max(kt, axis=1)
+    m_new = tl.maximum(run_m, tl.where(top != kmin, _tile_key_value(top, DT), -1.0e30))
+    e = tl.where(kt != kmin, tl.exp(_tile_key_value(kt, DT) - m_new[:, None]), 0.0)
+    return m_new, run_s * tl.exp(run_m - m_new) + tl.sum(e, axis=1)
+
+
+@triton.jit
+def _lm_select(scr, sidx, n_my, n_ext, kmin, DT: tl.constexpr, BNV: tl.constexpr):
+    """The epilogue of a program's lm_head tiles, from their keys parked in scratch (``n_my`` blocks of
+    ``[BM, BNV]``): the logsumexp and the top-``n_ext`` keys of every row. Reloaded from memory the keys sit in a
+    layout that keeps each row inside one warp, so every reduction is warp-level (REDUX / shuffles); in the product's
+    layout a row spans all warps and each of the K extractions costs shared-memory round trips and block barriers.
+    Returns (keys ``[BM, BNV]`` with the top list in columns ``[0, n_ext)``, row max, row sum of exp)."""
+    BM: tl.constexpr = sidx.shape[0]
+    col = sidx % BNV
+    # the first tile is the running list as it is; each later one (or an empty one when there is a single tile)
+    # is merged into it by n_ext extractions
+    run = tl.load(scr + sidx)
+    run_m, run_s = _lse_update(run, tl.full([BM], -1.0e30, dtype=tl.float32), tl.zeros([BM], dtype=tl.float32),
+                               kmin, DT)
+    for t in range(1, tl.maximum(n_my, 2)):
+        kt = tl.load(scr + t * BM * BNV + sidx, mask=(sidx * 0 + t) < n_my, other=kmin)
+        run_m, run_s = _lse_update(kt, run_m, run_s, kmin, DT)
+        out = tl.full(sidx.shape, kmin, dtype=kt.dtype)
+        for i in range(0, n_ext):
+            top = tl.maximum(tl.max(kt, axis=1), tl.max(run, axis=1))
+            out = tl.where(col == i, top[:, None], out)
+            kt = tl.where(kt == top[:, None], kmin, kt)
+            run = tl.where(run == top[:, None], kmin, run)
+        run = out
+    return run, run_m, run_s
+
+
 @triton.jit(noinline=True)
-def _lm_phase(s, hbuf, hss, g_norm, wlm, lm_key, lm_ms, B, MCAP, eps, pid, H: tl.constexpr, VD: tl.constexpr,
-              K: tl.constexpr, KP: tl.constexpr, NPP: tl.constexpr, NTH: tl.constexpr, NTHP: tl.constexpr,
-              BM: tl.constexpr, BNV: tl.constexpr, BK: tl.constexpr, IEEE: tl.constexpr, STAGES: tl.constexpr,
-              NPROG: tl.constexpr):
-    """LM head over ``BNV``-wide vocabulary tiles (final RMSNorm inline): each program keeps, per row, a running
-    top-``KP`` of packed keys and a running logsumexp, stored to its own slot of lm_key / lm_ms."""
+def _lm_phase(s, hbuf, hss, g_norm, wlm, lm_key, lm_ms, lm_scr, B, MCAP, eps, pid, H: tl.constexpr,
+              VD: tl.constexpr, K: tl.constexpr, KP: tl.constexpr, NPP: tl.constexpr, NTH: tl.constexpr,
+              NTHP: tl.constexpr, BM: tl.constexpr, BNV: tl.constexpr, BK: tl.constexpr, IEEE: tl.constexpr,
+              STAGES: tl.constexpr, NPROG: tl.constexpr):
+    """LM head over ``BNV``-wide vocabulary tiles (final RMSNorm inline): each program computes, per row, the top-``K``
+    packed keys and the logsumexp of its vocabulary range, stored to its own slot of lm_key / lm_ms.
+
+    The pipelined product loop only parks each tile's keys in this program's slot of ``lm_scr`` (a barrier or a
+    load inside the loop would stop Triton from pipelining it); :func:`_lm_select` ranks them after the loop
+    (merging the top-k in the product's layout cost 8.4 us per step at the 8B shape, bench/FUSED_NOTES.md
+    session 6)."""
     DT: tl.constexpr = hbuf.dtype.element_ty
+    KT: tl.constexpr = lm_scr.dtype.element_ty
+    if DT.primitive_bitwidth == 16:
+        KMIN: tl.constexpr = -2147483648
+    else:
+        KMIN: tl.constexpr = _MINKEY
     MQ = tl.where(s == 0, B, B * K)
     out_off = ((s + 1) % 2) * MCAP
     offm = tl.arange(0, BM)
@@ -659,23 +739,31 @@ def _lm_phase(s, hbuf, hss, g_norm, wlm, lm_key, lm_ms, B, MCAP, eps, pid, H: tl
     offkp = tl.arange(0, KP)
     offk = tl.arange(0, BK)[None, :]
     NKL: tl.constexpr = (H + BK - 1) // BK
-    n_my = ((VD + BNV - 1) // BNV - pid + NPROG - 1) // NPROG  # vocabulary tiles pid, pid + NPROG, ...
+    # each program streams one contiguous range of RPP vocabulary rows (equal bytes for every program) in BNV-wide
+    # tiles, the last one masked
+    RPP: tl.constexpr = (VD + NPROG - 1) // NPROG
+    tl.static_assert(DT.primitive_bitwidth != 16 or RPP <= 65536, "int32 tile keys hold 16-bit row indices")
+    n_my: tl.constexpr = (RPP + BNV - 1) // BNV
+    v_lo = pid * RPP
+    v_hi = tl.minimum(v_lo + RPP, VD)
+    # K as a trip count the compiler cannot see (MCAP >= 1, not specialised): the extraction loop stays rolled
+    # (the phase's code is fetched cold every step)
+    n_ext = K + (MCAP < 0).to(tl.int32)
+    scr = lm_scr + pid * (n_my * BM * BNV)
+    sidx = offm[:, None] * BNV + offn[None, :]
     for mc in range(0, (MQ + BM - 1) // BM):
         r = mc * BM + offm
         rok = r < MQ
         x_row = hbuf + (out_off + r.to(tl.int64)[:, None]) * H
         rs = _rstd_parts(hss + (out_off + r.to(tl.int64)[:, None]) * NTH, rok[:, None], NTH, NTHP, H, eps)
-        run_key = tl.full([BM, KP], _MINKEY, dtype=tl.int64)
-        run_m = tl.full([BM], -1.0e30, dtype=tl.float32)
-        run_s = tl.zeros([BM], dtype=tl.float32)
-        # one pipelined loop over (this program's tiles x K chunks): the next tile's weights are in flight while a
-        # tile's top-k / logsumexp epilogue runs (a loop per tile would drain and refill the pipeline each time)
+        tl.debug_barrier()  # the previous row chunk's keys have been read
+        # one pipelined loop over (this program's tiles x K chunks): no pipeline drain between tiles
         acc = tl.zeros([BM, BNV], dtype=tl.float32)
         for it in tl.range(0, n_my * NKL, num_stages=STAGES):
             tt = it // NKL
             kk = it - tt * NKL
-            cols = (pid + tt * NPROG) * BNV + offn
-            cok = cols < VD
+            cols = v_lo + tt * BNV + offn
+            cok = cols < v_hi
             k0 = kk * BK
             km = k0 + offk < H
             x = tl.load(x_row + k0 + offk, mask=rok[:, None] & km, other=0.0, cache_modifier=".cg").to(tl.float32)
@@ -684,17 +772,15 @@ def _lm_phase(s, hbuf, hss, g_norm, wlm, lm_key, lm_ms, B, MCAP, eps, pid, H: tl
             w = tl.load(wlm + cols.to(tl.int64)[:, None] * H + k0 + offk, mask=cok[:, None] & km, other=0.0)
             acc = _dot(xn, w, acc, IEEE)
             if kk == NKL - 1:
-                lg = _rnd(acc, DT)
-                lgm = tl.where(cok[None, :], lg, -1.0e30)
-                m_new = tl.maximum(run_m, tl.max(lgm, axis=1))
-                run_s = run_s * tl.exp(run_m - m_new) + tl.sum(tl.where(cok[None, :], tl.exp(lgm - m_new[:, None]),
-                                                                        0.0), axis=1)
-                run_m = m_new
-                key = tl.where(cok[None, :] & rok[:, None], _pack(lg, cols[None, :] + r[:, None] * 0), _MINKEY)
-                run_key = _topk_merge(run_key, key, K, KP)
+                key = tl.where(cok[None, :] & rok[:, None], _tile_key(_rnd(acc, DT), (cols - v_lo)[None, :],
+                                                                       cols[None, :] + r[:, None] * 0, DT), KMIN)
+                tl.store(scr + tt * (BM * BNV) + sidx, key.to(KT))
                 acc = tl.zeros([BM, BNV], dtype=tl.float32)
+        tl.debug_barrier()
+        best, run_m, run_s = _lm_select(scr, sidx, n_my, n_ext, KMIN, DT, BNV)
         prow = r.to(tl.int64) * NPP + pid
-        tl.store(lm_key + prow[:, None] * KP + offkp[None, :], run_key, mask=rok[:, None])
+        tl.store(lm_key + prow[:, None] * KP + offn[None, :], _tile_key_global(best, v_lo, KMIN, DT),
+                 mask=rok[:, None] & (offn[None, :] < KP))
         tl.store(lm_ms + prow * 2, run_m, mask=rok)
         tl.store(lm_ms + prow * 2 + 1, run_s, mask=rok)
 
@@ -883,7 +969,7 @@ def fused_drafter_kernel(
     # persistent state: draft KV [B, LMAX, NKV, HD] and rows held [B]
     kc, vc, kvlen,
     # scratch (hss / h1ss: per-tile sums of squares of hbuf / h1 rows; part / flag: QKV split-K partials)
-    hbuf, hss, qbuf, part, flag, att_o, att_ml, attn, h1, h1ss, act, lm_key, lm_ms, ch_lp, ch_id, tok_in, src, sc, fr,
+    hbuf, hss, qbuf, part, flag, att_o, att_ml, attn, h1, h1ss, act, lm_key, lm_ms, lm_scr, ch_lp, ch_id, tok_in, src, sc, fr,
     anc, cand_sc, cand_tok, par_list, node_of, selg, pnode, posb,
     # outputs
     o_tokens, o_retrieve, o_mask, o_pos, o_parents, o_nleaves, o_maxdepth,
@@ -950,7 +1036,7 @@ def fused_drafter_kernel(
         _down_phase(s, act, wd, h1, hbuf, hss, B, MCAP, pid, H, INTER, K, NTH, BM, BN, BKL, IEEE, STAGES, NPROG)
         bt += NPROG
         _grid_sync(bar, bt, NPROG, prof, PROFILE)
-        _lm_phase(s, hbuf, hss, g_norm, wlm, lm_key, lm_ms, B, MCAP, eps, pid, H, VD, K, KP, NPP, NTH, NTHP, BM, BNV,
+        _lm_phase(s, hbuf, hss, g_norm, wlm, lm_key, lm_ms, lm_scr, B, MCAP, eps, pid, H, VD, K, KP, NPP, NTH, NTHP, BM, BNV,
                   BK, IEEE, STAGES, NPROG)
         bt += NPROG
         _grid_sync(bar, bt, NPROG, prof, PROFILE)

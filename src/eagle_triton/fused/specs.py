@@ -23,6 +23,8 @@ def kernel_signature(dtype: str, constexprs: dict) -> dict:
             sig[name] = "constexpr"
         elif name in _SCALARS:
             sig[name] = _SCALARS[name]
+        elif name == "lm_scr":  # keys of the lm_head tiles: int32 for 16-bit model dtypes
+            sig[name] = "*i64" if dtype == "fp32" else "*i32"
         elif name in _I64:
             sig[name] = "*i64"
         elif name in _I32:
