@@ -334,16 +334,19 @@ def test_gpu_many_programs_fp32_identical_trees():
         assert_same_tree(trees["torch"], trees["triton"])
         assert_same_tree(trees["torch"], trees["graph"])
         assert_same_kv(drafters["torch"].stable_kv, drafters["triton"].stable_kv, atol=1e-4)
-    cfg = DrafterConfig.from_head(head, tc, max_batch=3, max_len=128, max_new_rows=16)
     w = Weights.from_head(head, 140)
-    bufs, bufs_ref = Buffers.allocate(cfg, "cuda"), Buffers.allocate(cfg, "cuda")
-    for num_new in ([16, 3, 9], [1, 12, 5]):
-        X = DraftInputs(torch.randn(3, 16, head.feature_width, device="cuda"),
-                        torch.randint(0, 1024, (3, 16), device="cuda"),
-                        torch.tensor(num_new, dtype=torch.int32, device="cuda"))
-        out, ref = launch_drafter(cfg, X, w, bufs), launch_drafter_ref(cfg, X, w, bufs_ref)
-        for a, b in zip(out, ref):
-            assert torch.equal(a, b)
+    # both lm_head rankings (warp-level after the product loop: the default at 18 rows; merged inside the loop)
+    for lmw in (None, False):
+        cfg = DrafterConfig.from_head(head, tc, max_batch=3, max_len=128, max_new_rows=16, lm_warp_rank=lmw)
+        assert cfg.launch_params("cuda", 3, 16)["LMW"] == (lmw is None)
+        bufs, bufs_ref = Buffers.allocate(cfg, "cuda"), Buffers.allocate(cfg, "cuda")
+        for num_new in ([16, 3, 9], [1, 12, 5]):
+            X = DraftInputs(torch.randn(3, 16, head.feature_width, device="cuda"),
+                            torch.randint(0, 1024, (3, 16), device="cuda"),
+                            torch.tensor(num_new, dtype=torch.int32, device="cuda"))
+            out, ref = launch_drafter(cfg, X, w, bufs), launch_drafter_ref(cfg, X, w, bufs_ref)
+            for a, b in zip(out, ref):
+                assert torch.equal(a, b)
 
 
 @pytest.mark.gpu
@@ -436,37 +439,40 @@ def test_gpu_llama8b_fp32_identical_trees():
 
 
 @triton.jit
-def _tile_keys_kernel(v_ptr, l_ptr, k32_ptr, k64_ptr, ref_ptr, v_lo, N: tl.constexpr, DT: tl.constexpr):
+def _tile_keys_kernel(v_ptr, l_ptr, g_ptr, k32_ptr, k64_ptr, ref_ptr, pid, N: tl.constexpr, DT: tl.constexpr,
+                      BNV: tl.constexpr, NPROG: tl.constexpr):
     o = tl.arange(0, N)
     v = tl.load(v_ptr + o)
     lidx = tl.load(l_ptr + o)
-    k = _tile_key(v, lidx, v_lo + lidx, DT)
+    gidx = tl.load(g_ptr + o)
+    k = _tile_key(v, lidx, gidx, DT)
     tl.store(k32_ptr + o, k)
-    tl.store(k64_ptr + o, _tile_key_global(k, v_lo, -2147483648, DT))
-    tl.store(ref_ptr + o, _pack(v, v_lo + lidx))
+    tl.store(k64_ptr + o, _tile_key_global(k, pid, -2147483648, DT, BNV, NPROG))
+    tl.store(ref_ptr + o, _pack(v, gidx))
 
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
 def test_lm_head_tile_keys_rank_like_the_int64_keys(dtype):
-    """The lm_head tiles of a 16-bit model rank int32 keys (value bits, row within the program's vocabulary range);
-    converted back they must be the int64 keys of the same (value, vocabulary row), and their integer order must be
-    (value descending, +0 before -0, row ascending) as for the int64 keys. Values include ties, signed zeros,
-    negatives and the dtype's extremes; rows span the whole 16-bit range."""
-    n = 512
+    """The lm_head tiles of a 16-bit model rank int32 keys (value bits, index within the program's tiles
+    ``pid, pid + NPROG, ...``); converted back they must be the int64 keys of the same (value, vocabulary row),
+    and their integer order must be (value descending, +0 before -0, row ascending) as for the int64 keys.
+    Values include ties, signed zeros, negatives and the dtype's extremes; indices span the whole 16-bit range."""
+    n, bnv, nprog = 512, 128, 132
     info = torch.finfo(dtype)
     v = (torch.randn(n) * 4).to(dtype)
     v[:8] = torch.tensor([0.0, -0.0, info.max, -info.max, info.tiny, -info.tiny, 1.0, 1.0]).to(dtype)
     v[8:40] = v[40:72]  # ties
     lidx = torch.randperm(65536)[:n].to(torch.int32)
-    v_lo = int(torch.randint(0, 100_000, ()))
+    pid = int(torch.randint(0, nprog, ()))
+    gidx = ((pid + (lidx // bnv) * nprog) * bnv + lidx % bnv).to(torch.int32)
     k32 = torch.empty(n, dtype=torch.int32)
     k64, ref = torch.empty(n, dtype=torch.int64), torch.empty(n, dtype=torch.int64)
-    _tile_keys_kernel[(1,)](v.float(), lidx, k32, k64, ref, v_lo, N=n,
-                            DT=tl.bfloat16 if dtype == torch.bfloat16 else tl.float16)
+    _tile_keys_kernel[(1,)](v.float(), lidx, gidx, k32, k64, ref, pid, N=n,
+                            DT=tl.bfloat16 if dtype == torch.bfloat16 else tl.float16, BNV=bnv, NPROG=nprog)
     assert torch.equal(k64, ref)
     order = torch.sort(k32, descending=True, stable=True).indices.tolist()
     vf, neg = v.float().tolist(), torch.signbit(v).tolist()
-    assert order == sorted(range(n), key=lambda i: (-vf[i], neg[i] and vf[i] == 0, int(lidx[i])))
+    assert order == sorted(range(n), key=lambda i: (-vf[i], neg[i] and vf[i] == 0, int(gidx[i])))
 
 
 def test_grids_that_cannot_be_resident_are_refused(monkeypatch):
@@ -489,14 +495,16 @@ def test_grids_that_cannot_be_resident_are_refused(monkeypatch):
         host._check_resident(kernel, 264, 8, "cuda")
 
 
-def test_gpu_tile_widths_match_reference_under_the_interpreter():
+@pytest.mark.parametrize("lm_warp_rank", [True, False], ids=["lm-ranked-by-warps", "lm-merged-in-loop"])
+def test_gpu_tile_widths_match_reference_under_the_interpreter(lm_warp_rank):
     """The GPU's tile shapes (wider weight tiles, wider vocabulary tiles with a partial last tile, a larger K
-    chunk) at a tiny fp32 shape: same trees and draft KV as the reference, batch of 2 with padded rows."""
+    chunk) at a tiny fp32 shape, with either lm_head ranking: same trees and draft KV as the reference, batch of 2
+    with padded rows."""
     head = make_head(True, hidden_size=64, num_attention_heads=2, num_key_value_heads=1, intermediate_size=96,
                      draft_vocab_size=200)
     tc = TreeConfig(14, 2, 4)
     cfg = DrafterConfig.from_head(head, tc, max_batch=2, max_len=64, max_new_rows=8, block_n=32, block_vocab=64,
-                                  block_k=64)
+                                  block_k=64, lm_warp_rank=lm_warp_rank)
     assert cfg.launch_params("cpu", 2, 8)["BN"] == 32 and cfg.launch_params("cpu", 2, 8)["BNV"] == 64
     w = Weights.from_head(head, cfg.max_len + tc.depth + 1)
     bufs, bufs_ref = Buffers.allocate(cfg, "cpu"), Buffers.allocate(cfg, "cpu")

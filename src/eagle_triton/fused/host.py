@@ -70,7 +70,9 @@ class DrafterConfig:
     ``depth`` D, ``total_tokens`` (T + 1). Capacities: ``max_batch`` sequences, ``max_len`` draft-KV rows per
     sequence (accepted rows plus the ``D * K`` scratch tree rows), ``max_new_rows`` rows per root step.
     Launch: ``nprog`` resident programs (``None``: one per SM on the GPU, 1 under the interpreter),
-    ``nsplit`` KV splits of the attention, and the tile sizes.
+    ``nsplit`` KV splits of the attention, the tile sizes, and ``lm_warp_rank``: rank the lm_head tiles' keys
+    after the product loop with warp-level reductions (``None``: when a row tile holds at most 32 rows) instead
+    of merging each tile inside the loop.
     """
 
     hidden_size: int
@@ -100,6 +102,7 @@ class DrafterConfig:
     block_kv: int | None = None
     stages: int = 4
     num_warps: int | None = None
+    lm_warp_rank: bool | None = None
 
     def __post_init__(self):
         TreeConfig(self.total_tokens, self.depth, self.top_k)  # validates the tree shape
@@ -234,6 +237,7 @@ class DrafterConfig:
             BM=bm, BN=bn, BNQ=bnq, BNQR=bnqr, BNG=bng, BNV=bnv, BKL=bkl, BKG=bkg, BK=bk, num_warps=warps, BKV=bkv,
             BQ=max(16, _pow2(K * gq)), NTH=nth, NTHP=_pow2(nth), BKQ=bkq, NSEG=nseg, BMR=bmr, BKR=bkr, BKQR=bkqr,
             IEEE=self.dtype == torch.float32, STAGES=1 if interp else self.stages,
+            LMW=bm <= 32 if self.lm_warp_rank is None else bool(self.lm_warp_rank),
         )
 
 
@@ -393,8 +397,7 @@ class Buffers:
         n_flag = p["NSEG"] * max(cfg.qkv_tiles(p["BNQ"]), cfg.qkv_tiles(p["BNQR"]))
         mcap = max(B * S, B * K)
         mq = B * K
-        rpp = -(-cfg.draft_vocab // p["NPROG"])  # vocabulary rows per program (the kernel's RPP)
-        lm_tiles = -(-rpp // p["BNV"])
+        lm_tiles = -(-(-(-cfg.draft_vocab // p["BNV"])) // p["NPROG"])  # the most vocabulary tiles of a program
         e = lambda *s, dtype=dt: torch.empty(*s, dtype=dtype, device=dev)  # noqa: E731
         z = lambda *s, dtype=torch.int32: torch.zeros(*s, dtype=dtype, device=dev)  # noqa: E731
         scratch = dict(
@@ -405,8 +408,10 @@ class Buffers:
             h1ss=e(mq, NTH, dtype=torch.float32),
             act=e(mq, cfg.intermediate_size), lm_key=e(mq * NPP * KP, dtype=torch.int64),
             lm_ms=e(mq * NPP * 2, dtype=torch.float32),
-            # per program: the keys of its lm_head tiles, [tiles, BM, BNV] (int32 keys for 16-bit dtypes)
-            lm_scr=e(p["NPROG"] * lm_tiles * p["BM"] * p["BNV"], dtype=torch.int32 if dt.itemsize == 2 else torch.int64),
+            # per program: the keys of its lm_head tiles, [tiles, BM, BNV] (int32 keys for 16-bit dtypes; only
+            # when they are ranked after the product loop)
+            lm_scr=e(p["NPROG"] * lm_tiles * p["BM"] * p["BNV"] if p["LMW"] else 1,
+                     dtype=torch.int32 if p["LMW"] and dt.itemsize == 2 else torch.int64),
             ch_lp=e(mq, KP, dtype=torch.float32),
             ch_id=z(mq, KP), tok_in=z(mq, dtype=torch.int64), src=z(mq), sc=z(B, KP, dtype=torch.float32),
             fr=z(B, KP), anc=z(2, B, KP, D + 1), cand_sc=z(B, NCP, dtype=torch.float32),

@@ -668,10 +668,12 @@ def _tile_key_value(key, DT: tl.constexpr):
 
 
 @triton.jit
-def _tile_key_global(key, v_lo, kmin, DT: tl.constexpr):
-    """:func:`_tile_key` -> the int64 key :func:`_pack` gives the same value and vocabulary row."""
+def _tile_key_global(key, pid, kmin, DT: tl.constexpr, BNV: tl.constexpr, NPROG: tl.constexpr):
+    """:func:`_tile_key` of program ``pid`` -> the int64 key :func:`_pack` gives the same value and vocabulary row
+    (local index ``tt * BNV + c`` is row ``(pid + tt * NPROG) * BNV + c``)."""
     if DT.primitive_bitwidth == 16:
-        g = _pack(_tile_key_value(key, DT), v_lo + 65535 - (key & 65535))
+        lidx = 65535 - (key & 65535)
+        g = _pack(_tile_key_value(key, DT), (pid + (lidx // BNV) * NPROG) * BNV + lidx % BNV)
         return tl.where(key == kmin, _MINKEY, g)
     else:
         return key
@@ -693,7 +695,9 @@ def _lm_select(scr, sidx, n_my, n_ext, kmin, DT: tl.constexpr, BNV: tl.constexpr
     ``[BM, BNV]``): the logsumexp and the top-``n_ext`` keys of every row. Reloaded from memory the keys sit in a
     layout that keeps each row inside one warp, so every reduction is warp-level (REDUX / shuffles); in the product's
     layout a row spans all warps and each of the K extractions costs shared-memory round trips and block barriers.
-    Returns (keys ``[BM, BNV]`` with the top list in columns ``[0, n_ext)``, row max, row sum of exp)."""
+    Returns (keys ``[BM, BNV]`` with the top list in columns ``[0, n_ext)``, row max, row sum of exp).
+    (A narrower running list, ``[BM, KP]`` beside tiles viewed as ``[BM, BNV / KP, KP]``, measured slower: 98 vs
+    94 us per step at the 8B shape.)"""
     BM: tl.constexpr = sidx.shape[0]
     col = sidx % BNV
     # the first tile is the running list as it is; each later one (or an empty one when there is a single tile)
@@ -718,17 +722,23 @@ def _lm_select(scr, sidx, n_my, n_ext, kmin, DT: tl.constexpr, BNV: tl.constexpr
 def _lm_phase(s, hbuf, hss, g_norm, wlm, lm_key, lm_ms, lm_scr, B, MCAP, eps, pid, H: tl.constexpr,
               VD: tl.constexpr, K: tl.constexpr, KP: tl.constexpr, NPP: tl.constexpr, NTH: tl.constexpr,
               NTHP: tl.constexpr, BM: tl.constexpr, BNV: tl.constexpr, BK: tl.constexpr, IEEE: tl.constexpr,
-              STAGES: tl.constexpr, NPROG: tl.constexpr):
+              STAGES: tl.constexpr, NPROG: tl.constexpr, LMW: tl.constexpr):
     """LM head over ``BNV``-wide vocabulary tiles (final RMSNorm inline): each program computes, per row, the top-``K``
-    packed keys and the logsumexp of its vocabulary range, stored to its own slot of lm_key / lm_ms.
+    packed keys and the logsumexp of its tiles (``pid``, ``pid + NPROG``, ...), stored to its own slot of lm_key /
+    lm_ms.
 
-    The pipelined product loop only parks each tile's keys in this program's slot of ``lm_scr`` (a barrier or a
-    load inside the loop would stop Triton from pipelining it); :func:`_lm_select` ranks them after the loop
-    (merging the top-k in the product's layout cost 8.4 us per step at the 8B shape, bench/FUSED_NOTES.md
-    session 6)."""
+    Ranking, two ways (the host picks ``LMW`` from the row tile):
+    - ``LMW`` (few rows): the pipelined product loop only parks each tile's keys in this program's slot of
+      ``lm_scr`` (a barrier or a load inside the loop would stop Triton from pipelining it) and
+      :func:`_lm_select` ranks them after the loop with warp-level reductions. At 16 rows the cost was the block
+      barriers of reductions across warps: LM 100 -> 94 us per step at the 8B shape (bench/FUSED_NOTES.md
+      session 6).
+    - otherwise each tile is merged into a running top-k inside the loop, in the product's layout: at 64-128 rows
+      the element work dominates, and half of it hides under the next tile's loads (batch 4: 3.39 vs 3.42 ms,
+      batch 16: 8.50 vs 8.58 ms)."""
     DT: tl.constexpr = hbuf.dtype.element_ty
     KT: tl.constexpr = lm_scr.dtype.element_ty
-    if DT.primitive_bitwidth == 16:
+    if LMW and DT.primitive_bitwidth == 16:
         KMIN: tl.constexpr = -2147483648
     else:
         KMIN: tl.constexpr = _MINKEY
@@ -739,31 +749,33 @@ def _lm_phase(s, hbuf, hss, g_norm, wlm, lm_key, lm_ms, lm_scr, B, MCAP, eps, pi
     offkp = tl.arange(0, KP)
     offk = tl.arange(0, BK)[None, :]
     NKL: tl.constexpr = (H + BK - 1) // BK
-    # each program streams one contiguous range of RPP vocabulary rows (equal bytes for every program) in BNV-wide
-    # tiles, the last one masked
-    RPP: tl.constexpr = (VD + NPROG - 1) // NPROG
-    tl.static_assert(DT.primitive_bitwidth != 16 or RPP <= 65536, "int32 tile keys hold 16-bit row indices")
-    n_my: tl.constexpr = (RPP + BNV - 1) // BNV
-    v_lo = pid * RPP
-    v_hi = tl.minimum(v_lo + RPP, VD)
-    # K as a trip count the compiler cannot see (MCAP >= 1, not specialised): the extraction loop stays rolled
+    NVT: tl.constexpr = (VD + BNV - 1) // BNV
+    MT: tl.constexpr = (NVT + NPROG - 1) // NPROG  # the most tiles a program has
+    tl.static_assert(DT.primitive_bitwidth != 16 or MT * BNV <= 65536, "int32 tile keys hold 16-bit row indices")
+    n_my = (NVT - pid + NPROG - 1) // NPROG  # vocabulary tiles pid, pid + NPROG, ...
+    # K as a trip count the compiler cannot see (MCAP >= 1, not specialised): the extraction loops stay rolled
     # (the phase's code is fetched cold every step)
     n_ext = K + (MCAP < 0).to(tl.int32)
-    scr = lm_scr + pid * (n_my * BM * BNV)
+    scr = lm_scr + pid * (MT * BM * BNV)
     sidx = offm[:, None] * BNV + offn[None, :]
     for mc in range(0, (MQ + BM - 1) // BM):
         r = mc * BM + offm
         rok = r < MQ
         x_row = hbuf + (out_off + r.to(tl.int64)[:, None]) * H
         rs = _rstd_parts(hss + (out_off + r.to(tl.int64)[:, None]) * NTH, rok[:, None], NTH, NTHP, H, eps)
-        tl.debug_barrier()  # the previous row chunk's keys have been read
-        # one pipelined loop over (this program's tiles x K chunks): no pipeline drain between tiles
+        run_key = tl.full([BM, KP], _MINKEY, dtype=tl.int64)
+        run_m = tl.full([BM], -1.0e30, dtype=tl.float32)
+        run_s = tl.zeros([BM], dtype=tl.float32)
+        if LMW:
+            tl.debug_barrier()  # the previous row chunk's keys have been read
+        # one pipelined loop over (this program's tiles x K chunks): the next tile's weights are in flight while a
+        # tile's epilogue runs (a loop per tile would drain and refill the pipeline each time)
         acc = tl.zeros([BM, BNV], dtype=tl.float32)
         for it in tl.range(0, n_my * NKL, num_stages=STAGES):
             tt = it // NKL
             kk = it - tt * NKL
-            cols = v_lo + tt * BNV + offn
-            cok = cols < v_hi
+            cols = (pid + tt * NPROG) * BNV + offn
+            cok = cols < VD
             k0 = kk * BK
             km = k0 + offk < H
             x = tl.load(x_row + k0 + offk, mask=rok[:, None] & km, other=0.0, cache_modifier=".cg").to(tl.float32)
@@ -772,15 +784,29 @@ def _lm_phase(s, hbuf, hss, g_norm, wlm, lm_key, lm_ms, lm_scr, B, MCAP, eps, pi
             w = tl.load(wlm + cols.to(tl.int64)[:, None] * H + k0 + offk, mask=cok[:, None] & km, other=0.0)
             acc = _dot(xn, w, acc, IEEE)
             if kk == NKL - 1:
-                key = tl.where(cok[None, :] & rok[:, None], _tile_key(_rnd(acc, DT), (cols - v_lo)[None, :],
-                                                                       cols[None, :] + r[:, None] * 0, DT), KMIN)
-                tl.store(scr + tt * (BM * BNV) + sidx, key.to(KT))
+                lg = _rnd(acc, DT)
+                if LMW:
+                    # local index tt * BNV + column: ordered as the vocabulary rows within this program
+                    key = tl.where(cok[None, :] & rok[:, None],
+                                   _tile_key(lg, (tt * BNV + offn)[None, :], cols[None, :] + r[:, None] * 0, DT), KMIN)
+                    tl.store(scr + tt * (BM * BNV) + sidx, key.to(KT))
+                else:
+                    lgm = tl.where(cok[None, :], lg, -1.0e30)
+                    m_new = tl.maximum(run_m, tl.max(lgm, axis=1))
+                    run_s = run_s * tl.exp(run_m - m_new) + tl.sum(tl.where(cok[None, :],
+                                                                            tl.exp(lgm - m_new[:, None]), 0.0), axis=1)
+                    run_m = m_new
+                    key = tl.where(cok[None, :] & rok[:, None], _pack(lg, cols[None, :] + r[:, None] * 0), _MINKEY)
+                    run_key = _topk_merge(run_key, key, K, KP)
                 acc = tl.zeros([BM, BNV], dtype=tl.float32)
-        tl.debug_barrier()
-        best, run_m, run_s = _lm_select(scr, sidx, n_my, n_ext, KMIN, DT, BNV)
         prow = r.to(tl.int64) * NPP + pid
-        tl.store(lm_key + prow[:, None] * KP + offn[None, :], _tile_key_global(best, v_lo, KMIN, DT),
-                 mask=rok[:, None] & (offn[None, :] < KP))
+        if LMW:
+            tl.debug_barrier()
+            best, run_m, run_s = _lm_select(scr, sidx, n_my, n_ext, KMIN, DT, BNV)
+            tl.store(lm_key + prow[:, None] * KP + offn[None, :], _tile_key_global(best, pid, KMIN, DT, BNV, NPROG),
+                     mask=rok[:, None] & (offn[None, :] < KP))
+        else:
+            tl.store(lm_key + prow[:, None] * KP + offkp[None, :], run_key, mask=rok[:, None])
         tl.store(lm_ms + prow * 2, run_m, mask=rok)
         tl.store(lm_ms + prow * 2 + 1, run_s, mask=rok)
 
@@ -991,7 +1017,7 @@ def fused_drafter_kernel(
     BKL: tl.constexpr, BKG: tl.constexpr, BK: tl.constexpr, BKQ: tl.constexpr, BKV: tl.constexpr, BQ: tl.constexpr,
     NTH: tl.constexpr, NTHP: tl.constexpr,
     NSEG: tl.constexpr, BMR: tl.constexpr, BKR: tl.constexpr, BKQR: tl.constexpr,
-    IEEE: tl.constexpr, STAGES: tl.constexpr, PROFILE: tl.constexpr = False,
+    IEEE: tl.constexpr, STAGES: tl.constexpr, LMW: tl.constexpr, PROFILE: tl.constexpr = False,
 ):
     pid = tl.program_id(0)
     DT: tl.constexpr = hbuf.dtype.element_ty
@@ -1037,7 +1063,7 @@ def fused_drafter_kernel(
         bt += NPROG
         _grid_sync(bar, bt, NPROG, prof, PROFILE)
         _lm_phase(s, hbuf, hss, g_norm, wlm, lm_key, lm_ms, lm_scr, B, MCAP, eps, pid, H, VD, K, KP, NPP, NTH, NTHP, BM, BNV,
-                  BK, IEEE, STAGES, NPROG)
+                  BK, IEEE, STAGES, NPROG, LMW)
         bt += NPROG
         _grid_sync(bar, bt, NPROG, prof, PROFILE)
         _rm_phase(s, lm_key, lm_ms, ch_lp, ch_id, B, pid, prof, DT, K, KP, NPP, NPROG, PROFILE)

@@ -23,8 +23,8 @@ def kernel_signature(dtype: str, constexprs: dict) -> dict:
             sig[name] = "constexpr"
         elif name in _SCALARS:
             sig[name] = _SCALARS[name]
-        elif name == "lm_scr":  # keys of the lm_head tiles: int32 for 16-bit model dtypes
-            sig[name] = "*i64" if dtype == "fp32" else "*i32"
+        elif name == "lm_scr":  # keys of the lm_head tiles: int32 for 16-bit model dtypes when ranked by warps
+            sig[name] = "*i32" if constexprs["LMW"] and dtype != "fp32" else "*i64"
         elif name in _I64:
             sig[name] = "*i64"
         elif name in _I32:
@@ -43,7 +43,7 @@ def _llama8b(dtype: str, nprog: int, batch: int) -> tuple:
                  BM=16 if batch == 1 else 64, BN=64, BNQ=128 if batch == 1 else 64, BNQR=64, BNG=64, BNV=128,
                  BKL=256, BKG=128, BK=128, BKV=64, BQ=64,
                  NTH=64, NTHP=64, BKQ=128, NSEG=4, BMR=128, BKR=64,
-                 BKQR=64, IEEE=dtype == "fp32", STAGES=4, PROFILE=False)
+                 BKQR=64, IEEE=dtype == "fp32", STAGES=4, LMW=batch == 1, PROFILE=False)
     # emb_off is a multiple of 16 at run time (both tensors come from the 512-byte aligned CUDA allocator)
     return (fused_drafter_kernel, kernel_signature(dtype, const), const,
             dict(num_warps=8, num_stages=4, div16=["emb_off"]))
@@ -54,7 +54,7 @@ def _tiny(dtype: str) -> tuple:
                  NCP=64, CP=8, NPROG=1, NPP=1, NSPLIT=2, BM=16, BN=16, BNQ=16, BNQR=16, BNG=16, BNV=16, BKL=32,
                  BKG=32, BK=32, BKV=16,
                  BQ=16, NTH=4, NTHP=4, BKQ=32, NSEG=1, BMR=32, BKR=32, BKQR=32, IEEE=dtype == "fp32", STAGES=1,
-                 PROFILE=False)
+                 LMW=True, PROFILE=False)
     return (fused_drafter_kernel, kernel_signature(dtype, const), const)
 
 
