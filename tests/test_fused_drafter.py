@@ -15,7 +15,7 @@ import triton.language as tl
 
 from eagle_triton import TreeConfig, TreeDrafter
 from eagle_triton.drafter.tree import rank_topk
-from eagle_triton.fused.kernel import _pack, _tile_key, _tile_key_global
+from eagle_triton.fused.kernel import _lm_select, _pack, _tile_key, _tile_key_global, _tile_key_value
 from eagle_triton.fused import (
     Buffers,
     DraftInputs,
@@ -473,6 +473,54 @@ def test_lm_head_tile_keys_rank_like_the_int64_keys(dtype):
     order = torch.sort(k32, descending=True, stable=True).indices.tolist()
     vf, neg = v.float().tolist(), torch.signbit(v).tolist()
     assert order == sorted(range(n), key=lambda i: (-vf[i], neg[i] and vf[i] == 0, int(gidx[i])))
+
+
+@triton.jit
+def _lm_select_kernel(v_ptr, ok_ptr, scr, o_val, o_idx, o_m, o_s, n_my, K: tl.constexpr, BM: tl.constexpr,
+                      BNV: tl.constexpr):
+    sidx = tl.arange(0, BM)[:, None] * BNV + tl.arange(0, BNV)[None, :]
+    for t in range(0, n_my):  # (tiles past n_my keep whatever the scratch held)
+        v = tl.load(v_ptr + t * BM * BNV + sidx)
+        ok = tl.load(ok_ptr + t * BM * BNV + sidx) != 0
+        key = tl.where(ok, _tile_key(v, t * BNV + sidx % BNV, sidx, tl.bfloat16), -2147483648)
+        tl.store(scr + t * BM * BNV + sidx, key)
+    best, m, s = _lm_select(scr, sidx, n_my, K, -2147483648, tl.bfloat16, BNV)
+    tl.store(o_val + sidx, _tile_key_value(best, tl.bfloat16))
+    tl.store(o_idx + sidx, tl.where(best == -2147483648, -1, 65535 - (best & 65535)))
+    tl.store(o_m + tl.arange(0, BM), m)
+    tl.store(o_s + tl.arange(0, BM), s)
+
+
+@pytest.mark.parametrize("n_my", [0, 1, 2, 3])
+def test_lm_select_ranks_a_programs_tiles(n_my):
+    """The warp-level ranking of a program's lm_head tiles (16-bit keys parked in scratch): per row, the top-K
+    (value descending, index ascending) and the logsumexp of every valid entry of its ``n_my`` tiles, against
+    PyTorch; rows with no valid entry and programs with no tile (more programs than tiles) give nothing."""
+    BM, BNV, K, MT = 16, 32, 6, 3
+    v = torch.randn(MT, BM, BNV).to(torch.bfloat16)
+    v[0, 0, :8] = v[0, 0, 8:16]  # ties inside a tile
+    if n_my >= 2:
+        v[1, 1, :5] = v[0, 1, :5]  # ties across tiles
+    ok = torch.rand(MT, BM, BNV) < 0.8
+    ok[:, 2] = False  # a row with no valid entry
+    ok[n_my:] = False  # tiles past n_my are never read
+    scr = torch.randint(-2**31, 2**31 - 1, (MT * BM * BNV,), dtype=torch.int32)  # stale keys
+    o_val, o_idx = torch.empty(BM, BNV), torch.empty(BM, BNV, dtype=torch.int32)
+    o_m, o_s = torch.empty(BM), torch.empty(BM)
+    _lm_select_kernel[(1,)](v.float(), ok.to(torch.int32), scr, o_val, o_idx, o_m, o_s, n_my, K=K, BM=BM, BNV=BNV)
+    vals = v.float().permute(1, 0, 2).reshape(BM, MT * BNV)  # row -> (tile, column): local index t * BNV + c
+    valid = ok.permute(1, 0, 2).reshape(BM, MT * BNV)
+    for r in range(BM):
+        idx = valid[r].nonzero().flatten().tolist()
+        top = sorted(idx, key=lambda i: (-float(vals[r, i]), i))[:K]
+        assert o_idx[r, :K].tolist() == top + [-1] * (K - len(top))
+        assert torch.equal(o_val[r, :len(top)], vals[r, top])
+        if top:
+            m = vals[r, idx].max()
+            assert float(o_m[r]) == float(m)
+            torch.testing.assert_close(o_s[r], torch.exp(vals[r, idx] - m).sum(), rtol=1e-5, atol=0)
+        else:
+            assert float(o_s[r]) == 0.0 and float(o_m[r]) <= -1e30
 
 
 def test_grids_that_cannot_be_resident_are_refused(monkeypatch):

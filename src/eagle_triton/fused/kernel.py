@@ -701,8 +701,8 @@ def _lm_select(scr, sidx, n_my, n_ext, kmin, DT: tl.constexpr, BNV: tl.constexpr
     BM: tl.constexpr = sidx.shape[0]
     col = sidx % BNV
     # the first tile is the running list as it is; each later one (or an empty one when there is a single tile)
-    # is merged into it by n_ext extractions
-    run = tl.load(scr + sidx)
+    # is merged into it by n_ext extractions (a program may have no tile: fewer tiles than programs)
+    run = tl.load(scr + sidx, mask=(sidx * 0) < n_my, other=kmin)
     run_m, run_s = _lse_update(run, tl.full([BM], -1.0e30, dtype=tl.float32), tl.zeros([BM], dtype=tl.float32),
                                kmin, DT)
     for t in range(1, tl.maximum(n_my, 2)):
