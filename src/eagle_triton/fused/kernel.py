@@ -25,8 +25,9 @@ GU            BNG features of gate and up, post-attention RMSNorm inline,
 DOWN          BN features of ``down_proj`` + residual: the step output
 LM            ``BNV``-wide vocabulary tiles of ``lm_head`` (final
               RMSNorm inline), one pipelined loop over a program's
-              tiles; each program keeps a streaming top-k and
-              logsumexp per row
+              tiles; each program ranks its tiles' top-k and
+              logsumexp per row (after the loop with warp-level
+              reductions for up to 32 rows, else merged per tile)
 RM            one row: merges the programs' top-k (``K`` extractions
               of the maximum) and logsumexp -> ``K`` children
               (log-probs in the model dtype)
@@ -51,7 +52,9 @@ log-softmax result is rounded to the model dtype where the reference rounds it, 
 the same numbers up to summation order, and in bf16 up to one rounding of the differently ordered sums.
 
 Ranking uses packed int64 keys ``(order-preserving float bits << 32) | (2**32 - 1 - index)``: one integer sort
-gives (score descending, index ascending), the tie rule of :func:`eagle_triton.drafter.tree.rank_topk`.
+gives (score descending, index ascending), the tie rule of :func:`eagle_triton.drafter.tree.rank_topk`. Inside one
+program's lm_head tiles a 16-bit model's logits use int32 keys (the 16 value bits, the index within the program's
+tiles), in the same order, converted to int64 keys when stored.
 """
 
 from __future__ import annotations
