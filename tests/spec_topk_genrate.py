@@ -50,6 +50,7 @@ class SpecDraftModel:
         self.num_layers = c.num_hidden_layers
         self.top_k, self.depth, self.total_tokens = tree_cfg.top_k, tree_cfg.depth, tree_cfg.total_tokens - 1
         self.stable_kv = None
+        self.ties = False  # set by topK_genrate when a ranking was not well defined (see _topk)
 
     def _lin(self, x, name, bias=False):
         b = self.sd.get(name + ".bias")
@@ -137,8 +138,19 @@ class SpecDraftModel:
         return ids + self.sd["d2t"][ids] if self.vocab_map else ids
 
     @torch.no_grad()
+    def _topk(self, x, k, order=True):
+        """``torch.topk(x, k, dim=-1)``, noting in ``self.ties`` when its result is not well defined, as torch.topk's
+        choice and order among equal values are unspecified: equal values among the ``k + 1`` largest of a row, or,
+        when only the chosen set matters (``order=False``), equal ``k``-th and ``(k + 1)``-th values."""
+        top = torch.topk(x, min(k + 1, x.shape[-1]), dim=-1).values
+        same = top[..., 1:] == top[..., :-1]
+        if bool((same if order else same[..., k - 1:]).any()):
+            self.ties = True
+        return torch.topk(x, k, dim=-1)
+
     def topK_genrate(self, hidden_states, input_ids, sampling=False):
         K, D, T = self.top_k, self.depth, self.total_tokens
+        self.ties = False
         sample_token = input_ids[:, -1]
         scores_list, parents_list, ss_token = [], [], []
         input_ids = input_ids[:, 1:]
@@ -151,7 +163,7 @@ class SpecDraftModel:
         self.stable_kv = past
         last_hidden = out_hidden[:, -1]
         last_p = F.log_softmax(self.head_logits(last_hidden), dim=-1)
-        top = torch.topk(last_p, K, dim=-1)
+        top = self._topk(last_p, K)
         topk_index, topk_p = top.indices, top.values
         scores = topk_p[0]
         scores_list.append(scores[None])
@@ -170,10 +182,10 @@ class SpecDraftModel:
             bias = 1 + K ** 2 * max(0, i - 1) + (K if i > 0 else 0)
             parents_list.append(topk_cs_index + bias)
             last_p = F.log_softmax(self.head_logits(out_hidden[0]), dim=-1)
-            top = torch.topk(last_p, K, dim=-1)
+            top = self._topk(last_p, K)
             topk_index, topk_p = top.indices, top.values
             cu_scores = topk_p + scores[:, None]
-            topk_cs = torch.topk(cu_scores.view(-1), K, dim=-1)
+            topk_cs = self._topk(cu_scores.view(-1), K)
             topk_cs_index, topk_cs_p = topk_cs.indices, topk_cs.values
             scores = topk_cs_p
             out_ids = topk_cs_index // K
@@ -185,7 +197,7 @@ class SpecDraftModel:
 
         scores_flat = torch.cat(scores_list, dim=0).view(-1)
         tokens_flat = torch.cat(ss_token, dim=0).view(-1)
-        top_scores_index = torch.sort(torch.topk(scores_flat, T, dim=-1).indices).values
+        top_scores_index = torch.sort(self._topk(scores_flat, T, order=False).indices).values
         draft_tokens = torch.cat((sample_token, tokens_flat[top_scores_index]), dim=0)
         draft_parents = torch.cat(parents_list, dim=0)[top_scores_index // K].long()
         mask_index = torch.searchsorted(top_scores_index, draft_parents - 1, right=False)
