@@ -15,15 +15,15 @@ import triton.language as tl
 
 from eagle_triton import TreeConfig, TreeDrafter
 from eagle_triton.drafter.tree import rank_topk
-from eagle_triton.fused.kernel import _lm_select, _pack, _tile_key, _tile_key_global, _tile_key_value
 from eagle_triton.fused import (
     Buffers,
-    DraftInputs,
     DrafterConfig,
+    DraftInputs,
     Weights,
     launch_drafter,
     launch_drafter_ref,
 )
+from eagle_triton.fused.kernel import _lm_select, _pack, _tile_key, _tile_key_global, _tile_key_value
 from eagle_triton.testing import (
     llama31_8b_eagle3_config,
     random_eagle1_head,

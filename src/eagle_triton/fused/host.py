@@ -19,6 +19,7 @@ from ..config import TreeConfig
 from ..drafter.reference import TorchDraftBackend, check_draft_inputs
 from ..drafter.tree import DraftTree, lexicographic_row_order
 from ..heads.base import DraftHead
+from ..ops._utils import cdiv
 
 __all__ = [
     "DrafterConfig",
@@ -397,7 +398,7 @@ class Buffers:
         n_flag = p["NSEG"] * max(cfg.qkv_tiles(p["BNQ"]), cfg.qkv_tiles(p["BNQR"]))
         mcap = max(B * S, B * K)
         mq = B * K
-        lm_tiles = -(-(-(-cfg.draft_vocab // p["BNV"])) // p["NPROG"])  # the most vocabulary tiles of a program
+        lm_tiles = cdiv(cdiv(cfg.draft_vocab, p["BNV"]), p["NPROG"])  # the most vocabulary tiles of a program
         e = lambda *s, dtype=dt: torch.empty(*s, dtype=dtype, device=dev)  # noqa: E731
         z = lambda *s, dtype=torch.int32: torch.zeros(*s, dtype=dtype, device=dev)  # noqa: E731
         scratch = dict(

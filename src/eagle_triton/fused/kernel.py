@@ -133,15 +133,16 @@ def _unpack_index(key):
 
 
 @triton.jit
-def _topk_merge(run, new, K, KP: tl.constexpr):
-    """Per row, the ``K`` largest keys of ``run [R, KP]`` and ``new [R, C]``, descending, as ``[R, KP]``."""
-    offk = tl.arange(0, KP)[None, :]
-    out = tl.full(run.shape, _MINKEY, dtype=tl.int64)
+def _topk_merge(run, new, K, kmin):
+    """Per row, the ``K`` largest keys of ``run [R, C1]`` and ``new [R, C2]``, descending, in the first ``K``
+    columns of an ``[R, C1]`` tensor (``kmin``, below every key, elsewhere)."""
+    offk = tl.arange(0, run.shape[1])[None, :]
+    out = tl.full(run.shape, kmin, dtype=run.dtype)
     for i in range(0, K):
         top = tl.maximum(tl.max(run, axis=1), tl.max(new, axis=1))
         out = tl.where(offk == i, top[:, None], out)
-        run = tl.where(run == top[:, None], _MINKEY, run)
-        new = tl.where(new == top[:, None], _MINKEY, new)
+        run = tl.where(run == top[:, None], kmin, run)
+        new = tl.where(new == top[:, None], kmin, new)
     return out
 
 
@@ -650,8 +651,8 @@ def _down_phase(s, act, wd, h1, hbuf, hss, B, MCAP, pid, H: tl.constexpr, INTER:
 @triton.jit
 def _tile_key(v, lidx, gidx, DT: tl.constexpr):
     """A program's vocabulary keys: for a 16-bit model dtype int32 ``(order-preserving bits of v << 16) | (65535 -
-    lidx)`` with ``lidx`` the row within the program's range (v is exactly a DT value), else :func:`_pack` with the
-    vocabulary row ``gidx``. Same order as _pack within one program."""
+    lidx)`` with ``lidx`` the index within the program's tiles (v is exactly a DT value), else :func:`_pack` with
+    the vocabulary row ``gidx``. Same order as _pack within one program."""
     if DT.primitive_bitwidth == 16:
         u = v.to(DT).to(tl.int16, bitcast=True).to(tl.int32)
         o = tl.where(u >= 0, u, u ^ 32767)
@@ -702,7 +703,6 @@ def _lm_select(scr, sidx, n_my, n_ext, kmin, DT: tl.constexpr, BNV: tl.constexpr
     (A narrower running list, ``[BM, KP]`` beside tiles viewed as ``[BM, BNV / KP, KP]``, measured slower: 98 vs
     94 us per step at the 8B shape.)"""
     BM: tl.constexpr = sidx.shape[0]
-    col = sidx % BNV
     # the first tile is the running list as it is; each later one (or an empty one when there is a single tile)
     # is merged into it by n_ext extractions (a program may have no tile: fewer tiles than programs)
     run = tl.load(scr + sidx, mask=(sidx * 0) < n_my, other=kmin)
@@ -711,13 +711,7 @@ def _lm_select(scr, sidx, n_my, n_ext, kmin, DT: tl.constexpr, BNV: tl.constexpr
     for t in range(1, tl.maximum(n_my, 2)):
         kt = tl.load(scr + t * BM * BNV + sidx, mask=(sidx * 0 + t) < n_my, other=kmin)
         run_m, run_s = _lse_update(kt, run_m, run_s, kmin, DT)
-        out = tl.full(sidx.shape, kmin, dtype=kt.dtype)
-        for i in range(0, n_ext):
-            top = tl.maximum(tl.max(kt, axis=1), tl.max(run, axis=1))
-            out = tl.where(col == i, top[:, None], out)
-            kt = tl.where(kt == top[:, None], kmin, kt)
-            run = tl.where(run == top[:, None], kmin, run)
-        run = out
+        run = _topk_merge(run, kt, n_ext, kmin)
     return run, run_m, run_s
 
 
@@ -737,8 +731,8 @@ def _lm_phase(s, hbuf, hss, g_norm, wlm, lm_key, lm_ms, lm_scr, B, MCAP, eps, pi
       barriers of reductions across warps: LM 100 -> 94 us per step at the 8B shape (bench/FUSED_NOTES.md
       session 6).
     - otherwise each tile is merged into a running top-k inside the loop, in the product's layout: at 64-128 rows
-      the element work dominates, and half of it hides under the next tile's loads (batch 4: 3.39 vs 3.42 ms,
-      batch 16: 8.50 vs 8.58 ms)."""
+      the element work dominates, and half of it hides under the next tile's loads (ranked by warps there: batch 4
+      3.38 -> 3.46 ms, batch 16 8.48 -> 8.80 ms)."""
     DT: tl.constexpr = hbuf.dtype.element_ty
     KT: tl.constexpr = lm_scr.dtype.element_ty
     if LMW and DT.primitive_bitwidth == 16:
@@ -800,7 +794,7 @@ def _lm_phase(s, hbuf, hss, g_norm, wlm, lm_key, lm_ms, lm_scr, B, MCAP, eps, pi
                                                                             tl.exp(lgm - m_new[:, None]), 0.0), axis=1)
                     run_m = m_new
                     key = tl.where(cok[None, :] & rok[:, None], _pack(lg, cols[None, :] + r[:, None] * 0), _MINKEY)
-                    run_key = _topk_merge(run_key, key, K, KP)
+                    run_key = _topk_merge(run_key, key, K, _MINKEY)
                 acc = tl.zeros([BM, BNV], dtype=tl.float32)
         prow = r.to(tl.int64) * NPP + pid
         if LMW:
@@ -998,8 +992,8 @@ def fused_drafter_kernel(
     # persistent state: draft KV [B, LMAX, NKV, HD] and rows held [B]
     kc, vc, kvlen,
     # scratch (hss / h1ss: per-tile sums of squares of hbuf / h1 rows; part / flag: QKV split-K partials)
-    hbuf, hss, qbuf, part, flag, att_o, att_ml, attn, h1, h1ss, act, lm_key, lm_ms, lm_scr, ch_lp, ch_id, tok_in, src, sc, fr,
-    anc, cand_sc, cand_tok, par_list, node_of, selg, pnode, posb,
+    hbuf, hss, qbuf, part, flag, att_o, att_ml, attn, h1, h1ss, act, lm_key, lm_ms, lm_scr, ch_lp, ch_id, tok_in, src,
+    sc, fr, anc, cand_sc, cand_tok, par_list, node_of, selg, pnode, posb,
     # outputs
     o_tokens, o_retrieve, o_mask, o_pos, o_parents, o_nleaves, o_maxdepth,
     # control (prof: [NPROG, PROF_SLOTS] int64 arrival times, written only when PROFILE)
@@ -1065,8 +1059,8 @@ def fused_drafter_kernel(
         _down_phase(s, act, wd, h1, hbuf, hss, B, MCAP, pid, H, INTER, K, NTH, BM, BN, BKL, IEEE, STAGES, NPROG)
         bt += NPROG
         _grid_sync(bar, bt, NPROG, prof, PROFILE)
-        _lm_phase(s, hbuf, hss, g_norm, wlm, lm_key, lm_ms, lm_scr, B, MCAP, eps, pid, H, VD, K, KP, NPP, NTH, NTHP, BM, BNV,
-                  BK, IEEE, STAGES, NPROG, LMW)
+        _lm_phase(s, hbuf, hss, g_norm, wlm, lm_key, lm_ms, lm_scr, B, MCAP, eps, pid, H, VD, K, KP, NPP, NTH, NTHP,
+                  BM, BNV, BK, IEEE, STAGES, NPROG, LMW)
         bt += NPROG
         _grid_sync(bar, bt, NPROG, prof, PROFILE)
         _rm_phase(s, lm_key, lm_ms, ch_lp, ch_id, B, pid, prof, DT, K, KP, NPP, NPROG, PROFILE)
