@@ -24,8 +24,15 @@ import torch
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "src"))
 
 from eagle_triton import DraftHeadConfig, Eagle3DraftHead, TreeConfig, TreeDrafter  # noqa: E402
-from eagle_triton.fused import Buffers, DraftInputs, DrafterConfig, MultiKernelDrafter, Weights  # noqa: E402
-from eagle_triton.fused import launch_drafter, profile_phases  # noqa: E402
+from eagle_triton.fused import (  # noqa: E402  # noqa: E402
+    Buffers,
+    DrafterConfig,
+    DraftInputs,
+    MultiKernelDrafter,
+    Weights,
+    launch_drafter,
+    profile_phases,
+)
 from eagle_triton.testing import random_eagle3_head_on  # noqa: E402
 
 SHAPES = {
@@ -61,11 +68,17 @@ def copy_bandwidth() -> float:
     a = torch.randn(1 << 30, device="cuda", dtype=torch.bfloat16)
     b = torch.empty_like(a)
     ms = do_bench(lambda: b.copy_(a), warmup=50, rep=300, return_mode="median")
-    del a, b
     return 2 * (1 << 30) * 2 / (ms * 1e-3)
 
 
 def bench_case(head, tc, batch, S, prefix, do_ref, do_graph, rep_ms=300, tuning=None, profile=False):
+    """Time one case; its buffers are freed (and the allocator's cache emptied) before the next case."""
+    res = _measure_case(head, tc, batch, S, prefix, do_ref, do_graph, rep_ms, tuning, profile)
+    torch.cuda.empty_cache()
+    return res
+
+
+def _measure_case(head, tc, batch, S, prefix, do_ref, do_graph, rep_ms, tuning, profile):
     from triton.testing import do_bench
 
     dt = head.dtype
@@ -148,8 +161,6 @@ def bench_case(head, tc, batch, S, prefix, do_ref, do_graph, rep_ms=300, tuning=
             ts.append(s.elapsed_time(e))
         res["ref_ms"] = sorted(ts)[len(ts) // 2]
     res["bytes"] = floor_bytes(cfg, batch, S, prefix)
-    del bufs, w
-    torch.cuda.empty_cache()
     return res
 
 
@@ -198,7 +209,7 @@ def print_phases(phases: list[dict]) -> None:
     print("phase kind   total us (to last arrival)   to mean arrival", flush=True)
     for kind, (a, b) in tot.items():
         print(f"  {kind:10s} {a:9.1f} {b:9.1f}")
-    print("  all        %9.1f" % sum(p["us"] for p in phases))
+    print(f"  all        {sum(p['us'] for p in phases):9.1f}")
     print("  per phase: " + ", ".join(f"{p['phase']} {p['us']:.1f}/{p['mean_us']:.1f}" for p in phases), flush=True)
 
 
@@ -245,7 +256,7 @@ def main(argv=None) -> int:
         while len([p for p in procs if p.poll() is None]) >= args.jobs:
             time.sleep(0.5)
         procs.append(subprocess.Popen([sys.executable, __file__, "--warm", v]))
-    fails = [v for v, p in zip(variants, procs) if p.wait() != 0]
+    fails = [v for v, p in zip(variants, procs, strict=True) if p.wait() != 0]
     print(f"compiled {len(variants)} variants in {time.time() - t0:.0f} s; failures: {fails}", flush=True)
     bw = copy_bandwidth()
     rows = []
@@ -315,7 +326,7 @@ def main(argv=None) -> int:
             raise RuntimeError("no sweep rows to plot")
         groups = sorted({(r["shape"], r["peaked"], r["tree"], r["scenario"]) for r in rows_p})
         fig, axes = plt.subplots(1, len(groups), figsize=(4 * len(groups), 3.5), squeeze=False)
-        for ax, g in zip(axes[0], groups):
+        for ax, g in zip(axes[0], groups, strict=True):
             rs = [r for r in rows_p if (r["shape"], r["peaked"], r["tree"], r["scenario"]) == g and "error" not in r]
             xs = [r["batch"] for r in rs]
             for col, lab in (("fused_ms", "fused"), ("graph_ms", "multi-kernel graph"), ("floor_ms", "floor")):

@@ -263,7 +263,8 @@ def main(argv=None) -> int:
     with open(os.path.join(args.out, "kernels.json"), "w") as f:
         json.dump({"meta": meta, "rows": rows}, f, indent=1)
     png = _plot(rows, meta, os.path.join(args.out, "kernels.png"))
-    print(f"\nwrote {os.path.join(args.out, 'kernels.json')}" + (f" and {png}" if png else " (no PNG: matplotlib missing)"))
+    wrote = os.path.join(args.out, "kernels.json")
+    print(f"\nwrote {wrote}" + (f" and {png}" if png else " (no PNG: matplotlib missing)"))
     _print_table(rows, meta)
     return 0
 

@@ -44,8 +44,9 @@ for dtype in (torch.float32, torch.bfloat16):
         try:
             d = TreeDrafter(head, tc, backend=backend)
             trees = [d.draft(f, i) for f, i in calls]
-            row["identical_trees"] = sum(bool(torch.equal(a.draft_tokens, b.draft_tokens)
-                                              and torch.equal(a.parents, b.parents)) for a, b in zip(trees, ref_trees))
+            row["identical_trees"] = sum(
+                bool(torch.equal(a.draft_tokens, b.draft_tokens) and torch.equal(a.parents, b.parents))
+                for a, b in zip(trees, ref_trees, strict=True))
             row["calls"] = len(calls)
             f, i = calls[-1]
             ts = []

@@ -65,7 +65,7 @@ def main():
         W = torch.randn(N, K, device="cuda", dtype=torch.bfloat16)
         Y = torch.empty(M, N, device="cuda", dtype=torch.bfloat16)
         wbytes = N * K * 2
-        ms = do_bench(lambda: torch.matmul(X, W.t()), warmup=25, rep=200, return_mode="median")
+        ms = do_bench(lambda X=X, W=W: torch.matmul(X, W.t()), warmup=25, rep=200, return_mode="median")
         print(f"{name}: cuBLAS {ms * 1e3:.1f} us {wbytes / ms / 1e9:.2f} TB/s", flush=True)
         rows.append(dict(shape=name, variant="cublas", us=ms * 1e3, TBps=wbytes / ms / 1e9))
         ref = (X.float() @ W.float().t())
@@ -86,8 +86,10 @@ def main():
         for v in variants:
             nprog = sms * v["pps"]
             try:
-                fn = lambda: gemv_kernel[(nprog,)](X, W, Y, M, N, K, 16, v["BN"], v["BK"], v["STAGES"], nprog,  # noqa
-                                                   v["TRANS"], v["NOX"], v["CG"], num_warps=v["nw"])
+                def fn(X=X, W=W, Y=Y, M=M, N=N, K=K, v=v, nprog=nprog):  # the loop's values, bound now
+                    gemv_kernel[(nprog,)](X, W, Y, M, N, K, 16, v["BN"], v["BK"], v["STAGES"], nprog,
+                                          v["TRANS"], v["NOX"], v["CG"], num_warps=v["nw"])
+
                 fn()
                 torch.cuda.synchronize()
                 ok = v["NOX"] or torch.allclose(Y.float(), ref, atol=0.5, rtol=0.02)

@@ -127,7 +127,8 @@ def main():
             tm = torch.zeros(nprog, 3, dtype=torch.int64, device=dev)
             it = [0]
 
-            def go():
+            def go(it=it, x=x, wts=wts, w2s=w2s, y=y, tm=tm, n=n, k=k, bn=bn, bk=bk, stages=stages, nprog=nprog,
+                   packed=packed, streamk=streamk, mode=mode):  # the loop's values, bound now
                 i = it[0] = it[0] ^ 1
                 stream_kernel[(nprog,)](x, wts[i], w2s[i], y, tm, 10, n, k, 16, bn, bk, stages, nprog, packed,
                                         streamk, mode, num_warps=8)
