@@ -9,7 +9,7 @@
 #
 # Parts (default, in this order): env tests fusedtest kernels engine acceptance fused
 #   env         eagle-triton env --json
-#   tests       GPU tests of the ops and the engine (pytest -m gpu)
+#   tests       every GPU test (pytest -m gpu) but the fused drafter's
 #   fusedtest   GPU tests of the fused drafter (FUSED_K picks them, default "gpu")
 #   kernels     kernels against their PyTorch references (kernels.json, .png)
 #   engine      tokens/s with and without speculation, SmolLM2 (bench_engine.json, .png)
@@ -31,9 +31,10 @@ PY=${PYTHON:-python3}
 DEFAULT_PARTS="env tests fusedtest kernels engine acceptance fused"
 
 part_env()        { run env 60 "$PY" -m eagle_triton env --json; }
-part_tests()      { run tests 200 "$PY" -m pytest -q -m gpu -p no:cacheprovider -rs tests/ops tests/engine; }
-part_fusedtest()  { run fusedtest 300 "$PY" -m pytest -q -m gpu -p no:cacheprovider -rs -s tests/test_fused_drafter.py \
-                      -k "${FUSED_K:-gpu}"; }
+# the fused drafter's tests are the test files with "fused" in their path (wherever tests/ puts them)
+part_tests()      { run tests 200 "$PY" -m pytest -q -m gpu -p no:cacheprovider -rs --ignore-glob='*fused*' tests; }
+part_fusedtest()  { run fusedtest 300 "$PY" -m pytest -q -m gpu -p no:cacheprovider -rs -s \
+                      $(find tests -path '*fused*' -name 'test_*.py' | sort) -k "${FUSED_K:-gpu}"; }
 part_kernels()    { run kernels 240 "$PY" bench/bench_kernels.py --out "$OUTDIR" --budget-s 200; }
 part_engine()     { run engine 180 "$PY" bench/bench_engine.py --num-prompts 20 --max-new-tokens 128 --time-budget 150 \
                       --out "$OUTDIR"; }

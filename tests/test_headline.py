@@ -144,3 +144,18 @@ def test_every_result_table_cell_is_a_headline_figure():
             for col, cell in enumerate(row[nkey:], start=nkey):
                 if _number(cell) is not None:
                     assert (tuple(row[:nkey]), header[col]) in covered, f"README cell {row[:nkey]} / {header[col]}"
+
+
+def test_result_files_cited_by_the_docs_and_code_exist():
+    """A `bench/results/...` path quoted in the README, the docs, the bench notes or src/ names a committed file or
+    folder (a glob must match one); removed files are cited as `git show <commit>:bench/results/...`."""
+    cited = re.compile(r"(?<![0-9a-f]:)bench/results/[A-Za-z0-9_.*/-]*")
+    files = [README, *ROOT.glob("docs/*.md"), *ROOT.glob("bench/**/*.md"), *ROOT.glob("src/**/*.py"),
+             *ROOT.glob("src/**/*.md")]
+    missing = []
+    for f in files:
+        for path in cited.findall(f.read_text()):
+            path = path.rstrip(".,")
+            if not (any(ROOT.glob(path)) if "*" in path else (ROOT / path).exists()):
+                missing.append(f"{f.relative_to(ROOT)}: {path}")
+    assert not missing, missing
