@@ -24,7 +24,7 @@ import torch
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "src"))
 
 from eagle_triton import DraftHeadConfig, Eagle3DraftHead, TreeConfig, TreeDrafter  # noqa: E402
-from eagle_triton.fused import (  # noqa: E402  # noqa: E402
+from eagle_triton.fused import (  # noqa: E402
     Buffers,
     DrafterConfig,
     DraftInputs,
