@@ -88,5 +88,6 @@ if [ "$size" -gt $((PART_MB * 1024 * 1024)) ]; then
   rm "$RESULTS/results.tar.gz"
 fi
 [ -f summary.txt ] && cp summary.txt "$RESULTS/summary.txt"
+cd / && rm -rf "$SCRATCH"
 ls -la "$RESULTS"
 exit $rc

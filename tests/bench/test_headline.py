@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 HEADLINE = ROOT / "bench" / "results" / "headline.json"
 README = ROOT / "README.md"
 REQUIRED = {"name": str, "value": (int, float), "unit": str, "device": str, "date": str, "commit": str, "source": str}
