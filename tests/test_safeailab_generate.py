@@ -259,3 +259,27 @@ def test_unsupported_base_model_keeps_safeailabs_loops_and_warns_once(parts):
         warnings.simplefilter("always")
         optimize_eagle_with_triton(m)
     assert not any("mixtral" in str(w.message) for w in seen)
+
+
+def test_optimized_generation_with_an_eagle1_ea_layer(parts):
+    from eagle_triton.testing import random_eagle1_head
+
+    base, _, prompt = parts
+    head = random_eagle1_head(vocab_size=8, seed=0, dtype=torch.float64)
+    head.set_target_lm_head(base.lm_head)
+    want = SafeAILabStandIn(head, TREE, base_model=base).eagenerate(prompt, max_new_tokens=30, log=True)
+    model, originals = _optimized(SafeAILabStandIn(head, TREE, base_model=base))
+    assert "eagenerate" in originals
+    _same(want, model.eagenerate(prompt, max_new_tokens=30, log=True))
+
+
+def test_optimized_sampling_follows_safeailabs_conventions(parts):
+    base, head, prompt = parts
+    model, _ = _optimized(SafeAILabStandIn(head, TREE, base_model=base))
+    torch.manual_seed(0)
+    ids, new_token, idx = model.eagenerate(prompt, temperature=0.8, top_p=0.9, top_k=5, max_new_tokens=20, log=True)
+    assert type(new_token) is int and type(idx) is int  # SafeAILab's sampling accept length is an int
+    assert torch.equal(ids[:, :6], prompt) and ids.shape[1] == 6 + new_token and 20 < new_token <= 20 + TREE.depth + 1
+    assert 0 <= int(ids.min()) and int(ids.max()) < 8
+    ids, new_token, idx = model.naivegenerate(prompt, temperature=0.8, max_new_tokens=20, log=True)
+    assert new_token == 21 and idx == 20 and ids.shape[1] == 27
