@@ -283,3 +283,24 @@ def test_optimized_sampling_follows_safeailabs_conventions(parts):
     assert 0 <= int(ids.min()) and int(ids.max()) < 8
     ids, new_token, idx = model.naivegenerate(prompt, temperature=0.8, max_new_tokens=20, log=True)
     assert new_token == 21 and idx == 20 and ids.shape[1] == 27
+
+
+@pytest.mark.gpu
+def test_patched_outputs_on_cuda_equal_the_originals():
+    # The CUDA branch of the output placement (pinned host buffer, one non-blocking copy, one stream sync).
+    head = random_eagle3_head(seed=2, rope_theta=100000.0).cuda()
+    orig, patched = SafeAILabStandIn(head), SafeAILabStandIn(head)
+    patch_ea_model_with_triton_drafter(patched, backend="torch")  # the same drafter code as the stand-in's
+    g = torch.Generator().manual_seed(0)
+    ids = torch.randint(0, 256, (1, 8), generator=g).cuda()
+    feats = torch.randn(1, 7, head.feature_width, generator=g).cuda()
+    for m in (orig, patched):
+        m.ea_layer.reset_kv()
+    for sampling in (None, object()):
+        a = orig.ea_layer.topK_genrate(feats, ids, None, sampling)
+        b = patched.ea_layer.topK_genrate(feats, ids, None, sampling)
+        for x, y in zip(a, b, strict=True):
+            assert x.device == y.device and x.dtype == y.dtype and torch.equal(x, y)
+        assert patched.ea_layer.topK_genrate._outputs._host.is_pinned()
+        ids = torch.cat([ids, a[0][:, :1]], 1)
+        feats = feats[:, :1]
