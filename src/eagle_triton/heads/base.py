@@ -154,7 +154,9 @@ class DraftHead(nn.Module):
         """Write ``config.json`` and safetensors weights in the published layout.
 
         The input embedding is left out when it comes from the target (as in the published heads) unless
-        ``include_embeddings=True``. Shards are written when the weights exceed ``max_shard_bytes``.
+        ``include_embeddings=True``. The weights go to one ``model.safetensors`` (the file SafeAILab EAGLE's
+        ``EaModel.from_pretrained`` reads) unless ``max_shard_bytes`` is given and exceeded: then shards plus
+        ``model.safetensors.index.json``.
         """
         root = Path(path)
         root.mkdir(parents=True, exist_ok=True)

@@ -16,13 +16,91 @@ from ..config import TreeConfig
 from ..drafter import TreeDrafter
 from ..heads import DraftHeadConfig, Eagle1DraftHead, Eagle3DraftHead
 
-__all__ = ["head_from_ea_layer", "tree_config_from_ea_layer", "patch_ea_model_with_triton_drafter", "EaLayerDrafter"]
+__all__ = ["head_from_ea_layer", "tree_config_from_ea_layer", "patch_ea_model_with_triton_drafter", "EaLayerDrafter",
+           "rope_base_of_ea_layer"]
 
 _CONFIG_FIELDS = (
     "hidden_size", "intermediate_size", "num_attention_heads", "num_key_value_heads", "num_hidden_layers",
     "vocab_size", "draft_vocab_size", "target_hidden_size", "rms_norm_eps", "max_position_embeddings",
-    "rope_theta", "pad_token_id", "bias", "qkv_bias",
+    "pad_token_id", "bias", "qkv_bias",
 )
+
+
+def _field(cfg, name: str):
+    return cfg.get(name) if isinstance(cfg, dict) else getattr(cfg, name, None)
+
+
+def _rotary_modules(ea_layer) -> list[tuple[str, torch.nn.Module]]:
+    """The draft layer's own RoPE modules (``midlayer.self_attn.rotary_emb`` or ``layers.{i}.self_attn...``)."""
+    return [(name, mod) for name, mod in ea_layer.named_modules()
+            if name.endswith("rotary_emb") and hasattr(mod, "inv_freq")]
+
+
+def _base_from_inv_freq(inv_freq: torch.Tensor) -> float:
+    """The base of ``inv_freq[i] = base ** (-2 i / dim)``, read from the slowest frequency (the most digits),
+    rounded to 3 significant digits when that still reproduces the table (bases are round numbers; a table kept
+    in fp16/bf16 by ``.to(dtype)`` carries only a few digits of it)."""
+    f = inv_freq.detach().double().cpu().flatten()
+    dim = 2 * f.numel()
+    if f.numel() < 2:
+        raise ValueError("a RoPE table with one frequency does not determine its base")
+    base = float(f[-1] ** (-dim / (dim - 2)))
+    rounded = float(f"{base:.3g}")
+    return rounded if _inv_freq_matches(inv_freq, rounded) else base
+
+
+def _inv_freq_matches(inv_freq: torch.Tensor, base: float) -> bool:
+    f = inv_freq.detach().double().cpu().flatten()
+    dim = 2 * f.numel()
+    want = 1.0 / (base ** (torch.arange(0, dim, 2, dtype=torch.float64) / dim))
+    tol = 1e-5 if inv_freq.dtype in (torch.float32, torch.float64) else 1e-2
+    return bool(torch.allclose(f, want, rtol=tol, atol=0.0))
+
+
+def rope_base_of_ea_layer(ea_layer) -> float | None:
+    """The RoPE base SafeAILab's draft layer uses, from every place it can be written down.
+
+    Sources: the config's ``rope_theta`` (transformers < 5, SafeAILab's ``EConfig``), ``rope_parameters`` and
+    ``rope_scaling`` (transformers >= 5 move ``rope_theta`` into these dicts, and a config there has no
+    ``rope_theta`` attribute), and the layer's rotary module itself (its ``base``, or its ``inv_freq`` table).
+    Returns ``None`` when none says anything (EAGLE then uses 10000). Raises ``ValueError`` when they disagree, or
+    when the draft layer asks for RoPE scaling (EAGLE draft heads use plain RoPE).
+    """
+    cfg = getattr(ea_layer, "config", None)
+    found: dict[str, float] = {}
+    theta = _field(cfg, "rope_theta") if cfg is not None else None
+    if theta is not None:
+        found["config.rope_theta"] = float(theta)
+    for name in ("rope_parameters", "rope_scaling"):
+        params = _field(cfg, name) if cfg is not None else None
+        if not isinstance(params, dict):
+            continue
+        kind = params.get("rope_type", params.get("type"))
+        if kind not in (None, "default"):
+            raise ValueError(f"ea_layer.config.{name} asks for RoPE type {kind!r} ({params}); eagle_triton's draft "
+                             "heads implement plain RoPE only, as SafeAILab's EAGLE heads use")
+        if params.get("rope_theta") is not None:
+            found[f"config.{name}['rope_theta']"] = float(params["rope_theta"])
+    tables = []
+    for path, mod in _rotary_modules(ea_layer):
+        base = getattr(mod, "base", None)
+        if isinstance(base, (int, float)) and not isinstance(base, bool):
+            found[f"ea_layer.{path}.base"] = float(base)
+        tables.append((path, mod.inv_freq))
+    if not found and tables:
+        found[f"ea_layer.{tables[0][0]}.inv_freq"] = _base_from_inv_freq(tables[0][1])
+    values = set(found.values())
+    if len(values) > 1:
+        detail = ", ".join(f"{k} = {v:g}" for k, v in found.items())
+        raise ValueError(f"the draft layer's RoPE base is ambiguous ({detail}): refusing to guess which one its "
+                         "weights were trained with")
+    base = values.pop() if values else None
+    for path, inv_freq in tables:
+        if inv_freq.device.type != "meta" and not _inv_freq_matches(inv_freq, 10000.0 if base is None else base):
+            said = ", ".join(f"{k} = {v:g}" for k, v in found.items()) or "nothing (default 10000)"
+            raise ValueError(f"ea_layer.{path}.inv_freq is a RoPE table of base ~{_base_from_inv_freq(inv_freq):g}, "
+                             f"but the config says {said}: refusing to draft with a RoPE base the layer does not use")
+    return base
 
 
 def _config_of(ea_layer) -> DraftHeadConfig:
@@ -31,9 +109,12 @@ def _config_of(ea_layer) -> DraftHeadConfig:
         raise TypeError("ea_layer has no .config: not an EAGLE draft model in SafeAILab's layout")
     data: dict[str, Any] = {}
     for name in _CONFIG_FIELDS:
-        value = cfg.get(name) if isinstance(cfg, dict) else getattr(cfg, name, None)
+        value = _field(cfg, name)
         if value is not None:
             data[name] = value
+    base = rope_base_of_ea_layer(ea_layer)
+    if base is not None:
+        data["rope_theta"] = base
     if "midlayer" in dict(ea_layer.named_children()) and "draft_vocab_size" not in data:
         data["draft_vocab_size"] = ea_layer.lm_head.weight.shape[0]
     if "fc" in dict(ea_layer.named_children()) and "bias" not in data:
@@ -95,33 +176,89 @@ def tree_config_from_ea_layer(ea_layer) -> TreeConfig:
     return TreeConfig(int(ea_layer.total_tokens) + 1, int(ea_layer.depth), int(ea_layer.top_k))
 
 
+def _tree_key(ea_layer) -> tuple[int, int, int]:
+    return int(ea_layer.total_tokens), int(ea_layer.depth), int(ea_layer.top_k)
+
+
+class SafeAILabOutputs:
+    """Turns a :class:`~eagle_triton.DraftTree` into ``topK_genrate``'s four outputs, placed as SafeAILab places
+    them: ``draft_tokens [1, T+1]`` and ``tree_position_ids [T+1]`` on the device, ``retrieve_indices [R, C]``
+    (exact shape) and ``tree_mask [1, 1, T+1, T+1]`` float on the CPU (its code indexes tensors on any GPU of a
+    multi-GPU target with them).
+
+    The CPU tensors cost one device->host transfer per call: the leaf count, the depth, the padded retrieve
+    indices and the mask are packed into a cached device buffer (two copy kernels) and copied at once into a
+    cached pinned buffer; the exact ``[R, C]`` slice is cut on the host. Nothing else leaves the device.
+    """
+
+    def __init__(self):
+        self._staging: torch.Tensor | None = None
+        self._host: torch.Tensor | None = None
+
+    def _buffers(self, n: int, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+        if self._staging is None or self._staging.numel() != n or self._staging.device != device:
+            self._staging = torch.empty(n, dtype=torch.long, device=device)
+            pin = device.type == "cuda"
+            self._host = torch.empty(n, dtype=torch.long, pin_memory=pin) if pin else torch.empty(n, dtype=torch.long)
+        return self._staging, self._host
+
+    def __call__(self, tree) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+        retrieve = tree.retrieve_indices_padded[0]  # [T, D + 2]
+        mask = tree.tree_mask[0, 0]  # [T + 1, T + 1]
+        T1 = mask.shape[0]
+        n_ret = retrieve.numel()
+        dev = retrieve.device
+        staging, host = self._buffers(2 + n_ret + T1 * T1, dev)
+        torch.cat([tree.num_leaves[:1], tree.max_depth[:1], retrieve.reshape(-1)], out=staging[:2 + n_ret])
+        staging[2 + n_ret:].view(T1, T1).copy_(mask)
+        if dev.type == "cuda":
+            host.copy_(staging, non_blocking=True)
+            torch.cuda.current_stream(dev).synchronize()  # the call's one host sync
+        else:
+            host.copy_(staging)
+        R, C = (int(x) for x in host[:2].tolist())
+        retrieve_cpu = host[2:2 + n_ret].view(retrieve.shape)[:R, :C + 1].clone()
+        mask_cpu = host[2 + n_ret:].view(1, 1, T1, T1).to(torch.float32)
+        return tree.draft_tokens, retrieve_cpu, mask_cpu, tree.positions[0]
+
+
 class EaLayerDrafter:
     """A replacement for ``ea_layer.topK_genrate`` backed by an eagle_triton :class:`TreeDrafter`.
 
-    Outputs are placed as SafeAILab places them (``retrieve_indices`` and ``tree_mask`` on the CPU,
-    ``draft_tokens``/``tree_position_ids`` on the hidden states' device). The draft KV stays in the drafter and is
-    mirrored into ``ea_layer.stable_kv``; when EAGLE's ``reset_kv()`` sets that to ``None``, the drafter resets.
+    Outputs are placed as SafeAILab places them (see :class:`SafeAILabOutputs`: one device->host transfer per
+    call). The draft KV stays in the drafter and is mirrored into ``ea_layer.stable_kv`` (views, no copy); when
+    EAGLE's ``reset_kv()`` sets that to ``None``, the drafter resets. Changing ``ea_layer.top_k``/``depth``/
+    ``total_tokens`` rebuilds the drafter.
     """
 
     def __init__(self, ea_layer, backend: str, lm_head=None):
         self.ea_layer = ea_layer
         self.head = head_from_ea_layer(ea_layer, lm_head=lm_head)
         self.backend = backend
+        self._key = _tree_key(ea_layer)
         self.drafter = TreeDrafter(self.head, tree_config_from_ea_layer(ea_layer), backend=backend)
+        self._outputs = SafeAILabOutputs()
 
-    def __call__(self, hidden_states, input_ids, head=None, logits_processor=None):
-        cfg = tree_config_from_ea_layer(self.ea_layer)
-        if cfg != self.drafter.tree_config:
-            self.drafter = TreeDrafter(self.head, cfg, backend=self.backend)
+    def draft(self, hidden_states, input_ids, head=None, sampling: bool = False):
+        """One tree as a :class:`~eagle_triton.DraftTree` (device tensors only), keeping ``stable_kv`` in step."""
+        ea = self.ea_layer
+        key = _tree_key(ea)
+        if key != self._key:
+            self.drafter = TreeDrafter(self.head, tree_config_from_ea_layer(ea), backend=self.backend)
+            self._key = key
         if self.head.kind == "eagle1" and head is not None:
             self.head.set_target_lm_head(head)
-        if getattr(self.ea_layer, "stable_kv", None) is None:
+        if ea.__dict__.get("stable_kv") is None:
             self.drafter.reset()
-        tree = self.drafter.draft(hidden_states, input_ids.to(hidden_states.device),
-                                  sampling=logits_processor is not None)
-        self.ea_layer.stable_kv = self.drafter.stable_kv if self.drafter.stable_kv is not None else ()
-        return (tree.draft_tokens, tree.retrieve_indices.cpu(), tree.tree_mask[:1].cpu(),
-                tree.tree_position_ids)
+        if input_ids.device != hidden_states.device:
+            input_ids = input_ids.to(hidden_states.device)
+        tree = self.drafter.draft(hidden_states, input_ids, sampling=sampling)
+        kv = self.drafter.stable_kv
+        ea.stable_kv = kv if kv is not None else ()
+        return tree
+
+    def __call__(self, hidden_states, input_ids, head=None, logits_processor=None):
+        return self._outputs(self.draft(hidden_states, input_ids, head, sampling=logits_processor is not None))
 
 
 def patch_ea_model_with_triton_drafter(model, use_triton: bool = True, backend: str | None = None):

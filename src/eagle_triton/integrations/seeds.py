@@ -36,16 +36,29 @@ _EAGLE_METHODS = ("tree_decoding", "evaluate_posterior", "update_inference_input
 
 
 def optimize_eagle_with_triton(model):
-    """Route drafting (and, on an :class:`EagleEngine`, verification attention and KV compaction) through
-    eagle_triton's Triton implementations.
+    """Run an EAGLE model's generation on eagle_triton's engine and Triton kernels.
 
-    ``model`` is an :class:`~eagle_triton.engine.EagleEngine` (or an object with ``.engine``) or an EAGLE model in
-    SafeAILab's layout (``ea_layer.topK_genrate``). Without a GPU the Triton pieces are unavailable and the PyTorch
-    reference paths are used (drafting warns). On SafeAILab-layout objects, an ``evaluate_posterior`` attribute is
-    replaced by a greedy, sync-free version (sampling calls the original); ``tree_decoding`` and
-    ``update_inference_inputs`` are left alone (they belong to SafeAILab's forked target model). Returns
-    ``(model, original_methods)``; pass both to :func:`restore_eagle` to undo. ``original_methods`` lists only what
-    was actually replaced.
+    ``model`` is an :class:`~eagle_triton.engine.EagleEngine` (or an object with ``.engine``): its drafter and
+    target attention switch to the Triton implementations. Or ``model`` is an EAGLE model in SafeAILab's layout
+    (``EaModel``: ``base_model``, ``ea_layer``, ``tokenizer``, ``eagenerate``, ``naivegenerate``):
+
+    - ``ea_layer.topK_genrate`` drafts with eagle_triton's drafter (the fused Triton kernel on a GPU), on the
+      ``ea_layer``'s own tensors (see :func:`~eagle_triton.patch_ea_model_with_triton_drafter`);
+    - ``eagenerate`` and ``naivegenerate`` run SafeAILab's loop (same signature, defaults, stopping rules and
+      return values, ``log=True`` included; see :mod:`eagle_triton.integrations.safeailab_generate`) entirely on
+      eagle_triton's engine: the base model as a :class:`~eagle_triton.LlamaTarget` whose tensors are the base
+      model's own, the ``ea_layer`` as the draft head. The target fuses q/k/v and gate/up into one matrix each;
+      those fused copies are made once, then the base model's ``q/k/v_proj`` and ``gate/up_proj`` weights are
+      re-pointed at slices of them (bit-equal, checked), so after the call one copy of every weight exists. The
+      conversion briefly holds both (for an 8B Llama about 9 GB more at the peak). The target's KV cache is
+      eagle_triton's own (SafeAILab's is never allocated by the new methods).
+    - where a part cannot be taken over (a base model other than Llama/Mistral/Qwen2/Qwen3, a model spread over
+      several devices, an ea_layer the drafter cannot read) it warns once naming the part and keeps SafeAILab's
+      methods for it. An ``evaluate_posterior`` attribute is replaced by a greedy, sync-free version (sampling
+      calls the original).
+
+    Without a GPU the PyTorch reference paths are used (drafting warns). Returns ``(model, original_methods)``;
+    pass both to :func:`restore_eagle` to undo. ``original_methods`` lists only what was actually replaced.
     """
     original: dict = {}
     engine = _engine_of(model)
@@ -64,6 +77,7 @@ def optimize_eagle_with_triton(model):
         return model, original
 
     from .safeailab import EaLayerDrafter, _default_backend
+    from .safeailab_generate import take_over_generation
 
     ea_layer = getattr(model, "ea_layer", None)
     if ea_layer is None or not hasattr(ea_layer, "topK_genrate"):
@@ -71,6 +85,7 @@ def optimize_eagle_with_triton(model):
                         "(an ea_layer with topK_genrate)")
     original["ea_layer.topK_genrate"] = ea_layer.__dict__.get("topK_genrate")
     ea_layer.topK_genrate = EaLayerDrafter(ea_layer, _default_backend())
+    take_over_generation(model, original)
     for name in _EAGLE_METHODS:
         if callable(getattr(model, name, None)):
             if name in _REPLACEMENTS:

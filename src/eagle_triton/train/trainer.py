@@ -54,7 +54,8 @@ class TrainConfig:
     log_every, eval_every, save_every: in optimizer steps (0 disables periodic eval/save).
     time_budget_s: stop (and save) once this much wall time is spent in one call.
     amp_dtype: autocast dtype on CUDA (bf16); CPU runs in fp32.
-    save_dtype: dtype of the published checkpoint; max_shard_bytes: shard size limit.
+    save_dtype: dtype of the published checkpoint; max_shard_bytes: shard size limit (``None``: one
+        ``model.safetensors``, the file SafeAILab EAGLE's loader reads).
     rewarmup_steps: warm-up after a cold resume (fresh AdamW moments).
     stop_at_step: pause (save and return) at this step without changing the schedule; resume later.
     """
@@ -82,7 +83,7 @@ class TrainConfig:
     seed: int = 0
     amp_dtype: str = "bfloat16"
     save_dtype: str = "bfloat16"
-    max_shard_bytes: int | None = 16 * 2**20 - 2**16
+    max_shard_bytes: int | None = None
     rewarmup_steps: int = 30
     stop_at_step: int | None = None
     init_from_target: bool = True
