@@ -1,32 +1,25 @@
-"""``eagle-triton``: argparse with subcommands discovered from the modules of :mod:`eagle_triton.commands`."""
+"""``eagle-triton``: argparse with one subcommand per module listed in :data:`COMMANDS`.
+
+Failures end as one line on stderr, ``eagle-triton <command>: error: <problem and fix>``, never a traceback
+(``--debug`` shows it): exit 2 for bad input (:class:`UsageError`, ``ValueError`` and missing files), 1 for
+anything unexpected, 130 for Ctrl-C.
+"""
 
 from __future__ import annotations
 
 import argparse
 import importlib
-import pkgutil
 import sys
 
-__all__ = ["build_parser", "discover_commands", "main"]
+__all__ = ["COMMANDS", "UsageError", "build_parser", "main"]
+
+# The subcommands, in the order ``--help`` lists them: modules of eagle_triton.commands exposing ``register``.
+# An explicit list (not discovery): a command that fails to import breaks the CLI loudly instead of vanishing.
+COMMANDS = ("generate", "bench", "train", "check", "env")
 
 
-def discover_commands() -> list:
-    """Modules of :mod:`eagle_triton.commands` that expose ``register``, in name order. A module that fails to
-    import is reported on stderr and skipped, so one broken command does not take the others down."""
-    from . import commands
-
-    found = []
-    for info in sorted(pkgutil.iter_modules(commands.__path__), key=lambda m: m.name):
-        if info.name.startswith("_"):
-            continue
-        try:
-            mod = importlib.import_module(f"{commands.__name__}.{info.name}")
-        except Exception as e:  # a broken optional command must not break the CLI
-            print(f"eagle-triton: skipping command module {info.name!r}: {type(e).__name__}: {e}", file=sys.stderr)
-            continue
-        if callable(getattr(mod, "register", None)):
-            found.append(mod)
-    return found
+class UsageError(ValueError):
+    """Bad input from the command line: reported as one ``error:`` line, exit 2."""
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -37,10 +30,23 @@ def build_parser() -> argparse.ArgumentParser:
         description="EAGLE speculative decoding with Triton kernels.",
     )
     parser.add_argument("--version", action="version", version=f"eagle-triton {__version__}")
+    parser.add_argument("--debug", action="store_true", help="show the full traceback when a command fails")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-    for mod in discover_commands():
-        mod.register(sub)
+    for name in COMMANDS:
+        importlib.import_module(f"{__package__}.commands.{name}").register(sub)
+    for p in sub.choices.values():  # also accepted after the command; SUPPRESS keeps a --debug given before it
+        p.add_argument("--debug", action="store_true", default=argparse.SUPPRESS,
+                       help="show the full traceback when the command fails")
     return parser
+
+
+def _one_line(text: str) -> str:
+    return "; ".join(line.strip() for line in str(text).splitlines() if line.strip())
+
+
+def _is_bad_input(e: BaseException) -> bool:
+    """Errors that describe the user's input (paths, values, models that do not fit), not a bug."""
+    return isinstance(e, (ValueError, FileNotFoundError, NotADirectoryError, IsADirectoryError, PermissionError))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -51,7 +57,23 @@ def main(argv: list[str] | None = None) -> int:
     if func is None:
         parser.print_help(sys.stderr)
         return 2
-    return int(func(args) or 0)
+    prog = f"eagle-triton {args.command}"
+    try:
+        return int(func(args) or 0)
+    except KeyboardInterrupt:
+        if args.debug:
+            raise
+        print(f"{prog}: interrupted (Ctrl-C)", file=sys.stderr)
+        return 130
+    except Exception as e:
+        if args.debug:
+            raise
+        if _is_bad_input(e):
+            print(f"{prog}: error: {_one_line(e)}", file=sys.stderr)
+            return 2
+        print(f"{prog}: error: {type(e).__name__}: {_one_line(e)} (run with --debug for the traceback)",
+              file=sys.stderr)
+        return 1
 
 
 if __name__ == "__main__":  # pragma: no cover
