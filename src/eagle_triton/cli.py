@@ -52,7 +52,9 @@ def _is_bad_input(e: BaseException) -> bool:
 def main(argv: list[str] | None = None) -> int:
     """Run the CLI; returns the exit code (``argparse`` usage errors exit with 2)."""
     parser = build_parser()
+    argv = list(sys.argv[1:] if argv is None else argv)
     args = parser.parse_args(argv)
+    args.argv = argv  # the command line as given (bench records it)
     func = getattr(args, "func", None)
     if func is None:
         parser.print_help(sys.stderr)
