@@ -11,7 +11,7 @@ import argparse
 import importlib
 import sys
 
-__all__ = ["COMMANDS", "UsageError", "build_parser", "main"]
+__all__ = ["COMMANDS", "DefaultsHelpFormatter", "UsageError", "build_parser", "main"]
 
 # The subcommands, in the order ``--help`` lists them: modules of eagle_triton.commands exposing ``register``.
 # An explicit list (not discovery): a command that fails to import breaks the CLI loudly instead of vanishing.
@@ -20,6 +20,21 @@ COMMANDS = ("generate", "bench", "train", "check", "env")
 
 class UsageError(ValueError):
     """Bad input from the command line: reported as one ``error:`` line, exit 2."""
+
+
+class DefaultsHelpFormatter(argparse.HelpFormatter):
+    """Appends ``(default: X)`` to an option's help unless the help already speaks of its default or there is
+    none to show (``None``, a flag's ``False``)."""
+
+    def _get_help_string(self, action) -> str:
+        text = action.help or ""
+        default = action.default
+        if "default" in text or any(default is x for x in (None, False, argparse.SUPPRESS)) \
+                or not action.option_strings:
+            return text
+        if isinstance(default, (list, tuple)):
+            default = ",".join(str(x) for x in default)
+        return f"{text} (default: {default})"
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -20,6 +20,8 @@ import json
 import sys
 from pathlib import Path
 
+from ..cli import DefaultsHelpFormatter
+
 WORK_DIR_KIND = "train-work-dir"
 HEAD_KIND = "draft-head"
 
@@ -37,8 +39,8 @@ def _floats(text: str) -> list[float]:
 def register(subparsers) -> None:
     p = subparsers.add_parser(
         "train", help="train an EAGLE-3 draft head for a Llama-family target by self-distillation",
-        description=__doc__.split("\n\n")[0] + "\n\n" + __doc__.split("\n\n")[-1].strip(),
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+        description=(__doc__.split("\n\n")[0] + "\n\n" + __doc__.split("\n\n")[-1].strip()).replace("``", ""),
+        formatter_class=DefaultsHelpFormatter,
     )
     g = p.add_argument_group("target and data")
     g.add_argument("--target", default="smollm2",
@@ -54,8 +56,10 @@ def register(subparsers) -> None:
     g.add_argument("--max-new-tokens", type=int, default=384, help="longest target response, in tokens")
     g.add_argument("--response-temperatures", type=_floats, default=[0.0, 0.7], metavar="T1,T2,...",
                    help="response sampling temperatures, cycled over batches; 0 = greedy")
-    g.add_argument("--import-data", default=None, help="unpack a file written by --export-data into work-dir/data")
-    g.add_argument("--export-data", default=None, help="pack work-dir/data into one file after data generation")
+    g.add_argument("--import-data", default=None,
+                   help="unpack a file written by --export-data into work-dir/data (default: none)")
+    g.add_argument("--export-data", default=None,
+                   help="pack work-dir/data into one file after data generation (default: no export)")
     t = p.add_argument_group("training")
     t.add_argument("--draft-vocab", type=int, default=12288, help="draft vocabulary size (most frequent tokens)")
     t.add_argument("--intermediate-size", type=int, default=None,
@@ -73,21 +77,25 @@ def register(subparsers) -> None:
     t.add_argument("--eval-every", type=int, default=0, help="validate every N steps (0: only at the end)")
     t.add_argument("--save-every", type=int, default=500, help="checkpoint every N steps (0: only at the end)")
     t.add_argument("--init-head", default=None,
-                   help="resume from a published-format head with train_meta.json (fresh optimizer moments)")
+                   help="resume from a published-format head with train_meta.json (fresh optimizer moments; "
+                   "default: a new head)")
     t.add_argument("--save-dtype", default="bfloat16", choices=["bfloat16", "float16", "float32"],
                    help="dtype of the written head")
     t.add_argument("--seed", type=int, default=0, help="random seed (data sampling, initialisation, batch order)")
     r = p.add_argument_group("run control")
     r.add_argument("--stage", choices=["data", "train", "all"], default="all",
                    help="data: generate the data set only; train: train on existing data; all: both")
-    r.add_argument("--data-time-budget", type=float, default=None, help="seconds of data generation in this call")
-    r.add_argument("--train-time-budget", type=float, default=None, help="seconds of training in this call")
+    r.add_argument("--data-time-budget", type=float, default=None,
+                   help="seconds of data generation in this call (default: no limit)")
+    r.add_argument("--train-time-budget", type=float, default=None,
+                   help="seconds of training in this call (default: no limit)")
     r.add_argument("--allow-partial-data", action="store_true",
                    help="train on the batches generated so far when --data-time-budget ends data generation early")
-    r.add_argument("--stop-at-step", type=int, default=None, help="pause training at this step (resumable)")
+    r.add_argument("--stop-at-step", type=int, default=None,
+                   help="pause training at this step (resumable; default: run to --max-steps)")
     r.add_argument("--out", default=None,
                    help="also write the finished head (published format) to this folder: new, empty, or a head "
-                   "written by train")
+                   "written by train (default: the head stays in WORK_DIR/run/head only)")
     r.add_argument("--overwrite", action="store_true",
                    help="allow a non-empty --out / --work-dir that train did not write: files of the same name are "
                    "replaced, other files are kept (never deleted)")
