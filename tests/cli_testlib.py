@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import torch
 
+from eagle_triton.engine import loading as _loading
+
+_load_target = _loading.load_target  # the real one, even where a test replaces the module's
 VOCAB = 257  # 256 bytes + <eos>
 
 
@@ -34,14 +37,9 @@ def byte_tokenizer():
     return PreTrainedTokenizerFast(tokenizer_object=tk, eos_token="<eos>")
 
 
-def tiny_engine(head: bool = False, seed: int = 0, max_length: int = 256):
-    """An :class:`EagleEngine` over a random 2-layer Llama with the byte vocabulary (and a random EAGLE-3 head)."""
+def tiny_target(seed: int = 0):
+    """A fast-path target over a random 4-layer Llama with the byte vocabulary and no EOS."""
     from transformers import LlamaConfig, LlamaForCausalLM
-
-    from eagle_triton import TreeConfig
-    from eagle_triton.engine.engine import EagleEngine
-    from eagle_triton.engine.loading import load_target
-    from eagle_triton.testing import random_eagle3_head
 
     torch.manual_seed(seed)
     cfg = LlamaConfig(vocab_size=VOCAB, hidden_size=32, intermediate_size=64, num_hidden_layers=4,
@@ -50,9 +48,20 @@ def tiny_engine(head: bool = False, seed: int = 0, max_length: int = 256):
     model = LlamaForCausalLM(cfg).eval()
     with torch.no_grad():  # varied greedy continuations (the default init is near uniform)
         model.lm_head.weight.mul_(30.0)
-    target = load_target(model, device="cpu", dtype="float32")
-    h = None
-    if head:
-        h = random_eagle3_head(hidden_size=32, intermediate_size=48, num_attention_heads=4, num_key_value_heads=2,
-                               vocab_size=VOCAB, draft_vocab_size=64, seed=seed)
-    return EagleEngine(target, h, TreeConfig(8, 2, 3), max_length=max_length, tokenizer=byte_tokenizer())
+    return _load_target(model, device="cpu", dtype="float32")
+
+
+def tiny_head(seed: int = 0):
+    from eagle_triton.testing import random_eagle3_head
+
+    return random_eagle3_head(hidden_size=32, intermediate_size=48, num_attention_heads=4, num_key_value_heads=2,
+                              vocab_size=VOCAB, draft_vocab_size=64, seed=seed)
+
+
+def tiny_engine(head: bool = False, seed: int = 0, max_length: int = 256):
+    """An :class:`EagleEngine` over :func:`tiny_target` (with a random EAGLE-3 head when ``head``)."""
+    from eagle_triton import TreeConfig
+    from eagle_triton.engine.engine import EagleEngine
+
+    return EagleEngine(tiny_target(seed), tiny_head(seed) if head else None, TreeConfig(8, 2, 3),
+                       max_length=max_length, tokenizer=byte_tokenizer())

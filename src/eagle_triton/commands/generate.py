@@ -176,22 +176,25 @@ def build_engine(args, tree, plain: bool = False, check_tokenizer=None):
     default_target = args.target in (None, DEFAULT_TARGET_NAME)
     target_src = resolve_target(args.target)
     draft_src = args.draft
+    note = None  # said once the inputs are known to be good, so it never precedes an error
     if default_target:
         if draft_src is None and not plain:
             head_dir = default_draft_head_path()
             if head_dir is None:
-                print("eagle-triton: no draft head has been shipped for SmolLM2 yet "
-                      "(eagle_triton/assets/smollm2-eagle3/ is absent): running plain decoding, no speed-up. "
-                      "Pass --draft DIR to use a head.", file=sys.stderr)
+                note = ("eagle-triton: no draft head has been shipped for SmolLM2 yet "
+                        "(eagle_triton/assets/smollm2-eagle3/ is absent): running plain decoding, no speed-up. "
+                        "Pass --draft DIR to use a head.")
             else:
                 draft_src = str(head_dir)
     elif draft_src is None and not plain:
-        print("eagle-triton: no --draft given: running plain decoding, no speed-up", file=sys.stderr)
+        note = "eagle-triton: no --draft given: running plain decoding, no speed-up"
     if resolve_device(args.device).type == "cpu":
         cpu_threads(args.threads)
     tokenizer = load_tokenizer(target_src)
     if check_tokenizer is not None:
         check_tokenizer(tokenizer)
+    if note:
+        print(note, file=sys.stderr)
     kwargs = {} if args.target_impl == "generic" else {"ops": args.attention}
     target = load_target(target_src, device=args.device, dtype=args.dtype, impl=args.target_impl, **kwargs)
     head = load_head(draft_src, target, args.draft_kind) if draft_src is not None else None
