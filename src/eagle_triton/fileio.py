@@ -32,6 +32,7 @@ __all__ = [
     "owned_files",
     "owner_kind",
     "publish_dir",
+    "read_marker",
 ]
 
 MARKER = ".eagle-triton.json"
@@ -85,6 +86,11 @@ def atomic_write_json(path: str | os.PathLike, obj, indent: int | None = 2) -> N
 
 
 # -- ownership of folders ----------------------------------------------------------------------------------------
+def read_marker(folder: str | os.PathLike) -> dict | None:
+    """The ownership marker of ``folder`` (``kind``, ``files`` and what else its writer recorded), or ``None``."""
+    return _read_marker(Path(folder))
+
+
 def _read_marker(folder: Path) -> dict | None:
     try:
         data = json.loads((folder / MARKER).read_text())
@@ -105,9 +111,10 @@ def owned_files(folder: str | os.PathLike) -> set[str]:
     return set(m.get("files", [])) if m else set()
 
 
-def mark_owned(folder: str | os.PathLike, kind: str, files: list[str] | None = None) -> None:
-    """Record that ``folder`` is an eagle-triton output of ``kind`` and which of its files we wrote."""
-    atomic_write_json(Path(folder) / MARKER, {"kind": kind, "files": sorted(files or [])})
+def mark_owned(folder: str | os.PathLike, kind: str, files: list[str] | None = None, **extra) -> None:
+    """Record that ``folder`` is an eagle-triton output of ``kind``, which of its files we wrote, and ``extra``
+    JSON fields."""
+    atomic_write_json(Path(folder) / MARKER, {"kind": kind, "files": sorted(files or []), **extra})
 
 
 def foreign_files(folder: str | os.PathLike) -> list[str]:

@@ -117,6 +117,14 @@ def _has_work_layout(work: Path) -> bool:
         (work / "data" / "manifest.json").is_file() or (work / "run" / "trainer_state.pt").is_file())
 
 
+def _exports(work: Path) -> list[str]:
+    """Files this work folder's --export-data wrote (a re-run may replace them)."""
+    from ..fileio import read_marker
+
+    marker = read_marker(work) or {}
+    return list(marker.get("exports", [])) if marker.get("kind") == WORK_DIR_KIND else []
+
+
 def check_work_dir(work: Path, overwrite: bool) -> None:
     """``--work-dir`` must be new, empty, or a work folder of ours (unless ``overwrite``)."""
     from ..fileio import UnsafeOutputError, owner_kind
@@ -163,7 +171,8 @@ def check_args(args) -> None:
     for opt, value in (("--prompts", args.prompts), ("--import-data", args.import_data)):
         if value is not None and not Path(value).is_file():
             raise UsageError(f"{opt} {value} is not a file")
-    if args.export_data is not None and Path(args.export_data).exists() and not args.overwrite:
+    if args.export_data is not None and Path(args.export_data).exists() and not args.overwrite \
+            and str(Path(args.export_data).resolve()) not in _exports(Path(args.work_dir)):
         raise UsageError(f"--export-data {args.export_data} exists: choose another file name, or pass --overwrite "
                          "to replace it")
     if args.init_head is not None and not (Path(args.init_head) / "train_meta.json").is_file():
@@ -199,7 +208,8 @@ def run(args) -> int:
     dtype = getattr(torch, args.dtype or ("bfloat16" if device.startswith("cuda") else "float32"))
     work = Path(args.work_dir)
     work.mkdir(parents=True, exist_ok=True)
-    mark_owned(work, WORK_DIR_KIND)
+    exports = _exports(work)
+    mark_owned(work, WORK_DIR_KIND, exports=exports)
     data_dir, run_dir = work / "data", work / "run"
     progress = not args.no_progress and sys.stderr.isatty()
     target, tok = load_target(resolve_target(args.target), dtype=dtype, device=device)
@@ -217,6 +227,9 @@ def run(args) -> int:
                                   progress=progress)
         print(json.dumps({"data": status}))
         if args.export_data:
+            path = str(Path(args.export_data).resolve())
+            if path not in exports:
+                mark_owned(work, WORK_DIR_KIND, exports=exports + [path])
             n = export_dataset(data_dir, args.export_data)
             print(f"exported {n} conversations to {args.export_data}")
         if not status["complete"] and not args.allow_partial_data:
@@ -248,12 +261,9 @@ def run(args) -> int:
 
 def main(argv=None) -> int:
     """``python -m eagle_triton.commands.train ...`` (the same flags as ``eagle-triton train``)."""
-    import argparse
+    from ..cli import main as cli_main
 
-    parser = argparse.ArgumentParser(prog="eagle-triton")
-    register(parser.add_subparsers())
-    args = parser.parse_args(["train"] + list(sys.argv[1:] if argv is None else argv))
-    return args.func(args)
+    return cli_main(["train"] + list(sys.argv[1:] if argv is None else argv))
 
 
 if __name__ == "__main__":
