@@ -176,3 +176,15 @@ def test_bad_arguments_fail_before_loading(tmp_path, capsys, fake_pipeline, argv
         rc = e.code
     assert rc == 2 and fake_pipeline == []
     assert not (tmp_path / "w").exists()
+
+
+def test_ctrl_c_is_one_line_exit_130(tmp_path, capsys, monkeypatch, fake_pipeline):
+    import eagle_triton.train as train_pkg
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(train_pkg, "train_eagle3", interrupted)
+    assert main(["train", "--work-dir", str(tmp_path / "w")] + ARGS) == 130
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == ["eagle-triton train: interrupted (Ctrl-C)"]
