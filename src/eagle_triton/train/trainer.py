@@ -225,12 +225,18 @@ def _save(head, out_dir: Path, cfg: TrainConfig, meta: dict, optimizer=None, ful
     pub.save_pretrained(tmp, max_shard_bytes=cfg.max_shard_bytes)
     atomic_write_json(tmp / "train_meta.json", meta)
     apply_default_mode(tmp)  # safetensors writes its files 0600
-    final = out_dir / "head"
-    if final.exists():
-        for f in final.iterdir():
+    final, old = out_dir / "head", out_dir / "head.old"
+    if old.exists():  # left by an interrupted swap
+        for f in old.iterdir():
             f.unlink()
-        final.rmdir()
+        old.rmdir()
+    if final.exists():  # swap by renames: an interrupted save leaves a complete head (head/ or head.old/)
+        os.replace(final, old)
     os.replace(tmp, final)
+    if old.exists():
+        for f in old.iterdir():
+            f.unlink()
+        old.rmdir()
     atomic_write_json(out_dir / "history.json", meta)
     if full and optimizer is not None:
         state = {"head": {k: v for k, v in head.state_dict().items() if k != "embed_tokens.weight"},
