@@ -53,3 +53,12 @@ def test_env_without_a_driver_says_so_plainly(monkeypatch):
     info = _triton_info()
     assert info["backend"] is None
     assert "active drivers" not in info["backend_error"] and "TRITON_INTERPRET=1" in info["backend_error"]
+
+
+@pytest.mark.parametrize("argv", [["generate", "--top-k", "many"], ["bench", "--no-such-option"], ["nope"]])
+def test_usage_errors_are_one_line(capsys, argv):
+    with pytest.raises(SystemExit) as e:
+        cli.main(argv)
+    assert e.value.code == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "error:" in err[0] and "--help" in err[0], err

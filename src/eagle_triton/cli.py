@@ -37,10 +37,17 @@ class DefaultsHelpFormatter(argparse.HelpFormatter):
         return f"{text} (default: {default})"
 
 
+class _Parser(argparse.ArgumentParser):
+    """Usage errors as one line too (the usage itself is one ``--help`` away); subparsers inherit the class."""
+
+    def error(self, message: str):
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
     from . import __version__
 
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="eagle-triton",
         description="EAGLE speculative decoding with Triton kernels.",
     )
