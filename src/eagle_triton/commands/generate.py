@@ -95,9 +95,12 @@ def check_model_args(args, tree_needed: bool):
         raise UsageError(f"--max-length must be >= 2 (prompt + at least one new token), got {args.max_length}")
     try:
         device = resolve_device(args.device)
-        resolve_dtype(args.dtype, device)
     except (RuntimeError, ValueError) as e:
-        raise UsageError(f"{e} (--device / --dtype)") from e
+        raise UsageError(f"--device {args.device}: {e}") from e
+    try:
+        resolve_dtype(args.dtype, device)
+    except ValueError as e:
+        raise UsageError(f"--dtype {args.dtype}: {e}") from e
     if args.target not in (None, DEFAULT_TARGET_NAME):
         _split_source(args.target, None)  # a missing path or a folder that holds no model: ModelLoadError
     if args.draft is not None:
