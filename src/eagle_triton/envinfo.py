@@ -67,11 +67,24 @@ def _triton_info() -> dict[str, Any]:
         info["backend"] = "interpreter (TRITON_INTERPRET=1: kernels run in numpy on the CPU)"
         return info
     try:
+        from triton.backends import backends
+
+        # Which GPU back ends can run here, asked before touching the driver: with none, Triton's
+        # ``driver.active`` raises a bare "0 active drivers ([]). There should only be one."
+        active = [name for name, b in backends.items() if b.driver.is_active()]
+    except Exception:
+        active = None
+    if active == []:
+        info["backend"] = None
+        info["backend_error"] = ("no GPU driver is active (no GPU, or a CPU build of torch): kernels need a CUDA GPU, "
+                                 "or TRITON_INTERPRET=1 to run in Triton's interpreter")
+        return info
+    try:
         from triton.runtime import driver
 
         target = driver.active.get_current_target()
         info["backend"] = f"{target.backend} (arch {target.arch})"
-    except Exception as e:  # no GPU driver
+    except Exception as e:  # a driver that cannot start
         info["backend"] = None
         info["backend_error"] = f"{type(e).__name__}: {e}".splitlines()[0][:200]
     return info

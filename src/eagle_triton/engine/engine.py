@@ -197,8 +197,8 @@ class EagleEngine:
     @torch.no_grad()
     def generate(self, prompt: str | None = None, max_new_tokens: int = 128, temperature: float = 0.0,
                  top_p: float = 1.0, top_k: int = 0, seed: int | None = None, *, input_ids=None,
-                 speculative: bool | None = None, eos_token_id: int | list[int] | None | str = "default"
-                 ) -> tuple[list[int], GenerationStats]:
+                 speculative: bool | None = None, eos_token_id: int | list[int] | None | str = "default",
+                 on_tokens=None) -> tuple[list[int], GenerationStats]:
         """Generate up to ``max_new_tokens`` tokens after the prompt.
 
         Parameters
@@ -213,6 +213,10 @@ class EagleEngine:
             engine has a draft head.
         eos_token_id: stop token(s); default: the target's. Generation stops right after the first one, which is
             included in the output (as transformers does). ``None`` disables it.
+        on_tokens: called with each step's new tokens (a ``list[int]``, after the EOS and ``max_new_tokens`` cuts)
+            as soon as they are accepted, so the calls concatenate to the returned tokens. For streaming, and for
+            keeping what was generated when the call is interrupted (an exception raised by the callback, e.g.
+            ``KeyboardInterrupt``, propagates out of ``generate``).
 
         Returns
         -------
@@ -274,6 +278,8 @@ class EagleEngine:
             return None
 
         reason = stop_reason(out)
+        if on_tokens is not None:
+            on_tokens(list(out))
         hidden = feats
         while reason is None and len(out) < budget:
             if speculative:
@@ -309,9 +315,10 @@ class EagleEngine:
                 stats.record_step(0)
                 emitted += 1
             reason = stop_reason(new)
+            del new[budget - len(out):]  # an EOS past the cap is cut too
             out.extend(new)
-        if len(out) > budget:
-            del out[budget:]  # an EOS past the cap was cut too
+            if on_tokens is not None and new:
+                on_tokens(list(new))
         if not (reason == "eos" and out[-1] in eos):
             reason = "max_new_tokens" if budget == max_new_tokens else "max_length"
         phases = timer.totals()

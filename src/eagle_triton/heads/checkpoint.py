@@ -14,6 +14,8 @@ from pathlib import Path
 
 import torch
 
+from ..fileio import apply_default_mode
+
 __all__ = ["read_state_dict", "write_state_dict", "check_state_dict", "CheckpointError"]
 
 
@@ -97,6 +99,7 @@ def write_state_dict(
     meta = {"format": "pt"}
     if max_shard_bytes is None or total <= max_shard_bytes:
         save_file(tensors, str(root / "model.safetensors"), metadata=meta)
+        apply_default_mode(root / "model.safetensors")  # safetensors creates its files 0600
         return ["model.safetensors"]
     shards: list[dict[str, torch.Tensor]] = [{}]
     size = 0
@@ -113,6 +116,7 @@ def write_state_dict(
     weight_map = {}
     for name, shard in zip(names, shards, strict=True):
         save_file(shard, str(root / name), metadata=meta)
+        apply_default_mode(root / name)
         weight_map.update({k: name for k in shard})
     with open(root / "model.safetensors.index.json", "w") as f:
         json.dump({"metadata": {"total_size": total}, "weight_map": weight_map}, f, indent=2, sort_keys=True)

@@ -17,6 +17,7 @@ A shard ``b`` holds the conversations of prompts ``b * batch_size ...``; a batch
 from __future__ import annotations
 
 import gzip
+import io
 import json
 import os
 import re
@@ -25,6 +26,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import torch
+
+from ..fileio import atomic_write_bytes, atomic_write_json
 
 __all__ = [
     "DataConfig",
@@ -300,11 +303,12 @@ def generate_dataset(model, tok, cfg: DataConfig, data_dir: str | os.PathLike, t
     if manifest.is_file():
         old = json.loads(manifest.read_text())["config"]
         if old != cfg_dict:
-            raise ValueError(f"{root} was started with a different DataConfig:\n  old {old}\n  new {cfg_dict}\n"
-                             "use another directory or the same settings to resume")
+            diffs = ", ".join(f"{k} {old.get(k)!r} -> {cfg_dict.get(k)!r}" for k in sorted(set(old) | set(cfg_dict))
+                              if old.get(k) != cfg_dict.get(k))
+            raise ValueError(f"{root} was started with other data settings ({diffs}): use another work folder, or "
+                             "the same settings to resume")
     else:
-        manifest.write_text(json.dumps({"config": cfg_dict, "target": getattr(model.config, "_name_or_path", "")},
-                                       indent=2))
+        atomic_write_json(manifest, {"config": cfg_dict, "target": getattr(model.config, "_name_or_path", "")})
     filt = EvalPromptFilter()
     prompt_file = root / "prompts.jsonl"
     prompts = _read_prompt_file(prompt_file)
@@ -410,7 +414,9 @@ def export_dataset(data_dir: str | os.PathLike, path: str | os.PathLike) -> int:
         "resp_start": torch.tensor([r for s in shards for r in s["resp_start"]], dtype=torch.int64),
         "tokens": torch.cat(ids).to(torch.int32) if ids else torch.zeros(0, dtype=torch.int32),
     }
-    torch.save(packed, path)
+    buf = io.BytesIO()
+    torch.save(packed, buf)
+    atomic_write_bytes(path, buf.getvalue())  # an interrupted export leaves an older file intact
     return len(ids)
 
 

@@ -25,6 +25,7 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
+from ..fileio import apply_default_mode, atomic_write_json
 from ..heads import DraftHeadConfig, Eagle3DraftHead
 from .data import Sample, _stop_ids
 from .target import target_embedding, target_final_norm, target_forward
@@ -223,14 +224,21 @@ def _save(head, out_dir: Path, cfg: TrainConfig, meta: dict, optimizer=None, ful
         for f in tmp.iterdir():
             f.unlink()
     pub.save_pretrained(tmp, max_shard_bytes=cfg.max_shard_bytes)
-    (tmp / "train_meta.json").write_text(json.dumps(meta, indent=2))
-    final = out_dir / "head"
-    if final.exists():
-        for f in final.iterdir():
+    atomic_write_json(tmp / "train_meta.json", meta)
+    apply_default_mode(tmp)  # safetensors writes its files 0600
+    final, old = out_dir / "head", out_dir / "head.old"
+    if old.exists():  # left by an interrupted swap
+        for f in old.iterdir():
             f.unlink()
-        final.rmdir()
+        old.rmdir()
+    if final.exists():  # swap by renames: an interrupted save leaves a complete head (head/ or head.old/)
+        os.replace(final, old)
     os.replace(tmp, final)
-    (out_dir / "history.json").write_text(json.dumps(meta, indent=2))
+    if old.exists():
+        for f in old.iterdir():
+            f.unlink()
+        old.rmdir()
+    atomic_write_json(out_dir / "history.json", meta)
     if full and optimizer is not None:
         state = {"head": {k: v for k, v in head.state_dict().items() if k != "embed_tokens.weight"},
                  "optimizer": optimizer.state_dict(), "meta": meta, "config": asdict(cfg),
