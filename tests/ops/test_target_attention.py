@@ -167,8 +167,9 @@ def _check_causal_invariance(B, S, Hq, Hkv, D, lens, Lmax, chunks, dtype, device
     return alone
 
 
-@pytest.mark.parametrize("dtype", CPU_DTYPES)
-@pytest.mark.parametrize("Hq,Hkv", [(2, 2), (3, 1), (8, 2)], ids=["gqa1", "gqa3", "gqa4"])
+@pytest.mark.parametrize("Hq,Hkv,dtype", [(2, 2, torch.float32), (3, 1, torch.float16), (8, 2, torch.float32),
+                                          (8, 2, torch.float16)], ids=["gqa1-fp32", "gqa3-fp16", "gqa4-fp32",
+                                                                        "gqa4-fp16"])
 def test_causal_chunk_rows_equal_single_row_decode(Hq, Hkv, dtype, device):
     # Chunks of 13 and 5 starting at 27/50: rows cross block (16) and split (32) boundaries at 32 and 64.
     _check_causal_invariance(2, 18, Hq, Hkv, 16, (27, 50), 70, (13, 5), dtype, device, seed=Hq * 10 + Hkv)
@@ -203,18 +204,18 @@ def _check_tree_invariance(lens, parents, Hq, Hkv, D, Lmax, dtype, device, seed)
     return ver
 
 
-TREE_CASES = [  # lens (one per sequence), S, reach: a tree per sequence
+TREE_CASES = [  # lens (one per sequence), S, reach (a random tree per sequence), Hq, Hkv
     # L=59: depths up to 6 cross the block and split boundary at 64; L=45: a block boundary (48) only.
-    pytest.param((59, 45), 9, 2, id="B2-cross-split-and-block"),
+    pytest.param((59, 45), 9, 2, 8, 2, id="B2-cross-split-and-block-gqa4"),
+    pytest.param((59, 45), 9, 2, 3, 1, id="B2-cross-split-and-block-gqa3"),
     # L=64: the tree starts a fresh split; L=7: committed rows only inside the first block.
-    pytest.param((64, 7), 7, 3, id="B2-aligned-and-short"),
-    pytest.param((0,), 6, 1, id="B1-L0-chain"),
+    pytest.param((64, 7), 7, 3, 2, 2, id="B2-aligned-and-short-gqa1"),
+    pytest.param((0,), 6, 1, 3, 1, id="B1-L0-chain-gqa3"),
 ]
 
 
 @pytest.mark.parametrize("dtype", CPU_DTYPES)
-@pytest.mark.parametrize("Hq,Hkv", [(2, 2), (3, 1), (8, 2)], ids=["gqa1", "gqa3", "gqa4"])
-@pytest.mark.parametrize("lens,S,reach", TREE_CASES)
+@pytest.mark.parametrize("lens,S,reach,Hq,Hkv", TREE_CASES)
 def test_tree_verify_rows_equal_plain_decode(lens, S, reach, Hq, Hkv, dtype, device):
     gen = torch.Generator().manual_seed(77 + S)
     parents = [_random_parents(S, gen, reach) for _ in lens]
