@@ -335,7 +335,9 @@ def test_target_attention_cuda_graph_replay_gpu():
 @pytest.mark.gpu
 def test_target_attention_no_recompile_across_lengths_gpu():
     """After one causal call and one tree call, new prompt lengths, chunk sizes and cache lengths compile nothing."""
-    from eagle_triton.ops.target_attention import kernel as K
+    import importlib
+
+    K = importlib.import_module("eagle_triton.ops.target_attention.kernel")  # the package name is shadowed
 
     gen = torch.Generator().manual_seed(4)
     dev = "cuda"
@@ -344,9 +346,9 @@ def test_target_attention_no_recompile_across_lengths_gpu():
     target_attention(q[:, :1], k, v, _lens((5,), dev))
     target_attention(q[:, :60], k, v, _lens((100,), dev), mask)
 
-    def n_compiled():  # compiled variants held by the JIT caches (dicts inside Triton's per-device entries)
-        return sum(len(x) for fn in (K._shared_kernel, K._tree_kernel, K._combine_kernel)
-                   for entry in fn.device_caches.values() for x in entry if isinstance(x, dict))
+    def n_compiled():  # compiled variants: device_caches[device] = (kernel_cache, kernel_key_cache, ...)
+        return sum(len(entry[0]) for fn in (K._shared_kernel, K._tree_kernel, K._combine_kernel)
+                   for entry in fn.device_caches.values())
 
     before = n_compiled()
     for S, L in ((1, 17), (7, 200), (16, 999), (33, 3000), (300, 0), (129, 1234)):
