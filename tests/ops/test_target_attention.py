@@ -307,8 +307,8 @@ def test_target_attention_llama8b_gpu(prefix):
     out = target_attention(q, k, v, cl, mask)
     ref32 = target_attention_ref(q.float(), k.float(), v.float(), cl, mask)
     _close(out, ref32, _lowp(q, k, v, cl, mask, 1 / math.sqrt(D)), dtype)
-    ver = _check_tree_invariance([prefix], [parents], 32, 8, D, Lmax, dtype, dev, seed=prefix)
-    assert torch.equal(ver, out)  # the same inputs (same seed): the verify itself is deterministic
+    assert torch.equal(out, target_attention(q, k, v, cl, mask))  # run to run deterministic
+    _check_tree_invariance([prefix], [parents], 32, 8, D, Lmax, dtype, dev, seed=prefix)
     _check_causal_invariance(1, 60, 32, 8, D, (prefix - 3,), Lmax, (13, 47), dtype, dev, seed=prefix + 1)
 
 
