@@ -10,9 +10,9 @@ from __future__ import annotations
 from ..drafter import register_draft_backend
 from .host import (
     Buffers,
+    DrafterConfig,
     DraftInputs,
     DraftOutput,
-    DrafterConfig,
     FusedDraftBackend,
     Weights,
     launch_drafter,
