@@ -804,6 +804,12 @@ class FusedDraftBackend:
             ok, why = triton_available(head.device)
             if not ok:
                 self.fallback_reason = why
+            else:  # a head shape the kernel cannot run is refused now, not at the first draft
+                try:
+                    DrafterConfig.from_head(head, tree_config, max_new_rows=1, **dict(tuning, nprog=nprog)
+                                            ).launch_params(head.device, 1, 1)
+                except ValueError as exc:
+                    self.fallback_reason = f"the fused drafter cannot run this head: {exc}"
         if self.fallback_reason:
             if not fallback:
                 raise RuntimeError(f"fused drafter unavailable: {self.fallback_reason}")

@@ -18,10 +18,25 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-__all__ = ["FP8_DTYPE", "FP8_MAX", "Fp8Linear", "fp8_linear", "quantize_fp8_weight", "quantize_linears_fp8"]
+__all__ = ["FP8_DTYPE", "FP8_MAX", "DRAFT_DTYPES", "Fp8Linear", "apply_draft_dtype", "fp8_linear",
+           "quantize_fp8_weight", "quantize_linears_fp8"]
 
 FP8_DTYPE = torch.float8_e4m3fn
 FP8_MAX = 448.0  # the largest finite e4m3fn value
+#: the draft-weight choices of the engine and the CLI (``--draft-dtype``): the model dtype, or FP8 linear layers
+DRAFT_DTYPES = ("model", "fp8")
+
+
+def apply_draft_dtype(head, draft_dtype: str | None):
+    """``head`` with its linear layers in ``draft_dtype``: ``None``/``"model"`` leaves it as it is, ``"fp8"``
+    quantises them in place (``Eagle3DraftHead.quantize_fp8``; EAGLE-3 heads only). Returns the head."""
+    if draft_dtype in (None, "model"):
+        return head
+    if draft_dtype != "fp8":
+        raise ValueError(f"draft dtype must be one of {DRAFT_DTYPES}, got {draft_dtype!r}")
+    if not hasattr(head, "quantize_fp8"):
+        raise ValueError(f"FP8 draft weights are supported for EAGLE-3 heads only, got a {head.kind} head")
+    return head.quantize_fp8()
 
 
 def quantize_fp8_weight(weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
