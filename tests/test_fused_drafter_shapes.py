@@ -210,7 +210,7 @@ def test_weights_that_do_not_match_the_config_are_refused():
 
 # ------------------------------------------------------------------------------------------------ GPU
 @pytest.mark.gpu
-@pytest.mark.parametrize("shape", ["llama32-1b", "qwen3-8b", "llama33-70b"])
+@pytest.mark.parametrize("shape", ["llama32-1b", "llama31-8b", "qwen3-8b", "llama33-70b"])
 @pytest.mark.parametrize("fp8", [False, True], ids=["fp32", "fp8-weights"])
 def test_gpu_published_shapes_fp32_identical_trees(shape, fp8):
     """One program per SM at the published shapes, fp32 activations (IEEE dots, no TF32), with and without FP8
