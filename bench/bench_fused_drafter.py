@@ -284,9 +284,10 @@ def main(argv=None) -> int:
         cases = []
     tunings = [t for t in args.tunings.split(",") if t]
     variants = sorted({f"{c[0]}:{c[2][0]}:{c[2][1]}:{c[2][2]}:{c[4]}:{c[5]}" for c in cases})
-    variants += [f"llama31-8b:60:7:10:1/{t}" for t in tunings]
+    prof_wt = (args.weights or "bf16").split(",")[0]  # the --tunings / --profile rows: the first --weights entry
+    variants += [f"llama31-8b:60:7:10:1:{prof_wt}/{t}" for t in tunings]
     if args.profile:
-        variants += [f"llama31-8b:60:7:10:1/{t}@p" for t in [""] + tunings]
+        variants += [f"llama31-8b:60:7:10:1:{prof_wt}/{t}@p" for t in [""] + tunings]
     procs = []
     for v in (variants if len(variants) > 1 else []):
         while len([p for p in procs if p.poll() is None]) >= args.jobs:
@@ -298,7 +299,7 @@ def main(argv=None) -> int:
     rows = []
     heads = {}
     if tunings or args.profile:
-        head = make_head("llama31-8b", False)
+        head = make_head("llama31-8b", False, weights=prof_wt)
         for t in ([""] if args.profile else []) + tunings:
             try:
                 opts, tb, scen = parse_tuning(t)
@@ -310,7 +311,7 @@ def main(argv=None) -> int:
                 rows.append(dict(tuning=t, error=str(exc)))
                 continue
             r.update(shape="llama31-8b", peaked=False, tree="60/7/10", scenario=scen, batch=tb,
-                     tuning=t,
+                     tuning=t, weights=prof_wt,
                      floor_ms=r["bytes"] / bw * 1e3, fused_TBps=r["bytes"] / (r["fused_ms"] * 1e-3) / 1e12)
             print(f"tuning {t}: fused {r['fused_ms']:.3f} ({r['fused_ms_again']:.3f}) ms, graph "
                   f"{r.get('graph_ms', float('nan')):.3f}, floor {r['floor_ms']:.3f}, "

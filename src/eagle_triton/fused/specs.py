@@ -71,6 +71,8 @@ def _tiny(dtype: str) -> tuple:
 
 
 #: Built by the compile-only gate (H100, 132 SMs): the Llama-3.1-8B EAGLE-3 shape in bf16 and with FP8 weights, a
-#: Llama-3.2-1B-class head (head_dim 64) with attention biases, and a tiny fp32 shape.
+#: Llama-3.2-1B-class head (head_dim 64, FP8, attention biases, batch 16), the Llama-3.3-70B shape (GQA 8: 128-row
+#: attention query blocks), and a tiny fp32 shape.
 AOT_SPECS = [_gpu_spec("bf16", 132, 1), _gpu_spec("bf16", 132, 1, fp8=True),
-             _gpu_spec("bf16", 132, 16, fp8=True, bias=True, hidden=2048, inter=8192), _tiny("fp32")]
+             _gpu_spec("bf16", 132, 16, fp8=True, bias=True, hidden=2048, inter=8192),
+             _gpu_spec("bf16", 132, 1, hidden=8192, heads=64, inter=28672), _tiny("fp32")]
