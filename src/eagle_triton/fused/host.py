@@ -232,12 +232,14 @@ class DrafterConfig:
         elem = self.dtype.itemsize
         welem = 1 if self.fp8 else elem  # FP8 weights: one byte per weight in the pipeline buffers
 
-        def smem(bk: int, width: int, rows: int) -> int:  # a pipelined K loop's buffers: activations + weights
-            return self.stages * bk * (elem * rows + welem * width + elem)
+        def smem(bk: int, width: int, rows: int, we: int = welem) -> int:  # a pipelined loop's activation + weight
+            return self.stages * bk * (elem * rows + we * width + elem)  # buffers
 
         def fit(bk: int, width: int, rows: int = bm) -> int:  # the pipelined K loop's tiles must fit in smem
             if not interp:
-                while bk > 32 and smem(bk, width, rows) > _SMEM_BUDGET:
+                # the chunk is chosen as for 16-bit weights (FP8 keeps the tiling measured best in bf16; its buffers
+                # are smaller), the budget checked with the real weight size
+                while bk > 32 and smem(bk, width, rows, elem) > _SMEM_BUDGET:
                     bk //= 2
                 if smem(bk, width, rows) > _SMEM_BUDGET:
                     raise ValueError(f"a {rows}-row x {width}-wide product tile needs {smem(bk, width, rows)} bytes "
