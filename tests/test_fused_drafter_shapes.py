@@ -12,11 +12,14 @@ bias variants is tests/test_compile_targets.py's; the GPU tests at the bottom co
 import numpy as np
 import pytest
 import torch
+import triton
+import triton.language as tl
 from test_fused_drafter import assert_same_kv, assert_same_tree, run_calls
 
 from eagle_triton import Eagle3DraftHead, TreeConfig, TreeDrafter
 from eagle_triton.fused import Buffers, DrafterConfig, DraftInputs, Weights, launch_drafter, launch_drafter_ref
 from eagle_triton.fused.host import _SMEM_BUDGET, _TILE_KEY_ROWS, streamk_max_sharing
+from eagle_triton.fused.kernel import _epi
 from eagle_triton.heads import DraftHeadConfig
 from eagle_triton.ops._utils import cdiv
 from eagle_triton.testing import random_eagle3_head, random_eagle3_head_on
@@ -230,3 +233,36 @@ def test_gpu_published_shapes_fp32_identical_trees(shape, fp8):
         assert_same_kv(drafters["torch"].stable_kv, drafters["triton"].stable_kv, atol=1e-3)
     del head, drafters
     torch.cuda.empty_cache()
+
+
+# ------------------------------------------------------------------------------------------------ FP8 pieces
+@triton.jit
+def _fp8_pieces_kernel(w8_ptr, acc_ptr, sc_ptr, b_ptr, o_w, o_y, N: tl.constexpr, M: tl.constexpr,
+                       DT: tl.constexpr):
+    on = tl.arange(0, N)
+    om = tl.arange(0, M)
+    tl.store(o_w + on, tl.load(w8_ptr + on).to(DT).to(tl.float32))  # the kernel's weight conversion
+    acc = tl.load(acc_ptr + om[:, None] * N + on[None, :])
+    y = _epi(acc, sc_ptr, b_ptr, on, on < N, True, True, DT)
+    tl.store(o_y + om[:, None] * N + on[None, :], y)
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.float32])
+def test_fp8_conversion_and_epilogue_in_each_dtype(dtype):
+    """The two FP8 pieces of the kernel in a 16-bit and the 32-bit model dtype, under the interpreter: every finite
+    e4m3 bit pattern converts to the value torch gives (exactly: e4m3 is exact in fp16/bf16/fp32), and the epilogue
+    computes heads.fp8.fp8_linear's rnd(rnd(acc) * scale + bias) bit for bit. (Not bf16: the interpreter converts
+    fp32 to bf16 by truncation, not rounding; bf16 is compared on the GPU.)"""
+    bits = torch.arange(256, dtype=torch.uint8)
+    bits = bits[(bits & 0x7F) != 0x7F]  # the NaN encodings (never produced by quantize_fp8_weight)
+    n = 256
+    w8 = torch.cat([bits, bits[: n - bits.numel()]]).view(torch.float8_e4m3fn)
+    acc = torch.randn(4, n) * 3
+    sc = torch.rand(n) * 0.01 + 1e-4
+    bias = torch.randn(n).to(dtype)
+    o_w, o_y = torch.empty(n), torch.empty(4, n)
+    tdt = {torch.float16: tl.float16, torch.bfloat16: tl.bfloat16, torch.float32: tl.float32}[dtype]
+    _fp8_pieces_kernel[(1,)](w8, acc, sc, bias, o_w, o_y, N=n, M=4, DT=tdt)
+    assert torch.equal(o_w, w8.to(dtype).float())
+    want = (acc.to(dtype) * sc + bias).to(dtype).float()
+    assert torch.equal(o_y, want)
