@@ -90,6 +90,21 @@ def test_fp8_batched_launch_with_padded_rows_and_bias():
                 assert torch.equal(a, b)
 
 
+def test_qkv_bias_only_head_matches_reference():
+    """A head with q/k/v biases but none on o_proj (``qkv_bias``): the kernel adds zeros for o, trees identical."""
+    cfg = DraftHeadConfig(hidden_size=64, intermediate_size=96, num_attention_heads=4, num_key_value_heads=2,
+                          vocab_size=256, draft_vocab_size=96, rms_norm_eps=1e-5, qkv_bias=True,
+                          architectures=["LlamaForCausalLMEagle3"])
+    head = random_eagle3_head(config=cfg, lm_head_scale=6.0)
+    at = head.midlayer.self_attn
+    assert at.q_proj.bias is not None and at.o_proj.bias is None
+    w = Weights.from_head(head, 40)
+    assert w.has_bias and not w.bias("wo").any() and torch.equal(w.bias("wk"), at.k_proj.bias)
+    tc = TreeConfig(10, 2, 3)
+    for _drafters, trees in run_calls(head, tc, ["torch", "triton"], 1, 5, np.random.default_rng()):
+        assert_same_tree(trees["torch"], trees["triton"])
+
+
 def test_fp8_tree_differs_from_the_unquantised_head():
     """The FP8 kernel path is not a no-op: with FP8 weights the logits of a draft change (so the parity above
     checks the dequantised products, not the unquantised ones)."""
