@@ -1,6 +1,9 @@
 """Mean accepted length and tokens/s of the shipped SmolLM2 EAGLE-3 head, greedy, on MT-bench and HumanEval.
 
     python bench/bench_acceptance.py [--trees 60/7/10,32/4/8] [--datasets mtbench,humaneval] [--out DIR]
+    # the head in FP8 vs the model dtype, fused drafter, same prompts (issue 19's fp8_tau_ratio):
+    python bench/bench_acceptance.py --trees 60/7/10 --datasets mtbench --draft-dtypes model,fp8 --drafter triton \
+        --limit 40 --budget-s 1e9 --tag fp8
 
 Prompts: MT-bench first turns (``bench/data/mt_bench_questions.jsonl``) and HumanEval prompts
 (``bench/data/HumanEval.jsonl.gz``), each sent as the user turn of the target's chat template. Two methods:
@@ -9,7 +12,9 @@ Prompts: MT-bench first turns (``bench/data/mt_bench_questions.jsonl``) and Huma
   reference by default) generates greedily with and
   without speculation; mean accepted length = tokens per verification step (accepted drafts + 1), tokens/s =
   new tokens / wall time (after a warm-up generation per engine), and the speculative output is checked to be
-  identical to plain greedy decoding.
+  identical to plain greedy decoding. ``--draft-dtypes model,fp8`` runs every tree with the head as loaded and with
+  its linear layers in FP8 (``Eagle3DraftHead.quantize_fp8``); ``fp8_tau_ratio`` (per dataset and tree) is the FP8
+  mean accepted length over the model-dtype one on the prompts both runs used.
 * ``estimate``: :func:`eagle_triton.train.greedy_acceptance` (reference drafter walked along the target's greedy
   continuation, transformers target); no speed numbers.
 
@@ -91,10 +96,18 @@ def run_engine(args, trees, datasets, log, save=lambda r: None) -> dict:
     log(f"engine target + head loaded in {time.time() - t0:.1f} s ({type(runner).__name__})")
     results: dict = {"load_s": time.time() - t0, "target_runner": type(runner).__name__, "drafter": args.drafter,
                      "runs": []}
-    engines = {}
-    for t in trees:
-        engines[tree_name(t)] = EagleEngine(runner, head, t, max_length=args.max_length, tokenizer=tok,
-                                            drafter_backend=args.drafter)
+    import copy
+
+    from eagle_triton.heads.fp8 import apply_draft_dtype
+
+    engines, engine_dtype = {}, {}
+    for dt in args.draft_dtypes.split(","):
+        h = apply_draft_dtype(copy.deepcopy(head), dt) if dt != "model" else head
+        for t in trees:
+            name = tree_name(t) + ("" if dt == "model" else f"+{dt}")
+            engines[name] = EagleEngine(runner, h, t, max_length=args.max_length, tokenizer=tok,
+                                        drafter_backend=args.drafter)
+            engine_dtype[name] = (tree_name(t), dt)
     warm = chat_ids(tok, "Say hello.")
     plain_out: dict = {}
     for ds, prompts in datasets.items():
@@ -112,6 +125,7 @@ def run_engine(args, trees, datasets, log, save=lambda r: None) -> dict:
             used = 0
             tb = time.time()
             hist: list[int] = []
+            per_prompt: list[list[float]] = []  # (steps, tokens emitted) of each prompt, in order
             for i, ids in enumerate(ids_list):
                 if time.time() - tb > args.budget_s:
                     break
@@ -120,6 +134,7 @@ def run_engine(args, trees, datasets, log, save=lambda r: None) -> dict:
                 used += 1
                 steps += st.steps
                 emitted += st.mean_accepted_length * st.steps
+                per_prompt.append([st.steps, st.mean_accepted_length * st.steps])
                 new += st.new_tokens
                 secs += st.total_s
                 for a, c in enumerate(st.accept_length_histogram):
@@ -135,8 +150,9 @@ def run_engine(args, trees, datasets, log, save=lambda r: None) -> dict:
             rec = {"dataset": ds, "mode": mode, "tree": name, "prompts": used, "of": len(ids_list),
                    "new_tokens": new, "seconds": secs, "tokens_per_s": new / secs if secs else 0.0,
                    "steps": steps, "mean_accepted_length": emitted / steps if steps else 0.0,
-                   "accept_length_histogram": hist, "warmup_s": warm_s}
+                   "accept_length_histogram": hist, "warmup_s": warm_s, "per_prompt_steps_emitted": per_prompt}
             if spec:
+                rec["tree_config"], rec["draft_dtype"] = engine_dtype[name]
                 rec["outputs_differing_from_plain"] = mismatches
                 rec["outputs_compared"] = sum(1 for i in range(used) if (ds, i) in plain_out)
             results["runs"].append(rec)
@@ -149,7 +165,34 @@ def run_engine(args, trees, datasets, log, save=lambda r: None) -> dict:
         for r in results["runs"]:
             if r["dataset"] == ds and r["mode"] == "spec" and base and base["tokens_per_s"]:
                 r["speedup_vs_plain"] = r["tokens_per_s"] / base["tokens_per_s"]
+    results["fp8_tau_ratio"] = fp8_tau_ratios(results["runs"])
+    for k, v in results["fp8_tau_ratio"].items():
+        log(f"[engine] fp8_tau_ratio {k}: {v['ratio']:.4f} over {v['prompts']} prompts")
     return results
+
+
+def fp8_tau_ratios(runs: list[dict]) -> dict:
+    """Per ``dataset/tree``: FP8 mean accepted length / model-dtype mean accepted length, over the prompts both
+    runs generated (the first ``n`` of the same list)."""
+    out = {}
+    for r8 in runs:
+        if r8.get("draft_dtype") != "fp8":
+            continue
+        base = next((r for r in runs if r.get("draft_dtype") == "model" and r["dataset"] == r8["dataset"]
+                     and r["tree_config"] == r8["tree_config"]), None)
+        if base is None:
+            continue
+        n = min(len(base["per_prompt_steps_emitted"]), len(r8["per_prompt_steps_emitted"]))
+        if n == 0:
+            continue
+
+        def tau(rec, n=n):
+            pp = rec["per_prompt_steps_emitted"][:n]
+            return sum(e for _, e in pp) / max(1, sum(s for s, _ in pp))
+
+        out[f"{r8['dataset']}/{r8['tree_config']}"] = dict(ratio=tau(r8) / tau(base), prompts=n, tau_fp8=tau(r8),
+                                                           tau_model=tau(base))
+    return out
 
 
 def run_estimate(args, trees, datasets, log) -> dict:
@@ -220,6 +263,8 @@ def main(argv=None) -> int:
                    help="engine drafter back end: torch (reference, default), triton (fused) or auto")
     p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     p.add_argument("--dtype", default=None)
+    p.add_argument("--draft-dtypes", "--draft-dtype", dest="draft_dtypes", default="model",
+                   help="comma list of draft-head weight dtypes: model (as loaded), fp8 (weight-only FP8)")
     p.add_argument("--out", default=os.environ.get("OUT") or str(ROOT / "bench" / "results"))
     p.add_argument("--tag", default="", help="suffix for the output file names")
     args = p.parse_args(argv)

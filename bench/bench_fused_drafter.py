@@ -4,6 +4,14 @@ with the HBM floor measured in the same run. GPU only.
     python bench/bench_fused_drafter.py --quick          # 8B shape, 60/7/10, decode, batch 1
     python bench/bench_fused_drafter.py                  # the full sweep (8B: 60/7/10 and 60/5/10, random and
                                                          # peaked heads, decode and prefill, batch 1-16; SmolLM2)
+    # the head-shape x weight-dtype sweep (issue 19), decode, random heads; select subsets to fit a device call:
+    python bench/bench_fused_drafter.py --shapes llama31-8b,qwen3-8b,llama33-70b,llama32-1b \
+        --trees 60/7/10,60/5/10 --weights bf16,fp8 --batches 1,2,4,8,16 --no-ref --name shapes_fp8
+
+With any of ``--shapes``, ``--trees``, ``--weights``, ``--scenarios``, ``--heads`` the cases are the product of
+those lists (defaults: llama31-8b, 60/7/10, bf16, decode, random). FP8 (``--weights fp8``): the head's linear
+layers quantised with ``Eagle3DraftHead.quantize_fp8`` (one byte per weight plus fp32 per-row scales, which the
+floor counts). Every row records its floor (bytes / the copy bandwidth measured in the same run).
 
 Writes ``fused_drafter.json`` and ``fused_drafter.png`` under ``$OUT`` (else bench/results/). Kernels are compiled
 first in parallel subprocesses (``--jobs``), one per shape variant, so that compile time stays out of the lease.
@@ -40,17 +48,30 @@ SHAPES = {
                        vocab_size=128256, draft_vocab_size=32000),
     "smollm2-135m": dict(hidden_size=576, intermediate_size=1536, num_attention_heads=9, num_key_value_heads=3,
                          vocab_size=49152, draft_vocab_size=12288),
+    "qwen3-8b": dict(hidden_size=4096, intermediate_size=12288, num_attention_heads=32, num_key_value_heads=8,
+                     vocab_size=151936, draft_vocab_size=32000),
+    "llama33-70b": dict(hidden_size=8192, intermediate_size=28672, num_attention_heads=64, num_key_value_heads=8,
+                        vocab_size=128256, draft_vocab_size=32000),
+    # Llama-3.2-1B-class head: head_dim 64
+    "llama32-1b": dict(hidden_size=2048, intermediate_size=8192, num_attention_heads=32, num_key_value_heads=8,
+                       vocab_size=128256, draft_vocab_size=32000),
 }
 
 
-def make_head(shape: str, peaked: bool, dtype=torch.bfloat16, seed=0) -> Eagle3DraftHead:
+def make_head(shape: str, peaked: bool, dtype=torch.bfloat16, seed=0, weights: str = "bf16") -> Eagle3DraftHead:
+    """A random head of ``shape``; ``weights="fp8"``: its linear layers quantised to FP8 (activations in ``dtype``)."""
     cfg = DraftHeadConfig(rms_norm_eps=1e-5, architectures=["LlamaForCausalLMEagle3"], **SHAPES[shape])
-    return random_eagle3_head_on("cuda", cfg, peaked=peaked, dtype=dtype, seed=seed)
+    head = random_eagle3_head_on("cuda", cfg, peaked=peaked, dtype=dtype, seed=seed)
+    return head.quantize_fp8() if weights == "fp8" else head
 
 
 def weight_bytes_per_step(c: DrafterConfig) -> int:
+    """Bytes of the midlayer and lm_head weights one forward streams: FP8 weights are one byte each plus an fp32
+    scale per output row."""
     H, QW, KVW = c.hidden_size, c.num_heads * c.head_dim, c.num_kv_heads * c.head_dim
-    return 2 * (2 * H * (QW + 2 * KVW) + QW * H + 3 * H * c.intermediate_size + c.draft_vocab * H)
+    rows = (QW + 2 * KVW) + H + 2 * c.intermediate_size + H + c.draft_vocab
+    weights = 2 * H * (QW + 2 * KVW) + QW * H + 3 * H * c.intermediate_size + c.draft_vocab * H
+    return weights + 4 * rows if c.fp8 else c.dtype.itemsize * weights
 
 
 def floor_bytes(c: DrafterConfig, batch: int, S: int, prefix: int) -> int:
@@ -59,7 +80,8 @@ def floor_bytes(c: DrafterConfig, batch: int, S: int, prefix: int) -> int:
     steps = c.depth + 1
     kv_row = 2 * 2 * c.num_kv_heads * c.head_dim
     kv = batch * kv_row * (steps * (prefix + S) + c.top_k * c.depth * (c.depth + 1) // 2)
-    return 2 * c.hidden_size * c.feature_width + steps * weight_bytes_per_step(c) + 2 * batch * S * c.feature_width + kv
+    fc = c.hidden_size * c.feature_width + 4 * c.hidden_size if c.fp8 else 2 * c.hidden_size * c.feature_width
+    return fc + steps * weight_bytes_per_step(c) + 2 * batch * S * c.feature_width + kv
 
 
 def copy_bandwidth() -> float:
@@ -188,11 +210,12 @@ def parse_tuning(t: str) -> tuple[dict, int, str]:
 
 
 def warm_variant(spec: str) -> None:
-    """Compile one kernel variant (run in a subprocess): spec = shape:total:depth:topk:batch[/tuning][@profile]."""
+    """Compile one kernel variant (run in a subprocess): spec = shape:total:depth:topk:batch[:weights][/tuning]
+    [@profile]."""
     spec, _, prof = spec.partition("@")
     spec, _, tun = spec.partition("/")
-    shape, total, depth, k, batch = spec.split(":")
-    head = make_head(shape, False)
+    shape, total, depth, k, batch, *wts = spec.split(":")
+    head = make_head(shape, False, weights=wts[0] if wts else "bf16")
     tc = TreeConfig(int(total), int(depth), int(k))
     opts, tb, _ = parse_tuning(tun)
     bench_case(head, tc, max(int(batch), tb), 4, 8, False, False, rep_ms=1, tuning=opts, profile=bool(prof))
@@ -226,6 +249,14 @@ def main(argv=None) -> int:
                     "60/7/10 decode batch 1, for the default tiling and every --tunings entry")
     ap.add_argument("--tunings", default="", help="comma list of block_k:num_warps:stages:programs_per_sm timed "
                     "at 8B 60/7/10 decode batch 1 before the sweep")
+    ap.add_argument("--shapes", default=None, help=f"comma list of head shapes among {', '.join(SHAPES)}")
+    ap.add_argument("--trees", default=None, help="comma list of total/depth/top_k trees, e.g. 60/7/10,60/5/10")
+    ap.add_argument("--weights", default=None, help="comma list of weight dtypes: bf16, fp8")
+    ap.add_argument("--scenarios", default=None, help="comma list: decode (4 new rows on a 512-row prefix), "
+                    "prefill (512 new rows)")
+    ap.add_argument("--heads", default=None, help="comma list: random, peaked (lm_head x 12: deep trees)")
+    ap.add_argument("--no-graph", action="store_true", help="do not time the multi-kernel CUDA-graph drafter")
+    ap.add_argument("--name", default="fused_drafter", help="output files NAME.json and NAME.png")
     args = ap.parse_args(argv)
     if args.warm:
         warm_variant(args.warm)
@@ -233,24 +264,41 @@ def main(argv=None) -> int:
     import triton
 
     t0 = time.time()
-    cases = []  # (shape, peaked, tree, scenario, batch)
+    cases = []  # (shape, peaked, tree, scenario, batch, weights)
     batches = [int(b) for b in args.batches.split(",")] if args.batches else ([1] if args.quick else [1, 2, 4, 8, 16])
-    trees = [(60, 7, 10)] if args.quick else [(60, 7, 10), (60, 5, 10)]
-    for tr in trees:
-        for peaked in ([False] if args.quick else [False, True]):
-            for scen in (["decode"] if args.quick else ["decode", "prefill"]):
-                for b in batches:
-                    cases.append(("llama31-8b", peaked, tr, scen, b))
-    if not args.quick:
-        for b in batches:
-            cases.append(("smollm2-135m", False, (60, 7, 10), "decode", b))
+    selected = any(v is not None for v in (args.shapes, args.trees, args.weights, args.scenarios, args.heads))
+    if selected:  # the product of the selected lists
+        lst = lambda v, d: (v or d).split(",")  # noqa: E731
+        for shape in lst(args.shapes, "llama31-8b"):
+            if shape not in SHAPES:
+                ap.error(f"unknown shape {shape!r}: one of {', '.join(SHAPES)}")
+            for wt in lst(args.weights, "bf16"):
+                if wt not in ("bf16", "fp8"):
+                    ap.error(f"unknown weight dtype {wt!r}: bf16 or fp8")
+                for tr in lst(args.trees, "60/7/10"):
+                    for hd in lst(args.heads, "random"):
+                        for scen in lst(args.scenarios, "decode"):
+                            for b in batches:
+                                cases.append((shape, hd == "peaked", tuple(int(x) for x in tr.split("/")), scen, b,
+                                              wt))
+    else:
+        trees = [(60, 7, 10)] if args.quick else [(60, 7, 10), (60, 5, 10)]
+        for tr in trees:
+            for peaked in ([False] if args.quick else [False, True]):
+                for scen in (["decode"] if args.quick else ["decode", "prefill"]):
+                    for b in batches:
+                        cases.append(("llama31-8b", peaked, tr, scen, b, "bf16"))
+        if not args.quick:
+            for b in batches:
+                cases.append(("smollm2-135m", False, (60, 7, 10), "decode", b, "bf16"))
     if args.no_sweep:
         cases = []
     tunings = [t for t in args.tunings.split(",") if t]
-    variants = sorted({f"{c[0]}:{c[2][0]}:{c[2][1]}:{c[2][2]}:{c[4]}" for c in cases})
-    variants += [f"llama31-8b:60:7:10:1/{t}" for t in tunings]
+    variants = sorted({f"{c[0]}:{c[2][0]}:{c[2][1]}:{c[2][2]}:{c[4]}:{c[5]}" for c in cases})
+    prof_wt = (args.weights or "bf16").split(",")[0]  # the --tunings / --profile rows: the first --weights entry
+    variants += [f"llama31-8b:60:7:10:1:{prof_wt}/{t}" for t in tunings]
     if args.profile:
-        variants += [f"llama31-8b:60:7:10:1/{t}@p" for t in [""] + tunings]
+        variants += [f"llama31-8b:60:7:10:1:{prof_wt}/{t}@p" for t in [""] + tunings]
     procs = []
     for v in (variants if len(variants) > 1 else []):
         while len([p for p in procs if p.poll() is None]) >= args.jobs:
@@ -262,7 +310,7 @@ def main(argv=None) -> int:
     rows = []
     heads = {}
     if tunings or args.profile:
-        head = make_head("llama31-8b", False)
+        head = make_head("llama31-8b", False, weights=prof_wt)
         for t in ([""] if args.profile else []) + tunings:
             try:
                 opts, tb, scen = parse_tuning(t)
@@ -274,7 +322,7 @@ def main(argv=None) -> int:
                 rows.append(dict(tuning=t, error=str(exc)))
                 continue
             r.update(shape="llama31-8b", peaked=False, tree="60/7/10", scenario=scen, batch=tb,
-                     tuning=t,
+                     tuning=t, weights=prof_wt,
                      floor_ms=r["bytes"] / bw * 1e3, fused_TBps=r["bytes"] / (r["fused_ms"] * 1e-3) / 1e12)
             print(f"tuning {t}: fused {r['fused_ms']:.3f} ({r['fused_ms_again']:.3f}) ms, graph "
                   f"{r.get('graph_ms', float('nan')):.3f}, floor {r['floor_ms']:.3f}, "
@@ -284,27 +332,28 @@ def main(argv=None) -> int:
             rows.append(r)
         del head
         torch.cuda.empty_cache()
-    for shape, peaked, tr, scen, b in cases:
-        key = (shape, peaked)
+    for shape, peaked, tr, scen, b, wt in cases:
+        key = (shape, peaked, wt)
         if key not in heads:
             heads.clear()
             torch.cuda.empty_cache()
-            heads[key] = make_head(shape, peaked)
+            heads[key] = make_head(shape, peaked, weights=wt)
         head = heads[key]
         S, prefix = (4, 512) if scen == "decode" else (512, 0)
         tc = TreeConfig(*tr)
         try:
-            r = bench_case(head, tc, b, S, prefix, do_ref=not args.no_ref, do_graph=True)
+            r = bench_case(head, tc, b, S, prefix, do_ref=not args.no_ref, do_graph=not args.no_graph)
         except Exception as exc:  # record the failure (e.g. out of memory) and go on with the sweep
             print(f"{shape} {tr} {scen} B={b}: {type(exc).__name__}: {exc}"[:300], flush=True)
             rows.append(dict(shape=shape, peaked=peaked, tree=f"{tr[0]}/{tr[1]}/{tr[2]}", scenario=scen, batch=b,
-                             error=f"{type(exc).__name__}: {exc}"[:300]))
+                             weights=wt, error=f"{type(exc).__name__}: {exc}"[:300]))
             torch.cuda.empty_cache()
             continue
-        r.update(shape=shape, peaked=peaked, tree=f"{tr[0]}/{tr[1]}/{tr[2]}", scenario=scen, batch=b,
+        r.update(shape=shape, peaked=peaked, tree=f"{tr[0]}/{tr[1]}/{tr[2]}", scenario=scen, batch=b, weights=wt,
                  floor_ms=r["bytes"] / bw * 1e3, fused_TBps=r["bytes"] / (r["fused_ms"] * 1e-3) / 1e12)
+        r["fused_over_floor"] = r["fused_ms"] / r["floor_ms"]
         rows.append(r)
-        print(f"{shape:13s} {'peaked' if peaked else 'random':6s} {r['tree']:8s} {scen:7s} B={b:2d} "
+        print(f"{shape:13s} {wt:4s} {'peaked' if peaked else 'random':6s} {r['tree']:8s} {scen:7s} B={b:2d} "
               f"ref {r.get('ref_ms', float('nan')):7.2f}  graph {r.get('graph_ms', float('nan')):6.3f}  "
               f"fused {r['fused_ms']:6.3f} ({r['fused_ms_again']:6.3f})  floor {r['floor_ms']:6.3f} ms  "
               f"{r['fused_TBps']:.2f} TB/s  depth {r['fused_max_depth']:.1f}", flush=True)
@@ -313,7 +362,7 @@ def main(argv=None) -> int:
                 command=" ".join([os.path.basename(sys.executable)] + sys.argv),
                 sms=torch.cuda.get_device_properties(0).multi_processor_count, wall_s=time.time() - t0)
     os.makedirs(args.out, exist_ok=True)
-    with open(os.path.join(args.out, "fused_drafter.json"), "w") as f:
+    with open(os.path.join(args.out, f"{args.name}.json"), "w") as f:
         json.dump(dict(meta=meta, rows=rows), f, indent=1)
     try:
         import matplotlib
@@ -324,20 +373,26 @@ def main(argv=None) -> int:
         rows_p = [r for r in rows if "tuning" not in r and "error" not in r]
         if not rows_p:
             raise RuntimeError("no sweep rows to plot")
-        groups = sorted({(r["shape"], r["peaked"], r["tree"], r["scenario"]) for r in rows_p})
-        fig, axes = plt.subplots(1, len(groups), figsize=(4 * len(groups), 3.5), squeeze=False)
-        for ax, g in zip(axes[0], groups, strict=True):
-            rs = [r for r in rows_p if (r["shape"], r["peaked"], r["tree"], r["scenario"]) == g and "error" not in r]
+        groups = sorted({(r["shape"], r["peaked"], r["tree"], r["scenario"], r.get("weights", "bf16"))
+                         for r in rows_p})
+        ncol = min(4, len(groups))
+        nrow = -(-len(groups) // ncol)
+        fig, axes = plt.subplots(nrow, ncol, figsize=(4 * ncol, 3.5 * nrow), squeeze=False)
+        for ax in axes.flat[len(groups):]:
+            ax.set_visible(False)
+        for ax, g in zip(axes.flat, groups, strict=False):
+            rs = [r for r in rows_p
+                  if (r["shape"], r["peaked"], r["tree"], r["scenario"], r.get("weights", "bf16")) == g]
             xs = [r["batch"] for r in rs]
             for col, lab in (("fused_ms", "fused"), ("graph_ms", "multi-kernel graph"), ("floor_ms", "floor")):
                 ax.plot(xs, [r.get(col, float("nan")) for r in rs], "o-", label=lab)
             ax.set_xscale("log", base=2)
-            ax.set_title(f"{g[0]} {'peaked' if g[1] else 'random'}\n{g[2]} {g[3]}", fontsize=8)
+            ax.set_title(f"{g[0]} {g[4]} {'peaked' if g[1] else 'random'}\n{g[2]} {g[3]}", fontsize=8)
             ax.set_xlabel("batch")
             ax.set_ylabel("ms per draft")
         axes[0][0].legend(fontsize=7)
         fig.tight_layout()
-        fig.savefig(os.path.join(args.out, "fused_drafter.png"), dpi=100)
+        fig.savefig(os.path.join(args.out, f"{args.name}.png"), dpi=100)
     except Exception as exc:  # matplotlib missing on the device: JSON still written
         print("no plot:", exc)
     print(json.dumps(meta))

@@ -371,20 +371,24 @@ def test_gpu_cuda_graph_capture_replays_the_same_trees():
     assert int(bufs.kv_len[0]) == 8
 
 
-def llama8b_head(peaked: bool, dtype=torch.bfloat16, seed=0):
-    """A random head at the Llama-3.1-8B EAGLE-3 shape, built on the GPU (peaked: lm_head x 12, deep trees)."""
-    return random_eagle3_head_on("cuda", llama31_8b_eagle3_config(), peaked=peaked, dtype=dtype, seed=seed)
+def llama8b_head(peaked: bool, dtype=torch.bfloat16, seed=0, fp8: bool = False):
+    """A random head at the Llama-3.1-8B EAGLE-3 shape, built on the GPU (peaked: lm_head x 12, deep trees;
+    fp8: its linear layers quantised to FP8)."""
+    head = random_eagle3_head_on("cuda", llama31_8b_eagle3_config(), peaked=peaked, dtype=dtype, seed=seed)
+    return head.quantize_fp8() if fp8 else head
 
 
 def match_rate_8b(n_inputs: int, peaked: bool, dtype=torch.bfloat16, ulps: float = 4.0, prompt=96,
-                  tree=(60, 7, 10), lm_scale: float = 1.0):
+                  tree=(60, 7, 10), lm_scale: float = 1.0, fp8: bool = False):
     """Kernel vs reference at the Llama-3.1-8B shape in ``dtype`` over fresh prefill inputs (``lm_scale``
-    multiplies the head's lm_head: wider log-prob gaps). Returns (trees, identical, separated at ``ulps``,
-    identical among separated)."""
+    multiplies the head's lm_head: wider log-prob gaps; ``fp8``: FP8 weights, the scale applied before). Returns
+    (trees, identical, separated at ``ulps``, identical among separated)."""
     head = llama8b_head(peaked, dtype)
     if lm_scale != 1.0:
         with torch.no_grad():
             head.lm_head.weight.mul_(lm_scale)
+    if fp8:
+        head.quantize_fp8()
     tc = TreeConfig(*tree)
     stats = [0, 0, 0, 0]
     for _ in range(n_inputs):
@@ -420,6 +424,21 @@ def test_gpu_llama8b_bf16_separated_trees_identical():
     assert same_sep == sep
     if sep == 0:
         pytest.skip("no reference tree was separated at 4 ulps: the bf16 comparison decided nothing")
+
+
+@pytest.mark.gpu
+def test_gpu_llama8b_fp8_bf16_separated_trees_identical():
+    """FP8 weights with bf16 activations at the 8B shape, compared as for bf16: every tree separated at 4 ulps is
+    identical to the FP8 reference's (whose products are heads.fp8.fp8_linear's)."""
+    n, same, sep, same_sep = match_rate_8b(8, True, fp8=True)
+    print(f"8B FP8/bf16 60/7/10 peaked: {same}/{n} identical, {sep} separated, {same_sep} of those identical")
+    assert same_sep == sep
+    n, same, sep, same_sep = match_rate_8b(16, True, tree=(10, 2, 4), lm_scale=4.0, fp8=True)
+    print(f"8B FP8/bf16 10/2/4 lm_head x48: {same}/{n} identical, {sep} separated at 4 ulps, {same_sep} of those "
+          "identical")
+    assert same_sep == sep
+    if sep == 0:
+        pytest.skip("no reference tree was separated at 4 ulps: the FP8 bf16 comparison decided nothing")
 
 
 @pytest.mark.gpu

@@ -53,6 +53,9 @@ def add_model_arguments(p) -> None:
                    "drafter")
     m.add_argument("--attention", choices=["auto", "torch", "triton"], default="auto",
                    help="attention/KV back end of the fast target path (auto: Triton kernels on CUDA)")
+    m.add_argument("--draft-dtype", choices=["model", "fp8"], default="model",
+                   help="draft head weights: model = the target's dtype (default); fp8 = weight-only FP8 linear "
+                   "layers (e4m3, per-channel scales; EAGLE-3 heads)")
     m.add_argument("--device", default="auto", help="cpu, cuda, cuda:N or auto (default)")
     m.add_argument("--dtype", default="auto", help="float32, float16, bfloat16 or auto (bf16 on CUDA, fp32 on CPU)")
     m.add_argument("--threads", type=int, default=None,
@@ -174,6 +177,7 @@ def build_engine(args, tree, plain: bool = False, check_tokenizer=None):
     from ..engine.default_model import default_draft_head_path
     from ..engine.engine import EagleEngine
     from ..engine.loading import load_head, load_target, load_tokenizer, resolve_device
+    from ..heads.fp8 import apply_draft_dtype
 
     check_model_args(args, tree_needed=False)
     default_target = args.target in (None, DEFAULT_TARGET_NAME)
@@ -201,6 +205,8 @@ def build_engine(args, tree, plain: bool = False, check_tokenizer=None):
     kwargs = {} if args.target_impl == "generic" else {"ops": args.attention}
     target = load_target(target_src, device=args.device, dtype=args.dtype, impl=args.target_impl, **kwargs)
     head = load_head(draft_src, target, args.draft_kind) if draft_src is not None else None
+    if head is not None:
+        head = apply_draft_dtype(head, getattr(args, "draft_dtype", "model"))
     engine = EagleEngine(target, head, tree, max_length=args.max_length, tokenizer=tokenizer,
                          expect_kind=args.draft_kind, drafter_backend=args.drafter)
     return engine, tokenizer, target_src, draft_src

@@ -24,6 +24,7 @@ import torch
 from ..config import TreeConfig
 from ..drafter import TreeDrafter
 from ..heads import DraftHead
+from ..heads.fp8 import apply_draft_dtype
 from .accept import accept_tree
 from .loading import load_head, load_target, load_tokenizer
 from .sampling import SamplingParams, probs_from_logits, sample_from_probs
@@ -123,7 +124,7 @@ class EagleEngine:
     def from_pretrained(cls, target, draft=None, tree_config: TreeConfig | None = None, *, device=None, dtype=None,
                         max_length: int = 2048, target_impl: str = "auto", draft_kind: str | None = None,
                         gguf_file: str | None = None, attention: str = "auto", cuda_graphs: bool | None = None,
-                        drafter_backend: str = "auto", tokenizer=True) -> EagleEngine:
+                        drafter_backend: str = "auto", tokenizer=True, draft_dtype: str | None = None) -> EagleEngine:
         """Build an engine from paths.
 
         Parameters
@@ -137,6 +138,8 @@ class EagleEngine:
         draft_kind: demand ``"eagle3"`` or ``"eagle1"``.
         attention: attention/KV back end of the fast path (``"auto"``, ``"torch"``, ``"triton"``).
         tokenizer: ``True`` to load the target's tokenizer (when ``target`` is a path), or a tokenizer object.
+        draft_dtype: ``None``/``"model"`` (the target's dtype) or ``"fp8"``: the head's linear layers in weight-only
+            FP8 (:meth:`~eagle_triton.Eagle3DraftHead.quantize_fp8`; EAGLE-3 heads).
         """
         kwargs = {}
         if not isinstance(target, TargetModel) and target_impl != "generic":
@@ -149,6 +152,10 @@ class EagleEngine:
         elif tokenizer not in (False, None):
             tok = tokenizer
         head = load_head(draft, runner, draft_kind) if draft is not None else None
+        if head is not None:
+            head = apply_draft_dtype(head, draft_dtype)
+        elif draft_dtype not in (None, "model"):
+            raise ValueError(f"draft_dtype={draft_dtype!r} needs a draft head")
         return cls(runner, head, tree_config, max_length=max_length, tokenizer=tok, drafter_backend=drafter_backend,
                    expect_kind=draft_kind)
 

@@ -3,6 +3,12 @@
 Public API: :class:`DrafterConfig`, :class:`Weights`, :class:`Buffers`, :class:`DraftInputs`,
 :func:`launch_drafter` (one launch per draft) and :func:`launch_drafter_ref` (the PyTorch reference, per sequence).
 ``AOT_SPECS`` lists ``(kernel, signature, constexprs)`` for the compile-only gate (sm_90, no GPU needed).
+
+Heads: any EAGLE-3 shape with a power-of-two head_dim >= 16 (64 and 128 in the published heads), any KV-head
+count, ``target_hidden_size`` different from ``hidden_size``, attention biases, and weight-only FP8 linear layers
+(``Eagle3DraftHead.quantize_fp8``: e4m3 weights converted in registers, per-output-channel scales applied in each
+product's epilogue, as :func:`eagle_triton.heads.fp8.fp8_linear` defines). What the kernel cannot run is refused
+before the launch (see :class:`DrafterConfig`).
 """
 
 from __future__ import annotations
@@ -10,9 +16,9 @@ from __future__ import annotations
 from ..drafter import register_draft_backend
 from .host import (
     Buffers,
+    DrafterConfig,
     DraftInputs,
     DraftOutput,
-    DrafterConfig,
     FusedDraftBackend,
     Weights,
     launch_drafter,

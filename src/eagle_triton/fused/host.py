@@ -36,6 +36,9 @@ __all__ = [
 
 PROFILE_SLOTS = 128  # = kernel.PROF_SLOTS: arrival-time slots per program
 _SMEM_BUDGET = 180 * 1024  # bytes of pipeline buffers per program (an H100 SM has 227 KB)
+_FP8 = torch.float8_e4m3fn
+_MAX_VOCAB = 2**31 - 1  # the int64 ranking keys hold a 32-bit vocabulary index
+_TILE_KEY_ROWS = 65536  # the int32 keys of a program's lm_head tiles hold a 16-bit index within its tiles
 
 
 def _pow2(n: int) -> int:
@@ -74,6 +77,15 @@ class DrafterConfig:
     ``nsplit`` KV splits of the attention, the tile sizes, and ``lm_warp_rank``: rank the lm_head tiles' keys
     after the product loop with warp-level reductions (``None``: when a row tile holds at most 32 rows) instead
     of merging each tile inside the loop.
+    Weights: ``weight_dtype`` ``None`` (the model dtype) or ``torch.float8_e4m3fn`` (weight-only FP8 linear layers,
+    converted in registers, per-output-channel scales in the epilogues: :mod:`eagle_triton.heads.fp8`);
+    ``attention_bias``: q/k/v and o_proj biases.
+
+    Shapes the kernel cannot run are refused here or in :meth:`launch_params`, before any launch, with the reason:
+    head_dim not a power of two >= 16 (RoPE pairs features within one power-of-two tile), hidden size not a multiple
+    of 16, a draft vocabulary beyond the 32-bit key index, ``lm_warp_rank=True`` where a program's lm_head tiles
+    exceed the 16-bit index of its int32 keys, pipelined tiles beyond the shared-memory budget, a KV capacity that
+    cannot hold the tree. (A grid that cannot be resident is refused after compilation, before the launch.)
     """
 
     hidden_size: int
@@ -104,6 +116,8 @@ class DrafterConfig:
     stages: int = 4
     num_warps: int | None = None
     lm_warp_rank: bool | None = None
+    weight_dtype: torch.dtype | None = None
+    attention_bias: bool = False
 
     def __post_init__(self):
         TreeConfig(self.total_tokens, self.depth, self.top_k)  # validates the tree shape
@@ -131,6 +145,12 @@ class DrafterConfig:
             raise ValueError(f"draft vocabulary {self.draft_vocab} is smaller than top_k {self.top_k}")
         if self.dtype not in (torch.float32, torch.float16, torch.bfloat16):
             raise TypeError(f"dtype must be float32, float16 or bfloat16, got {self.dtype}")
+        if self.weight_dtype not in (None, self.dtype, _FP8):
+            raise TypeError(f"weight_dtype must be None (the model dtype) or torch.float8_e4m3fn, got "
+                            f"{self.weight_dtype}")
+        if self.draft_vocab > _MAX_VOCAB:
+            raise ValueError(f"draft vocabulary {self.draft_vocab} exceeds the kernel's 32-bit ranking-key index "
+                             f"({_MAX_VOCAB})")
 
     @classmethod
     def from_head(cls, head: DraftHead, tree_config: TreeConfig | None = None, **kw) -> DrafterConfig:
@@ -140,6 +160,9 @@ class DrafterConfig:
         tc = tree_config or TreeConfig()
         c = head.config
         kw.setdefault("dtype", head.dtype)
+        kw.setdefault("weight_dtype", _FP8 if getattr(head, "is_fp8", False) else None)
+        at = head.midlayer.self_attn
+        kw.setdefault("attention_bias", any(m.bias is not None for m in (at.q_proj, at.k_proj, at.v_proj, at.o_proj)))
         return cls(hidden_size=c.hidden_size, num_heads=c.num_attention_heads, num_kv_heads=c.num_key_value_heads,
                    head_dim=c.head_dim, intermediate_size=c.intermediate_size, draft_vocab=head.draft_vocab_size,
                    feature_width=head.feature_width, vocab_size=c.vocab_size, rms_eps=float(c.rms_norm_eps),
@@ -153,6 +176,11 @@ class DrafterConfig:
     @property
     def tree(self) -> TreeConfig:
         return TreeConfig(self.total_tokens, self.depth, self.top_k)
+
+    @property
+    def fp8(self) -> bool:
+        """Whether the linear layers stream FP8 weights."""
+        return self.weight_dtype == _FP8
 
     @property
     def kp(self) -> int:
@@ -202,11 +230,21 @@ class DrafterConfig:
         bng = self.block_n_mlp or (16 if interp else 64)
         warps = self.num_warps or (4 if interp else 8)
         elem = self.dtype.itemsize
+        welem = 1 if self.fp8 else elem  # FP8 weights: one byte per weight in the pipeline buffers
+
+        def smem(bk: int, width: int, rows: int, we: int = welem) -> int:  # a pipelined loop's activation + weight
+            return self.stages * bk * (elem * rows + we * width + elem)  # buffers
 
         def fit(bk: int, width: int, rows: int = bm) -> int:  # the pipelined K loop's tiles must fit in smem
             if not interp:
-                while bk > 32 and self.stages * elem * bk * (rows + width + 1) > _SMEM_BUDGET:
+                # the chunk is chosen as for 16-bit weights (FP8 keeps the tiling measured best in bf16; its buffers
+                # are smaller), the budget checked with the real weight size
+                while bk > 32 and smem(bk, width, rows, elem) > _SMEM_BUDGET:
                     bk //= 2
+                if smem(bk, width, rows) > _SMEM_BUDGET:
+                    raise ValueError(f"a {rows}-row x {width}-wide product tile needs {smem(bk, width, rows)} bytes "
+                                     f"of pipeline buffers at the smallest reduction chunk ({bk}), over the "
+                                     f"{_SMEM_BUDGET}-byte shared-memory budget: use fewer stages or narrower tiles")
             return bk
 
         def chunk(width: int, rows: int = bm) -> int:  # a product's reduction chunk: block_k or the largest that fits
@@ -229,6 +267,14 @@ class DrafterConfig:
         nsplit = self.nsplit or (2 if interp else max(1, min(32, _pow2(max(1, nprog // (batch * self.num_kv_heads))) )))
         nsplit = _pow2(nsplit)
         npp = _pow2(nprog)
+        # int32 keys of a program's lm_head tiles (16-bit dtypes, ranked by warps) index its tiles in 16 bits
+        key_rows = cdiv(cdiv(self.draft_vocab, bnv), nprog) * bnv
+        lmw_fits = self.dtype.itemsize != 2 or key_rows <= _TILE_KEY_ROWS
+        if self.lm_warp_rank and not lmw_fits:
+            raise ValueError(f"lm_warp_rank=True: a program holds {key_rows} vocabulary rows of the draft vocabulary "
+                             f"{self.draft_vocab} ({nprog} programs, {bnv}-wide tiles), beyond the 16-bit index of "
+                             f"its int32 tile keys ({_TILE_KEY_ROWS}); use more programs or lm_warp_rank=None")
+        lmw = (bm <= 32 and lmw_fits) if self.lm_warp_rank is None else bool(self.lm_warp_rank)
         return dict(
             H=H, W=self.feature_width, NH=self.num_heads, NKV=self.num_kv_heads, HD=self.head_dim,
             INTER=self.intermediate_size, VD=self.draft_vocab, HAS_D2T=self.has_d2t,
@@ -238,7 +284,7 @@ class DrafterConfig:
             BM=bm, BN=bn, BNQ=bnq, BNQR=bnqr, BNG=bng, BNV=bnv, BKL=bkl, BKG=bkg, BK=bk, num_warps=warps, BKV=bkv,
             BQ=max(16, _pow2(K * gq)), NTH=nth, NTHP=_pow2(nth), BKQ=bkq, NSEG=nseg, BMR=bmr, BKR=bkr, BKQR=bkqr,
             IEEE=self.dtype == torch.float32, STAGES=1 if interp else self.stages,
-            LMW=bm <= 32 if self.lm_warp_rank is None else bool(self.lm_warp_rank),
+            LMW=lmw, W8=self.fp8, HAS_BIAS=bool(self.attention_bias),
         )
 
 
@@ -269,7 +315,14 @@ class Weights:
     as the reference does). ``embed_rstd`` is fp32 ``[vocab]``: the input RMSNorm's ``rsqrt(mean(x**2) + eps)``
     of every embedding row, computed once here (the kernel then reads one number per row instead of the row).
     ``head`` keeps the module for the reference path.
+    ``wsc``: with FP8 weights (fc ... lm_head then ``float8_e4m3fn``) the fp32 per-output-channel scales of the
+    matrices concatenated in the order of :attr:`SCALED` (:meth:`scale` gives one matrix's); ``wb``: the q, k, v
+    and o_proj biases concatenated (model dtype, zeros for a layer without one; :meth:`bias`). A one-element
+    placeholder each where unused.
     """
+
+    SCALED = ("fc", "wq", "wk", "wv", "wo", "w_gate", "w_up", "w_down", "lm_head")
+    BIASED = ("wq", "wk", "wv", "wo")
 
     fc: torch.Tensor
     embed: torch.Tensor
@@ -291,10 +344,42 @@ class Weights:
     embed_rstd: torch.Tensor
     head: DraftHead | None = None
     qkv_norm: torch.Tensor | None = None  # input_norm ++ hidden_norm (derived)
+    wsc: torch.Tensor | None = None
+    wb: torch.Tensor | None = None
 
     def __post_init__(self):
         if self.qkv_norm is None:
             self.qkv_norm = torch.cat([self.input_norm, self.hidden_norm]).contiguous()
+        if self.wsc is None:
+            self.wsc = torch.ones(1, dtype=torch.float32, device=self.fc.device)
+        if self.wb is None:
+            self.wb = torch.zeros(1, dtype=self.input_norm.dtype, device=self.fc.device)
+
+    @property
+    def fp8(self) -> bool:
+        return self.fc.dtype == _FP8
+
+    @property
+    def has_bias(self) -> bool:
+        return self.wb.numel() > 1
+
+    def _slice(self, packed: torch.Tensor, order, name: str) -> torch.Tensor:
+        off = 0
+        for n in order:
+            rows = getattr(self, n).shape[0]
+            if n == name:
+                return packed[off:off + rows]
+            off += rows
+        raise KeyError(name)
+
+    def scale(self, name: str) -> torch.Tensor | None:
+        """fp32 per-output-channel scales of FP8 matrix ``name`` (e.g. ``"wq"``), or ``None`` without FP8."""
+        return self._slice(self.wsc, self.SCALED, name) if self.fp8 else None
+
+    def bias(self, name: str) -> torch.Tensor | None:
+        """The bias of ``"wq"``, ``"wk"``, ``"wv"`` or ``"wo"`` (zeros where the layer has none), or ``None`` when
+        the head has no attention bias."""
+        return self._slice(self.wb, self.BIASED, name) if self.has_bias else None
 
     @classmethod
     def from_head(cls, head: DraftHead, max_positions: int) -> Weights:
@@ -308,6 +393,19 @@ class Weights:
         emb = head.embed_tokens.weight.detach()
         emb_rstd = torch.cat([torch.rsqrt(e.float().pow(2).mean(-1) + m.input_layernorm.eps)
                               for e in emb.split(16384)])  # in slices: no fp32 copy of the whole table
+        at, mlp = m.self_attn, m.mlp
+        lins = (head.fc, at.q_proj, at.k_proj, at.v_proj, at.o_proj, mlp.gate_proj, mlp.up_proj, mlp.down_proj,
+                head.lm_head)
+        fp8 = getattr(head, "is_fp8", False)
+        if fp8 and not all(hasattr(lin, "weight_scale") for lin in lins):
+            raise ValueError("Weights.from_head: every linear layer of an FP8 head must be FP8 (quantize_fp8())")
+        wsc = torch.cat([lin.weight_scale.float() for lin in lins]).contiguous() if fp8 else None
+        qkvo = (at.q_proj, at.k_proj, at.v_proj, at.o_proj)
+        wb = None
+        if any(lin.bias is not None for lin in qkvo):
+            wb = torch.cat([lin.bias.detach() if lin.bias is not None else
+                            torch.zeros(lin.out_features, dtype=emb.dtype, device=emb.device) for lin in qkvo])
+            wb = wb.to(emb.dtype).contiguous()
         return cls(
             fc=c(head.fc.weight), embed=c(head.embed_tokens.weight), input_norm=c(m.input_layernorm.weight),
             hidden_norm=c(m.hidden_norm.weight), wq=c(m.self_attn.q_proj.weight), wk=c(m.self_attn.k_proj.weight),
@@ -316,31 +414,44 @@ class Weights:
             w_up=c(m.mlp.up_proj.weight), w_down=c(m.mlp.down_proj.weight), final_norm=c(head.norm.weight),
             lm_head=c(head.lm_head.weight), d2t=c(d2t.long()),
             cos=c(rot.cos_cached[:max_positions].float()), sin=c(rot.sin_cached[:max_positions].float()),
-            embed_rstd=emb_rstd.contiguous(), head=head,
+            embed_rstd=emb_rstd.contiguous(), head=head, wsc=wsc, wb=wb,
         )
 
     def tensors(self):
-        return [getattr(self, f.name) for f in fields(self) if f.name not in ("head", "qkv_norm")]
+        return [getattr(self, f.name) for f in fields(self) if f.name not in ("head", "qkv_norm", "wsc", "wb")]
 
     def check(self, cfg: DrafterConfig) -> None:
-        H, W, I, V = cfg.hidden_size, cfg.feature_width, cfg.intermediate_size, cfg.draft_vocab
+        H, W, INTER, V = cfg.hidden_size, cfg.feature_width, cfg.intermediate_size, cfg.draft_vocab
         QW, KVW = cfg.num_heads * cfg.head_dim, cfg.num_kv_heads * cfg.head_dim
         want = dict(fc=(H, W), embed=(cfg.vocab_size, H), input_norm=(H,), hidden_norm=(H,), wq=(QW, 2 * H),
-                    wk=(KVW, 2 * H), wv=(KVW, 2 * H), wo=(H, QW), post_norm=(H,), w_gate=(I, H), w_up=(I, H),
-                    w_down=(H, I), final_norm=(H,), lm_head=(V, H), qkv_norm=(2 * H,))
+                    wk=(KVW, 2 * H), wv=(KVW, 2 * H), wo=(H, QW), post_norm=(H,), w_gate=(INTER, H), w_up=(INTER, H),
+                    w_down=(H, INTER), final_norm=(H,), lm_head=(V, H), qkv_norm=(2 * H,))
         dev = self.fc.device
+        wdt = _FP8 if cfg.fp8 else cfg.dtype
         for name, shape in want.items():
             t = getattr(self, name)
             if tuple(t.shape) != shape:
                 raise ValueError(f"weights.{name} has shape {list(t.shape)}, expected {list(shape)}")
-            if t.dtype != cfg.dtype:
-                raise TypeError(f"weights.{name} has dtype {t.dtype}, the drafter config says {cfg.dtype}")
+            want_dt = wdt if name in self.SCALED else cfg.dtype
+            if t.dtype != want_dt:
+                raise TypeError(f"weights.{name} has dtype {t.dtype}, the drafter config says {want_dt}")
             if t.device != dev or not t.is_contiguous():
                 raise ValueError(f"weights.{name} must be contiguous on {dev}")
         if (tuple(self.embed_rstd.shape) != (cfg.vocab_size,) or self.embed_rstd.dtype != torch.float32
                 or self.embed_rstd.device != dev):
             raise ValueError(f"weights.embed_rstd must be float32 [{cfg.vocab_size}] on {dev}, got "
                              f"{self.embed_rstd.dtype} {list(self.embed_rstd.shape)} on {self.embed_rstd.device}")
+        n_sc = 2 * H + QW + 2 * KVW + 2 * INTER + H + V
+        if cfg.fp8 and (tuple(self.wsc.shape) != (n_sc,) or self.wsc.dtype != torch.float32 or self.wsc.device != dev):
+            raise ValueError(f"weights.wsc must hold the {n_sc} fp32 scales of the FP8 matrices on {dev}, got "
+                             f"{self.wsc.dtype} {list(self.wsc.shape)} on {self.wsc.device}")
+        if cfg.attention_bias and (tuple(self.wb.shape) != (QW + 2 * KVW + H,) or self.wb.dtype != cfg.dtype
+                                   or self.wb.device != dev):
+            raise ValueError(f"weights.wb must hold the {QW + 2 * KVW + H} q/k/v/o biases ({cfg.dtype}) on {dev}, "
+                             f"got {self.wb.dtype} {list(self.wb.shape)} on {self.wb.device}")
+        if self.has_bias != bool(cfg.attention_bias):
+            raise ValueError(f"the weights {'have' if self.has_bias else 'lack'} attention biases but the drafter "
+                             f"config says attention_bias={cfg.attention_bias}")
         if cfg.has_d2t and tuple(self.d2t.shape) != (V,):
             raise ValueError(f"weights.d2t has shape {list(self.d2t.shape)}, expected [{V}]")
         if self.cos.shape[0] < cfg.max_len + cfg.depth + 1 or self.cos.shape[1] != cfg.head_dim:
@@ -494,6 +605,9 @@ def _check_launch(cfg: DrafterConfig, X: DraftInputs, weights: Weights, bufs: Bu
     if tuple(ids.shape) != (B, S) or ids.dtype != torch.int64:
         raise ValueError(f"input_ids must be int64 [B, S] = [{B}, {S}], got {ids.dtype} {list(ids.shape)}")
     dev = weights.fc.device
+    if weights.fp8 != cfg.fp8 or weights.has_bias != bool(cfg.attention_bias):
+        raise ValueError(f"weights (FP8 {weights.fp8}, attention bias {weights.has_bias}) do not match the drafter "
+                         f"config (FP8 {cfg.fp8}, attention bias {cfg.attention_bias}): build both from one head")
     for name, t in (("features", f), ("input_ids", ids), ("k_cache", bufs.k_cache)):
         if t.device != dev:
             raise ValueError(f"{name} is on {t.device} but the weights are on {dev}")
@@ -572,7 +686,7 @@ def launch_drafter(cfg: DrafterConfig, X, weights: Weights, bufs: Buffers, fallb
     mcap = sc["hbuf"].shape[1]
     args = (
         w.fc, w.embed_rstd, w.qkv_norm, w.wq, w.wk, w.wv, w.wo, w.post_norm, w.w_gate, w.w_up,
-        w.w_down, w.final_norm, w.lm_head, w.d2t, w.cos, w.sin,
+        w.w_down, w.final_norm, w.lm_head, w.d2t, w.cos, w.sin, w.wsc, w.wb,
         X.features, X.input_ids, num_new,
         bufs.k_cache, bufs.v_cache, bufs.kv_len,
         sc["hbuf"], sc["hss"], sc["qbuf"], sc["part"], sc["flag"], sc["att_o"], sc["att_ml"], sc["attn"], sc["h1"],
@@ -624,7 +738,7 @@ def profile_phases(cfg: DrafterConfig, bufs: Buffers) -> list[dict]:
         start = arr.max()
     # stamps inside phases (slots 100+, program 0, last step): microseconds since the previous stamp
     sub = [(i, float(t[0, i])) for i in range(100, PROFILE_SLOTS - 1) if t[0, i] > 0]
-    for (i, v), (_, prev) in zip(sub[1:], sub[:-1]):
+    for (i, v), (_, prev) in zip(sub[1:], sub[:-1], strict=True):
         out.append(dict(phase=f"stamp{i}", us=(v - prev) / 1e3, mean_us=(v - prev) / 1e3))
     return out
 
@@ -692,6 +806,12 @@ class FusedDraftBackend:
             ok, why = triton_available(head.device)
             if not ok:
                 self.fallback_reason = why
+            else:  # a head shape the kernel cannot run is refused now, not at the first draft
+                try:
+                    DrafterConfig.from_head(head, tree_config, max_new_rows=1, **dict(tuning, nprog=nprog)
+                                            ).launch_params(head.device, 1, 1)
+                except ValueError as exc:
+                    self.fallback_reason = f"the fused drafter cannot run this head: {exc}"
         if self.fallback_reason:
             if not fallback:
                 raise RuntimeError(f"fused drafter unavailable: {self.fallback_reason}")

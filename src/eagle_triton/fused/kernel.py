@@ -196,7 +196,7 @@ def _mm_plain(acc, x_row, row_ok, w_row, w_ok, KDIM: tl.constexpr, BK: tl.conste
     for k0 in tl.range(0, KDIM, BK, num_stages=STAGES):
         km = k0 + offk < KDIM
         x = tl.load(x_row + k0 + offk, mask=row_ok & km, other=0.0, cache_modifier=".cg")
-        w = tl.load(w_row + k0 + offk, mask=w_ok & km, other=0.0)
+        w = tl.load(w_row + k0 + offk, mask=w_ok & km, other=0.0).to(x.dtype)  # FP8 weights: converted here
         acc = _dot(x, w, acc, IEEE)
     return acc
 
@@ -217,7 +217,7 @@ def _mm_qkv(acc, base, e_off, h_off, row_ok, r_e, r_h, g_ptr, w_row, w_ok, k_lo,
         g = tl.load(g_ptr + k0 + offk).to(tl.float32)
         rs = tl.where(is_e, r_e, r_h)
         xn = (g * _rnd(x * rs[:, None], DT)).to(DT)
-        w = tl.load(w_row + k0 + offk, mask=w_ok, other=0.0)
+        w = tl.load(w_row + k0 + offk, mask=w_ok, other=0.0).to(DT)
         acc = _dot(xn, w, acc, IEEE)
     return acc
 
@@ -231,8 +231,8 @@ def _chunk_gu(x_row, row_ok, rstd, g_ptr, wg_row, wu_row, w_ok, k0, ag, au, KDIM
     x = tl.load(x_row + offk, mask=row_ok & km, other=0.0, cache_modifier=".cg").to(tl.float32)
     g = tl.load(g_ptr + offk, mask=km, other=0.0).to(tl.float32)
     xn = (g * _rnd(x * rstd[:, None], DT)).to(DT)
-    ag = _dot(xn, tl.load(wg_row + offk, mask=w_ok & km, other=0.0), ag, IEEE)
-    au = _dot(xn, tl.load(wu_row + offk, mask=w_ok & km, other=0.0), au, IEEE)
+    ag = _dot(xn, tl.load(wg_row + offk, mask=w_ok & km, other=0.0).to(DT), ag, IEEE)
+    au = _dot(xn, tl.load(wu_row + offk, mask=w_ok & km, other=0.0).to(DT), au, IEEE)
     return ag, au
 
 
@@ -331,11 +331,26 @@ def _streamk_fixup(acc, t, s0, n_t, NC: tl.constexpr, split, part, flag, pid, NS
 
 
 @triton.jit
-def _linear_tiles(x_rows, row_ok, w, out_rows, res_rows, ss_rows, pid, KDIM: tl.constexpr, N: tl.constexpr,
+def _epi(acc, sc, bias, cols, cok, W8: tl.constexpr, HAS_B: tl.constexpr, DT: tl.constexpr):
+    """A product tile's output in the model dtype (``acc [BM, BN]`` fp32, output features ``cols [BN]``): ``rnd(acc)``;
+    with a bias ``rnd(acc + bias)``; with FP8 weights ``rnd(rnd(acc) * scale (+ bias))``, the per-output-channel scale
+    applied here, in the epilogue (the product of eagle_triton.heads.fp8.fp8_linear)."""
+    if W8:
+        y = _rnd(acc, DT) * tl.load(sc + cols, mask=cok, other=1.0)[None, :]
+    else:
+        y = acc
+    if HAS_B:
+        y = y + tl.load(bias + cols, mask=cok, other=0.0).to(tl.float32)[None, :]
+    return _rnd(y, DT)
+
+
+@triton.jit
+def _linear_tiles(x_rows, row_ok, w, out_rows, res_rows, ss_rows, pid, sc, bias, KDIM: tl.constexpr, N: tl.constexpr,
                   HAS_RES: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, IEEE: tl.constexpr,
-                  STAGES: tl.constexpr, NPROG: tl.constexpr):
+                  STAGES: tl.constexpr, NPROG: tl.constexpr, W8: tl.constexpr, HAS_B: tl.constexpr):
     """This program's ``BN``-wide output tiles of one row tile: ``out = x @ w.T``, or with ``HAS_RES`` the
-    reference's residual add ``rnd(res + rnd(x @ w.T))`` (row pointers ``[BM, 1]``, ``w`` is ``[N, KDIM]``).
+    reference's residual add ``rnd(res + rnd(x @ w.T))`` (row pointers ``[BM, 1]``, ``w`` is ``[N, KDIM]``; the
+    product's rounding with FP8 scales ``sc`` and ``bias``: :func:`_epi`).
     Each tile ``t`` also stores its rows' sums of squares of the stored values at ``ss_rows + t``: the consumer's
     RMSNorm statistics (:func:`_rstd_parts`). Whole tiles, not stream-K: for o and down (64 tiles on 132 SMs)
     stream-K measured no faster (down 46 us either way, o 16 -> 18.5 us per step; bench/FUSED_NOTES.md)."""
@@ -351,9 +366,9 @@ def _linear_tiles(x_rows, row_ok, w, out_rows, res_rows, ss_rows, pid, KDIM: tl.
                         STAGES)
         if HAS_RES:
             res = tl.load(res_rows + cols[None, :], mask=m, other=0.0, cache_modifier=".cg").to(tl.float32)
-            y = _rnd(res + _rnd(acc, DT), DT)
+            y = _rnd(res + _epi(acc, sc, bias, cols, cok, W8, HAS_B, DT), DT)
         else:
-            y = _rnd(acc, DT)
+            y = _epi(acc, sc, bias, cols, cok, W8, HAS_B, DT)
         tl.store(out_rows + cols[None, :], y.to(DT), mask=m)
         tl.store(ss_rows + t, tl.sum(tl.where(m, y * y, 0.0), axis=1, keep_dims=True), mask=row_ok)
 
@@ -365,9 +380,9 @@ def _linear_tiles(x_rows, row_ok, w, out_rows, res_rows, ss_rows, pid, KDIM: tl.
 
 
 @triton.jit(noinline=True)
-def _fc_phase(X, fc_w, hbuf, hss, B, S, pid, H: tl.constexpr, W: tl.constexpr, NTH: tl.constexpr,
+def _fc_phase(X, fc_w, hbuf, hss, wsc, B, S, pid, H: tl.constexpr, W: tl.constexpr, NTH: tl.constexpr,
               BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, IEEE: tl.constexpr, STAGES: tl.constexpr,
-              NPROG: tl.constexpr):
+              NPROG: tl.constexpr, W8: tl.constexpr):
     """Root step: ``h = fc(features)`` for all ``B*S`` new rows into hbuf[0] (row statistics into hss[0])."""
     offm = tl.arange(0, BM)
     MR0 = B * S
@@ -375,7 +390,7 @@ def _fc_phase(X, fc_w, hbuf, hss, B, S, pid, H: tl.constexpr, W: tl.constexpr, N
         r = (mc * BM + offm).to(tl.int64)
         rok = r < MR0
         _linear_tiles(X + r[:, None] * W, rok[:, None], fc_w, hbuf + r[:, None] * H, hbuf, hss + r[:, None] * NTH,
-                      pid, W, H, False, BN, BK, IEEE, STAGES, NPROG)
+                      pid, wsc, wsc, W, H, False, BN, BK, IEEE, STAGES, NPROG, W8, False)
 
 
 @triton.jit
@@ -402,10 +417,10 @@ def _qkv_tile_rows(t, H: tl.constexpr, NH: tl.constexpr, NKV: tl.constexpr, HD: 
 
 @triton.jit(noinline=True)
 def _qkv_phase(s, emb_off, emb_rstd, g_qkv, wq, wk, wv, cos_t, sin_t, ids, nnew, kvlen, kc, vc, hbuf, hss, qbuf,
-               part, flag, tok_in, src, status, B, S, LMAX, MCAP, eps, pid, H: tl.constexpr, NH: tl.constexpr,
+               part, flag, tok_in, src, status, wsc, wb, B, S, LMAX, MCAP, eps, pid, H: tl.constexpr, NH: tl.constexpr,
                NKV: tl.constexpr, HD: tl.constexpr, K: tl.constexpr, NTH: tl.constexpr, NTHP: tl.constexpr,
                NSEG: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, IEEE: tl.constexpr,
-               STAGES: tl.constexpr, NPROG: tl.constexpr):
+               STAGES: tl.constexpr, NPROG: tl.constexpr, W8: tl.constexpr, HAS_B: tl.constexpr):
     """q/k/v of the step's rows from RMSNorm(embedding) ++ RMSNorm(hidden), RoPE inline; K/V into the draft KV.
     Stream-K over (output tile, BK chunk of the 2H reduction) with one row tile (every tree step, and root steps
     of at most BM rows)."""
@@ -461,7 +476,9 @@ def _qkv_phase(s, emb_off, emb_rstd, g_qkv, wq, wk, wv, cos_t, sin_t, ids, nnew,
                           s1 * BK, H, BK, DT, IEEE, STAGES)
             acc, own = _streamk_fixup(acc, t, s0, n_t, NC, split, part, flag, pid, NSEG, NPROG)
             if own:
-                y = _rnd(acc, DT)
+                # scales of q, k, v follow fc's H in wsc; biases of q, k, v (then o) start wb
+                moff = tl.where(which == 0, 0, tl.where(which == 1, QW, QW + KVW))
+                y = _epi(acc, wsc + H + moff, wb + moff, f, fok, W8, HAS_B, DT)
                 # RoPE (half rotation) on the paired halves, with the tables rounded to the model dtype
                 y3 = tl.permute(tl.reshape(y, (BM, 2, BH)), (0, 2, 1))
                 x1, x2 = tl.split(y3)
@@ -584,9 +601,10 @@ def _comb_phase(s, att_o, att_ml, attn, B, pid, NH: tl.constexpr, HD: tl.constex
 
 
 @triton.jit(noinline=True)
-def _o_phase(s, attn, wo, hbuf, src, nnew, h1, h1ss, B, S, MCAP, pid, H: tl.constexpr, QW: tl.constexpr,
-             K: tl.constexpr, NTH: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr,
-             IEEE: tl.constexpr, STAGES: tl.constexpr, NPROG: tl.constexpr):
+def _o_phase(s, attn, wo, hbuf, src, nnew, h1, h1ss, wsc, wb, B, S, MCAP, pid, H: tl.constexpr, QW: tl.constexpr,
+             KVW: tl.constexpr, K: tl.constexpr, NTH: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr,
+             BK: tl.constexpr, IEEE: tl.constexpr, STAGES: tl.constexpr, NPROG: tl.constexpr, W8: tl.constexpr,
+             HAS_B: tl.constexpr):
     """``h1 = hidden + o_proj(attn)`` for the rows that continue (the root's last row, or the frontier)."""
     is_root = s == 0
     in_off = (s % 2) * MCAP * H
@@ -598,14 +616,14 @@ def _o_phase(s, attn, wo, hbuf, src, nnew, h1, h1ss, B, S, MCAP, pid, H: tl.cons
         nb = tl.load(nnew + r, mask=rok & is_root, other=1)
         hrow = tl.where(is_root, r * S + nb - 1, tl.load(src + r, mask=rok & (s > 0), other=0, cache_modifier=".cg"))
         _linear_tiles(attn + r.to(tl.int64)[:, None] * QW, rok[:, None], wo, h1 + r.to(tl.int64)[:, None] * H,
-                      hbuf + in_off + hrow.to(tl.int64)[:, None] * H, h1ss + r.to(tl.int64)[:, None] * NTH, pid, QW,
-                      H, True, BN, BK, IEEE, STAGES, NPROG)
+                      hbuf + in_off + hrow.to(tl.int64)[:, None] * H, h1ss + r.to(tl.int64)[:, None] * NTH, pid,
+                      wsc + H + QW + 2 * KVW, wb + QW + 2 * KVW, QW, H, True, BN, BK, IEEE, STAGES, NPROG, W8, HAS_B)
 
 
 @triton.jit(noinline=True)
-def _gu_phase(s, h1, h1ss, g_post, wg, wu, act, B, eps, pid, H: tl.constexpr, INTER: tl.constexpr, K: tl.constexpr,
-              NTH: tl.constexpr, NTHP: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr,
-              IEEE: tl.constexpr, STAGES: tl.constexpr, NPROG: tl.constexpr):
+def _gu_phase(s, h1, h1ss, g_post, wg, wu, act, sc_g, B, eps, pid, H: tl.constexpr, INTER: tl.constexpr,
+              K: tl.constexpr, NTH: tl.constexpr, NTHP: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr,
+              BK: tl.constexpr, IEEE: tl.constexpr, STAGES: tl.constexpr, NPROG: tl.constexpr, W8: tl.constexpr):
     """``act = silu(gate(x)) * up(x)``, x = post-attention RMSNorm(h1) computed inline."""
     DT: tl.constexpr = h1.dtype.element_ty
     MQ = tl.where(s == 0, B, B * K)
@@ -627,15 +645,15 @@ def _gu_phase(s, h1, h1ss, g_post, wg, wu, act, B, eps, pid, H: tl.constexpr, IN
             for k0 in tl.range(0, H, BK, num_stages=STAGES):
                 ag, au = _chunk_gu(x_row, rok[:, None], rs, g_post, wg_row, wu_row, cok[:, None], k0, ag, au, H, BK,
                                    DT, IEEE)
-            gr = _rnd(ag, DT)
-            a = _rnd(_rnd(gr / (1.0 + tl.exp(-gr)), DT) * _rnd(au, DT), DT)
+            gr = _epi(ag, sc_g, sc_g, cols, cok, W8, False, DT)  # (gate's scales, then up's: sc_g + INTER)
+            a = _rnd(_rnd(gr / (1.0 + tl.exp(-gr)), DT) * _epi(au, sc_g + INTER, sc_g, cols, cok, W8, False, DT), DT)
             tl.store(act + r.to(tl.int64)[:, None] * INTER + cols[None, :], a.to(DT), mask=rok[:, None] & cok[None, :])
 
 
 @triton.jit(noinline=True)
-def _down_phase(s, act, wd, h1, hbuf, hss, B, MCAP, pid, H: tl.constexpr, INTER: tl.constexpr, K: tl.constexpr,
-                NTH: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, IEEE: tl.constexpr,
-                STAGES: tl.constexpr, NPROG: tl.constexpr):
+def _down_phase(s, act, wd, h1, hbuf, hss, sc_d, B, MCAP, pid, H: tl.constexpr, INTER: tl.constexpr,
+                K: tl.constexpr, NTH: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr,
+                IEEE: tl.constexpr, STAGES: tl.constexpr, NPROG: tl.constexpr, W8: tl.constexpr):
     """The step output ``h1 + down(act)`` into hbuf[(s + 1) % 2] (row statistics into hss[(s + 1) % 2])."""
     MQ = tl.where(s == 0, B, B * K)
     out_off = ((s + 1) % 2) * MCAP
@@ -644,8 +662,8 @@ def _down_phase(s, act, wd, h1, hbuf, hss, B, MCAP, pid, H: tl.constexpr, INTER:
         r = (mc * BM + offm).to(tl.int64)
         rok = r < MQ
         _linear_tiles(act + r[:, None] * INTER, rok[:, None], wd, hbuf + (out_off + r[:, None]) * H,
-                      h1 + r[:, None] * H, hss + (out_off + r[:, None]) * NTH, pid, INTER, H, True, BN, BK, IEEE,
-                      STAGES, NPROG)
+                      h1 + r[:, None] * H, hss + (out_off + r[:, None]) * NTH, pid, sc_d, sc_d, INTER, H, True, BN, BK,
+                      IEEE, STAGES, NPROG, W8, False)
 
 
 @triton.jit
@@ -716,10 +734,10 @@ def _lm_select(scr, sidx, n_my, n_ext, kmin, DT: tl.constexpr, BNV: tl.constexpr
 
 
 @triton.jit(noinline=True)
-def _lm_phase(s, hbuf, hss, g_norm, wlm, lm_key, lm_ms, lm_scr, B, MCAP, eps, pid, H: tl.constexpr,
+def _lm_phase(s, hbuf, hss, g_norm, wlm, lm_key, lm_ms, lm_scr, sc_lm, B, MCAP, eps, pid, H: tl.constexpr,
               VD: tl.constexpr, K: tl.constexpr, KP: tl.constexpr, NPP: tl.constexpr, NTH: tl.constexpr,
               NTHP: tl.constexpr, BM: tl.constexpr, BNV: tl.constexpr, BK: tl.constexpr, IEEE: tl.constexpr,
-              STAGES: tl.constexpr, NPROG: tl.constexpr, LMW: tl.constexpr):
+              STAGES: tl.constexpr, NPROG: tl.constexpr, LMW: tl.constexpr, W8: tl.constexpr):
     """LM head over ``BNV``-wide vocabulary tiles (final RMSNorm inline): each program computes, per row, the top-``K``
     packed keys and the logsumexp of its tiles (``pid``, ``pid + NPROG``, ...), stored to its own slot of lm_key /
     lm_ms.
@@ -778,10 +796,10 @@ def _lm_phase(s, hbuf, hss, g_norm, wlm, lm_key, lm_ms, lm_scr, B, MCAP, eps, pi
             x = tl.load(x_row + k0 + offk, mask=rok[:, None] & km, other=0.0, cache_modifier=".cg").to(tl.float32)
             g = tl.load(g_norm + k0 + offk, mask=km, other=0.0).to(tl.float32)
             xn = (g * _rnd(x * rs[:, None], DT)).to(DT)
-            w = tl.load(wlm + cols.to(tl.int64)[:, None] * H + k0 + offk, mask=cok[:, None] & km, other=0.0)
+            w = tl.load(wlm + cols.to(tl.int64)[:, None] * H + k0 + offk, mask=cok[:, None] & km, other=0.0).to(DT)
             acc = _dot(xn, w, acc, IEEE)
             if kk == NKL - 1:
-                lg = _rnd(acc, DT)
+                lg = _epi(acc, sc_lm, sc_lm, cols, cok, W8, False, DT)
                 if LMW:
                     # local index tt * BNV + column: ordered as the vocabulary rows within this program
                     key = tl.where(cok[None, :] & rok[:, None],
@@ -987,6 +1005,9 @@ def fused_drafter_kernel(
     # weights (emb_rstd: fp32 [vocab] RMSNorm statistics of the embedding rows, precomputed once; g_qkv: the input
     # and hidden RMSNorm weights concatenated; the embedding itself is addressed as hbuf + emb_off)
     fc_w, emb_rstd, g_qkv, wq, wk, wv, wo, g_post, wg, wu, wd, g_norm, wlm, d2t, cos_t, sin_t,
+    # with W8: fp32 per-output-channel scales of every FP8 matrix, concatenated (fc, q, k, v, o, gate, up, down,
+    # lm_head); with HAS_BIAS: the q, k, v and o_proj biases concatenated (model dtype; zeros where a head has none)
+    wsc, wb,
     # inputs: features [B, S, W], ids [B, S] (row j's token; the last valid one is the root), nnew [B]
     X, ids, nnew,
     # persistent state: draft KV [B, LMAX, NKV, HD] and rows held [B]
@@ -1014,31 +1035,36 @@ def fused_drafter_kernel(
     BKL: tl.constexpr, BKG: tl.constexpr, BK: tl.constexpr, BKQ: tl.constexpr, BKV: tl.constexpr, BQ: tl.constexpr,
     NTH: tl.constexpr, NTHP: tl.constexpr,
     NSEG: tl.constexpr, BMR: tl.constexpr, BKR: tl.constexpr, BKQR: tl.constexpr,
-    IEEE: tl.constexpr, STAGES: tl.constexpr, LMW: tl.constexpr, PROFILE: tl.constexpr = False,
+    IEEE: tl.constexpr, STAGES: tl.constexpr, LMW: tl.constexpr, W8: tl.constexpr = False,
+    HAS_BIAS: tl.constexpr = False, PROFILE: tl.constexpr = False,
 ):
     pid = tl.program_id(0)
     DT: tl.constexpr = hbuf.dtype.element_ty
     QW: tl.constexpr = NH * HD
+    KVW: tl.constexpr = NKV * HD
+    SC_G: tl.constexpr = 2 * H + QW + 2 * KVW  # offsets in wsc: gate's scales (up's follow), down's, lm_head's
+    SC_D: tl.constexpr = SC_G + 2 * INTER
+    SC_LM: tl.constexpr = SC_D + H
     bt = 0  # barrier target
     if PROFILE:
         tl.store(prof + pid * PROF_SLOTS, _now())
     # a prompt longer than one tree-row tile runs the root's fc and q/k/v on BMR-row tiles: the weights are
     # streamed once per BMR prompt rows instead of once per BM
     if B * S > BM:
-        _fc_phase(X, fc_w, hbuf, hss, B, S, pid, H, W, NTH, BMR, BN, BKR, IEEE, STAGES, NPROG)
+        _fc_phase(X, fc_w, hbuf, hss, wsc, B, S, pid, H, W, NTH, BMR, BN, BKR, IEEE, STAGES, NPROG, W8)
     else:
-        _fc_phase(X, fc_w, hbuf, hss, B, S, pid, H, W, NTH, BM, BN, BKL, IEEE, STAGES, NPROG)
+        _fc_phase(X, fc_w, hbuf, hss, wsc, B, S, pid, H, W, NTH, BM, BN, BKL, IEEE, STAGES, NPROG, W8)
     bt += NPROG
     _grid_sync(bar, bt, NPROG, prof, PROFILE)
     for s in range(0, D + 1):
         if (s == 0) & (B * S > BM):
             _qkv_phase(s, emb_off, emb_rstd, g_qkv, wq, wk, wv, cos_t, sin_t, ids, nnew, kvlen, kc, vc, hbuf, hss,
-                       qbuf, part, flag, tok_in, src, status, B, S, LMAX, MCAP, eps, pid, H, NH, NKV, HD, K,
-                       NTH, NTHP, NSEG, BMR, BNQR, BKQR, IEEE, STAGES, NPROG)
+                       qbuf, part, flag, tok_in, src, status, wsc, wb, B, S, LMAX, MCAP, eps, pid, H, NH, NKV, HD,
+                       K, NTH, NTHP, NSEG, BMR, BNQR, BKQR, IEEE, STAGES, NPROG, W8, HAS_BIAS)
         else:
             _qkv_phase(s, emb_off, emb_rstd, g_qkv, wq, wk, wv, cos_t, sin_t, ids, nnew, kvlen, kc, vc, hbuf, hss,
-                       qbuf, part, flag, tok_in, src, status, B, S, LMAX, MCAP, eps, pid, H, NH, NKV, HD, K,
-                       NTH, NTHP, NSEG, BM, BNQ, BKQ, IEEE, STAGES, NPROG)
+                       qbuf, part, flag, tok_in, src, status, wsc, wb, B, S, LMAX, MCAP, eps, pid, H, NH, NKV, HD,
+                       K, NTH, NTHP, NSEG, BM, BNQ, BKQ, IEEE, STAGES, NPROG, W8, HAS_BIAS)
         bt += NPROG
         _grid_sync(bar, bt, NPROG, prof, PROFILE)
         _att_phase(s, qbuf, kc, vc, anc, nnew, kvlen, att_o, att_ml, B, S, LMAX, sm_scale, pid, prof, NH, NKV, HD, K,
@@ -1048,19 +1074,20 @@ def fused_drafter_kernel(
         _comb_phase(s, att_o, att_ml, attn, B, pid, NH, HD, K, NSPLIT, NPROG)
         bt += NPROG
         _grid_sync(bar, bt, NPROG, prof, PROFILE)
-        _o_phase(s, attn, wo, hbuf, src, nnew, h1, h1ss, B, S, MCAP, pid, H, QW, K, NTH, BM, BN, BKL, IEEE, STAGES,
-                 NPROG)
+        _o_phase(s, attn, wo, hbuf, src, nnew, h1, h1ss, wsc, wb, B, S, MCAP, pid, H, QW, KVW, K, NTH, BM, BN, BKL,
+                 IEEE, STAGES, NPROG, W8, HAS_BIAS)
         bt += NPROG
         _grid_sync(bar, bt, NPROG, prof, PROFILE)
-        _gu_phase(s, h1, h1ss, g_post, wg, wu, act, B, eps, pid, H, INTER, K, NTH, NTHP, BM, BNG, BKG, IEEE, STAGES,
-                  NPROG)
+        _gu_phase(s, h1, h1ss, g_post, wg, wu, act, wsc + SC_G, B, eps, pid, H, INTER, K, NTH, NTHP, BM, BNG, BKG,
+                  IEEE, STAGES, NPROG, W8)
         bt += NPROG
         _grid_sync(bar, bt, NPROG, prof, PROFILE)
-        _down_phase(s, act, wd, h1, hbuf, hss, B, MCAP, pid, H, INTER, K, NTH, BM, BN, BKL, IEEE, STAGES, NPROG)
+        _down_phase(s, act, wd, h1, hbuf, hss, wsc + SC_D, B, MCAP, pid, H, INTER, K, NTH, BM, BN, BKL, IEEE,
+                    STAGES, NPROG, W8)
         bt += NPROG
         _grid_sync(bar, bt, NPROG, prof, PROFILE)
-        _lm_phase(s, hbuf, hss, g_norm, wlm, lm_key, lm_ms, lm_scr, B, MCAP, eps, pid, H, VD, K, KP, NPP, NTH, NTHP,
-                  BM, BNV, BK, IEEE, STAGES, NPROG, LMW)
+        _lm_phase(s, hbuf, hss, g_norm, wlm, lm_key, lm_ms, lm_scr, wsc + SC_LM, B, MCAP, eps, pid, H, VD, K, KP,
+                  NPP, NTH, NTHP, BM, BNV, BK, IEEE, STAGES, NPROG, LMW, W8)
         bt += NPROG
         _grid_sync(bar, bt, NPROG, prof, PROFILE)
         _rm_phase(s, lm_key, lm_ms, ch_lp, ch_id, B, pid, prof, DT, K, KP, NPP, NPROG, PROFILE)

@@ -19,6 +19,7 @@ from ..config import TreeConfig
 from ..drafter.reference import check_draft_inputs
 from ..drafter.tree import DraftTree, rank_topk, select_tree_nodes
 from ..heads.base import DraftHead
+from ..heads.fp8 import fp8_linear
 from .host import DrafterConfig, Weights
 
 __all__ = ["multikernel_draft", "GraphDraftBackend", "MultiKernelDrafter"]
@@ -35,15 +36,24 @@ def _rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor
     return x * cos + rot * sin
 
 
+def _lin(w: Weights, name: str, x: torch.Tensor) -> torch.Tensor:
+    """``x @ W.T`` for weight matrix ``name`` of ``w``: with FP8 weights (and/or an attention bias) the product of
+    :func:`~eagle_triton.heads.fp8.fp8_linear`, as the head's modules compute it."""
+    t, scale, bias = getattr(w, name), w.scale(name), (w.bias(name) if name in w.BIASED else None)
+    if scale is not None:
+        return fp8_linear(x, t, scale, bias)
+    return x @ t.t() if bias is None else F.linear(x, t, bias)  # (nn.Linear's op where there is a bias)
+
+
 def _layer(cfg: DrafterConfig, w: Weights, h, emb, pos, k_cache, v_cache, slots, key_mask):
     """One midlayer forward for rows ``[B, M]``: writes their K/V at ``slots [B, M]`` and attends with
     ``key_mask [B, M, Lmax]`` (True = visible). Returns the output hidden ``[B, M, H]``."""
     B, M, _ = h.shape
     nh, nkv, hd = cfg.num_heads, cfg.num_kv_heads, cfg.head_dim
     x = torch.cat((_rms(emb, w.input_norm, cfg.rms_eps), _rms(h, w.hidden_norm, cfg.rms_eps)), dim=-1)
-    q = (x @ w.wq.t()).view(B, M, nh, hd)
-    k = (x @ w.wk.t()).view(B, M, nkv, hd)
-    v = (x @ w.wv.t()).view(B, M, nkv, hd)
+    q = _lin(w, "wq", x).view(B, M, nh, hd)
+    k = _lin(w, "wk", x).view(B, M, nkv, hd)
+    v = _lin(w, "wv", x).view(B, M, nkv, hd)
     dt = h.dtype
     cos = w.cos[pos].to(dt).unsqueeze(2)
     sin = w.sin[pos].to(dt).unsqueeze(2)
@@ -58,13 +68,13 @@ def _layer(cfg: DrafterConfig, w: Weights, h, emb, pos, k_cache, v_cache, slots,
     s = s.float().masked_fill(~key_mask.unsqueeze(1), torch.finfo(torch.float32).min)
     p = F.softmax(s, dim=-1, dtype=torch.float32).to(dt)
     o = torch.matmul(p, vv).permute(0, 2, 1, 3).reshape(B, M, nh * hd)
-    h1 = h + o @ w.wo.t()
+    h1 = h + _lin(w, "wo", o)
     x2 = _rms(h1, w.post_norm, cfg.rms_eps)
-    return h1 + (F.silu(x2 @ w.w_gate.t()) * (x2 @ w.w_up.t())) @ w.w_down.t()
+    return h1 + _lin(w, "w_down", F.silu(_lin(w, "w_gate", x2)) * _lin(w, "w_up", x2))
 
 
 def _logp(cfg: DrafterConfig, w: Weights, h):
-    return F.log_softmax(_rms(h, w.final_norm, cfg.rms_eps) @ w.lm_head.t(), dim=-1)
+    return F.log_softmax(_lin(w, "lm_head", _rms(h, w.final_norm, cfg.rms_eps)), dim=-1)
 
 
 def _to_target(cfg: DrafterConfig, w: Weights, ids):
@@ -90,7 +100,7 @@ def multikernel_draft(cfg: DrafterConfig, w: Weights, features, input_ids, num_n
     ar_s = torch.arange(S, device=dev)
     keys = torch.arange(Lmax1, device=dev)
     # root step: K/V of every new row, the rest for the last row only
-    h = features @ w.fc.t()
+    h = _lin(w, "fc", features)
     emb = w.embed[input_ids].to(h.dtype)
     valid = ar_s[None, :] < num_new[:, None]
     pos = L0[:, None] + ar_s[None, :]

@@ -11,12 +11,14 @@ _I64 = {"d2t", "ids", "tok_in", "cand_tok", "o_tokens", "o_retrieve", "o_pos", "
 _I32 = {"nnew", "kvlen", "ch_id", "src", "fr", "anc", "par_list", "node_of", "selg", "pnode", "posb", "bar",
         "status", "flag"}
 _F32 = {"cos_t", "sin_t", "att_o", "att_ml", "lm_ms", "ch_lp", "sc", "cand_sc", "o_mask", "emb_rstd", "hss", "h1ss",
-        "part"}
+        "part", "wsc"}
+_MATRICES = {"fc_w", "wq", "wk", "wv", "wo", "wg", "wu", "wd", "wlm"}  # fp8e4nv when the constexpr W8 is set
 _SCALARS = {"B": "i32", "S": "i32", "LMAX": "i32", "MCAP": "i32", "emb_off": "i64", "eps": "fp32", "sm_scale": "fp32"}
 
 
 def kernel_signature(dtype: str, constexprs: dict) -> dict:
-    """Triton signature of :func:`fused_drafter_kernel` for model dtype ``dtype`` ("bf16", "fp16", "fp32")."""
+    """Triton signature of :func:`fused_drafter_kernel` for model dtype ``dtype`` ("bf16", "fp16", "fp32"); the
+    weight matrices are ``fp8e4nv`` when ``constexprs["W8"]``."""
     sig = {}
     for name in fused_drafter_kernel.arg_names:
         if name in constexprs:
@@ -25,6 +27,8 @@ def kernel_signature(dtype: str, constexprs: dict) -> dict:
             sig[name] = _SCALARS[name]
         elif name == "lm_scr":  # keys of the lm_head tiles: int32 for 16-bit model dtypes when ranked by warps
             sig[name] = "*i32" if constexprs["LMW"] and dtype != "fp32" else "*i64"
+        elif name in _MATRICES and constexprs.get("W8"):
+            sig[name] = "*fp8e4nv"
         elif name in _I64:
             sig[name] = "*i64"
         elif name in _I32:
@@ -36,17 +40,25 @@ def kernel_signature(dtype: str, constexprs: dict) -> dict:
     return sig
 
 
-def _llama8b(dtype: str, nprog: int, batch: int) -> tuple:
-    K, D, T = 10, 7, 59
-    const = dict(H=4096, W=12288, NH=32, NKV=8, HD=128, INTER=14336, VD=32000, HAS_D2T=True, K=K, KP=16, D=D, T=T,
-                 TP=64, NCP=1024, CP=16, NPROG=nprog, NPP=256 if nprog > 128 else 128, NSPLIT=16,
-                 BM=16 if batch == 1 else 64, BN=64, BNQ=128 if batch == 1 else 64, BNQR=64, BNG=64, BNV=128,
-                 BKL=256, BKG=128, BK=128, BKV=64, BQ=64,
-                 NTH=64, NTHP=64, BKQ=128, NSEG=4, BMR=128, BKR=64,
-                 BKQR=64, IEEE=dtype == "fp32", STAGES=4, LMW=batch == 1, PROFILE=False)
+def _gpu_spec(dtype: str, nprog: int, batch: int, fp8: bool = False, bias: bool = False, hidden=4096, heads=32,
+              kv_heads=8, inter=14336, vocab=128256, draft_vocab=32000) -> tuple:
+    """The launch of :func:`launch_drafter` on an H100 (``nprog`` programs) for a Llama-class head, 60/7/10 tree,
+    ``batch`` sequences of 4 new rows: the constexprs are :meth:`DrafterConfig.launch_params`' own. The 8B shape by
+    default."""
+    import torch
+
+    from .host import DrafterConfig
+
+    tdt = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}[dtype]
+    cfg = DrafterConfig(hidden_size=hidden, num_heads=heads, num_kv_heads=kv_heads, head_dim=hidden // heads,
+                        intermediate_size=inter, draft_vocab=draft_vocab, feature_width=3 * hidden, vocab_size=vocab,
+                        rms_eps=1e-5, has_d2t=True, max_batch=batch, dtype=tdt, nprog=nprog,
+                        weight_dtype=torch.float8_e4m3fn if fp8 else None, attention_bias=bias)
+    const = cfg.launch_params(torch.device("cuda"), batch, 4)
+    opts = dict(num_warps=const.pop("num_warps"), num_stages=4, div16=["emb_off"])
+    const["PROFILE"] = False
     # emb_off is a multiple of 16 at run time (both tensors come from the 512-byte aligned CUDA allocator)
-    return (fused_drafter_kernel, kernel_signature(dtype, const), const,
-            dict(num_warps=8, num_stages=4, div16=["emb_off"]))
+    return fused_drafter_kernel, kernel_signature(dtype, const), const, opts
 
 
 def _tiny(dtype: str) -> tuple:
@@ -54,9 +66,13 @@ def _tiny(dtype: str) -> tuple:
                  NCP=64, CP=8, NPROG=1, NPP=1, NSPLIT=2, BM=16, BN=16, BNQ=16, BNQR=16, BNG=16, BNV=16, BKL=32,
                  BKG=32, BK=32, BKV=16,
                  BQ=16, NTH=4, NTHP=4, BKQ=32, NSEG=1, BMR=32, BKR=32, BKQR=32, IEEE=dtype == "fp32", STAGES=1,
-                 LMW=True, PROFILE=False)
+                 LMW=True, W8=False, HAS_BIAS=False, PROFILE=False)
     return (fused_drafter_kernel, kernel_signature(dtype, const), const)
 
 
-#: Built by the compile-only gate: the Llama-3.1-8B EAGLE-3 shape on an H100 (132 SMs) and a tiny fp32 shape.
-AOT_SPECS = [_llama8b("bf16", 132, 1), _tiny("fp32")]
+#: Built by the compile-only gate (H100, 132 SMs): the Llama-3.1-8B EAGLE-3 shape in bf16 and with FP8 weights, a
+#: Llama-3.2-1B-class head (head_dim 64, FP8, attention biases, batch 16), the Llama-3.3-70B shape (GQA 8: 128-row
+#: attention query blocks), and a tiny fp32 shape.
+AOT_SPECS = [_gpu_spec("bf16", 132, 1), _gpu_spec("bf16", 132, 1, fp8=True),
+             _gpu_spec("bf16", 132, 16, fp8=True, bias=True, hidden=2048, inter=8192),
+             _gpu_spec("bf16", 132, 1, hidden=8192, heads=64, inter=28672), _tiny("fp32")]

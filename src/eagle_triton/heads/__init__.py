@@ -5,6 +5,7 @@ from .checkpoint import CheckpointError
 from .config import DraftHeadConfig
 from .eagle1 import Eagle1DraftHead
 from .eagle3 import Eagle3DraftHead
+from .fp8 import Fp8Linear, fp8_linear, quantize_fp8_weight
 
 __all__ = [
     "CheckpointError",
@@ -12,6 +13,9 @@ __all__ = [
     "DraftHeadConfig",
     "Eagle1DraftHead",
     "Eagle3DraftHead",
+    "Fp8Linear",
     "detect_head_kind",
+    "fp8_linear",
     "load_draft_head",
+    "quantize_fp8_weight",
 ]

@@ -71,7 +71,8 @@ class DraftHead(nn.Module):
 
     @property
     def dtype(self) -> torch.dtype:
-        return self.fc.weight.dtype
+        """The compute (activation) dtype; FP8 weights (:class:`~eagle_triton.heads.fp8.Fp8Linear`) keep theirs."""
+        return self.embed_tokens.weight.dtype
 
     # -- checkpoints -----------------------------------------------------------------------------------------
     def _optional_keys(self, loaded_keys) -> set[str]:
@@ -102,9 +103,14 @@ class DraftHead(nn.Module):
         embed_tokens: torch.Tensor | nn.Embedding | None = None,
         dtype: torch.dtype | None = None,
         device: str | torch.device | None = None,
+        weight_dtype: str | None = None,
         **kwargs,
     ) -> DraftHead:
         """Load a head saved in the published EAGLE format, strictly.
+
+        ``weight_dtype="fp8"`` stores the linear layers of an EAGLE-3 head in FP8 (``Eagle3DraftHead.quantize_fp8``,
+        quantised from the checkpoint's values before any ``dtype`` cast). A checkpoint written from an FP8 head
+        (``*.weight_scale`` keys) loads as an FP8 head whatever ``weight_dtype`` says.
 
         A missing, unexpected or mis-shaped key raises :class:`CheckpointError` naming the key and both shapes
         (SafeAILab loads with ``strict=False`` and ignores such keys). ``embed_tokens`` (the target's input
@@ -130,7 +136,15 @@ class DraftHead(nn.Module):
                 f"{root} holds an {kind.upper().replace('EAGLE', 'EAGLE-')} head but {cls.__name__} was asked "
                 f"for; use {target_cls.__name__} or load_draft_head()"
             )
+        if weight_dtype not in (None, "model", "fp8"):
+            raise ValueError(f"weight_dtype must be None / 'model' (the model dtype) or 'fp8', got {weight_dtype!r}")
+        fp8 = weight_dtype == "fp8"
         head = target_cls(config, **kwargs)
+        stored_fp8 = any(k.endswith(".weight_scale") for k in sd)
+        if (fp8 or stored_fp8) and not hasattr(head, "quantize_fp8"):
+            raise CheckpointError(f"{root}: FP8 weights are supported for EAGLE-3 heads only, this is {kind}")
+        if stored_fp8:
+            head.quantize_fp8(structure_only=True)
         expected = head.state_dict()
         check_state_dict(sd, expected, head._optional_keys(sd.keys()), str(root))
         head.load_state_dict(sd, strict=False)
@@ -144,6 +158,8 @@ class DraftHead(nn.Module):
             t2d = torch.zeros_like(head.t2d)
             t2d[torch.arange(head.d2t.numel()) + head.d2t] = True
             head.t2d.copy_(t2d)
+        if fp8:
+            head.quantize_fp8()
         if dtype is not None or device is not None:
             head.to(device=device, dtype=dtype)
         return head.eval()
@@ -171,6 +187,8 @@ class DraftHead(nn.Module):
         return ["config.json"] + write_state_dict(sd, root, max_shard_bytes)
 
 
-def load_draft_head(path, embed_tokens=None, dtype=None, device=None, **kwargs) -> DraftHead:
-    """Load an EAGLE-3 or EAGLE-1 head, detecting which from the checkpoint."""
-    return DraftHead.from_pretrained(path, embed_tokens=embed_tokens, dtype=dtype, device=device, **kwargs)
+def load_draft_head(path, embed_tokens=None, dtype=None, device=None, weight_dtype=None, **kwargs) -> DraftHead:
+    """Load an EAGLE-3 or EAGLE-1 head, detecting which from the checkpoint (``weight_dtype="fp8"``: FP8 linear
+    layers, see :meth:`DraftHead.from_pretrained`)."""
+    return DraftHead.from_pretrained(path, embed_tokens=embed_tokens, dtype=dtype, device=device,
+                                     weight_dtype=weight_dtype, **kwargs)

@@ -18,7 +18,8 @@ class DraftHeadConfig:
 
     ``draft_vocab_size`` (EAGLE-3) is the reduced draft vocabulary; ``target_hidden_size`` (EAGLE-3) is set when
     the target is wider than the draft; ``bias`` (EAGLE-1) controls ``fc.bias``; ``qkv_bias`` (EAGLE-1, Qwen2
-    heads) adds q/k/v biases. ``rope_theta`` is ``None`` when the file has none: EAGLE then uses base 10000.
+    heads) adds q/k/v biases; ``attention_bias`` (Llama's field, read by EAGLE-3 heads) adds q/k/v and o_proj biases.
+    ``rope_theta`` is ``None`` when the file has none: EAGLE then uses base 10000.
     Unknown keys are kept in ``extra`` and written back by :meth:`to_dict`.
     """
 
@@ -37,6 +38,7 @@ class DraftHeadConfig:
     hidden_act: str = "silu"
     bias: bool = True
     qkv_bias: bool | None = None
+    attention_bias: bool | None = None
     pad_token_id: int | None = None
     architectures: list[str] | None = None
     torch_dtype: str | None = None

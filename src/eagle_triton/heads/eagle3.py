@@ -7,6 +7,7 @@ from torch import nn
 
 from .base import DraftHead
 from .config import DraftHeadConfig
+from .fp8 import Fp8Linear, quantize_linears_fp8
 from .layers import MLP, Attention, RMSNorm, build_attention_mask
 
 __all__ = ["Eagle3DraftHead"]
@@ -18,7 +19,9 @@ class Eagle3DecoderLayer(nn.Module):
     def __init__(self, config: DraftHeadConfig):
         super().__init__()
         eps = config.rms_norm_eps
-        self.self_attn = Attention(config, in_features=2 * config.hidden_size)
+        ab = bool(config.attention_bias)
+        self.self_attn = Attention(config, in_features=2 * config.hidden_size, qkv_bias=ab or bool(config.qkv_bias),
+                                   o_bias=ab)
         self.mlp = MLP(config)
         self.hidden_norm = RMSNorm(config.hidden_size, eps)
         self.input_layernorm = RMSNorm(config.hidden_size, eps)
@@ -42,9 +45,15 @@ class Eagle3DraftHead(DraftHead):
     ids to target ids through ``d2t``.
 
     Shapes for the Llama-3.1-8B head: H = Ht = 4096, 32 heads, 8 KV heads, I = 14336, V = 128256, Vd = 32000.
+    ``config.attention_bias`` adds q/k/v and o_proj biases (``qkv_bias``: q/k/v only). :meth:`quantize_fp8` stores
+    every linear layer in FP8 (:mod:`eagle_triton.heads.fp8`).
     """
 
     kind = "eagle3"
+    #: the linear layers that :meth:`quantize_fp8` converts (the embedding and the norms stay in the model dtype)
+    FP8_LAYERS = ("fc", "midlayer.self_attn.q_proj", "midlayer.self_attn.k_proj", "midlayer.self_attn.v_proj",
+                  "midlayer.self_attn.o_proj", "midlayer.mlp.gate_proj", "midlayer.mlp.up_proj",
+                  "midlayer.mlp.down_proj", "lm_head")
 
     def __init__(self, config: DraftHeadConfig):
         super().__init__(config)
@@ -60,6 +69,20 @@ class Eagle3DraftHead(DraftHead):
         self.lm_head = nn.Linear(H, config.effective_draft_vocab, bias=False)
         self.register_buffer("d2t", torch.zeros(config.effective_draft_vocab, dtype=torch.long))
         self.register_buffer("t2d", torch.zeros(config.vocab_size, dtype=torch.bool))
+
+    # -- FP8 weights --------------------------------------------------------------------------------------------
+    def quantize_fp8(self, structure_only: bool = False) -> Eagle3DraftHead:
+        """Convert, in place, every linear layer (fc, q/k/v, o, gate/up/down, lm_head) to weight-only FP8: e4m3
+        weights with fp32 per-output-channel scales, products computed as :func:`~eagle_triton.heads.fp8.fp8_linear`
+        defines. Activations, the embedding, the norms and the biases keep the model dtype. Returns ``self``;
+        a head already in FP8 is left as it is. ``structure_only``: the layout of an FP8 checkpoint to be loaded."""
+        quantize_linears_fp8(self, list(self.FP8_LAYERS), structure_only=structure_only)
+        return self
+
+    @property
+    def is_fp8(self) -> bool:
+        """Whether the linear layers hold FP8 weights (:meth:`quantize_fp8`)."""
+        return isinstance(self.fc, Fp8Linear)
 
     # -- properties used by drafters and the engine ---------------------------------------------------------
     @property

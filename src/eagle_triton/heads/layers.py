@@ -95,10 +95,11 @@ class RotaryEmbedding(nn.Module):
 class Attention(nn.Module):
     """Llama attention with a cache of ``(k, v)`` tensors ``[B, nkv, L, hd]`` (post-RoPE, pre-GQA-repeat).
 
-    ``in_features`` is 2H for the EAGLE-3 midlayer (``[norm(emb), norm(hidden)]``) and H for EAGLE-1 layers.
+    ``in_features`` is 2H for the EAGLE-3 midlayer (``[norm(emb), norm(hidden)]``) and H for EAGLE-1 layers;
+    ``qkv_bias`` / ``o_bias`` add biases to q/k/v / o_proj (Llama's ``attention_bias`` sets both).
     """
 
-    def __init__(self, config: DraftHeadConfig, in_features: int, qkv_bias: bool = False):
+    def __init__(self, config: DraftHeadConfig, in_features: int, qkv_bias: bool = False, o_bias: bool = False):
         super().__init__()
         self.num_heads = config.num_attention_heads
         self.num_kv_heads = config.num_key_value_heads
@@ -106,7 +107,7 @@ class Attention(nn.Module):
         self.q_proj = nn.Linear(in_features, self.num_heads * self.head_dim, bias=qkv_bias)
         self.k_proj = nn.Linear(in_features, self.num_kv_heads * self.head_dim, bias=qkv_bias)
         self.v_proj = nn.Linear(in_features, self.num_kv_heads * self.head_dim, bias=qkv_bias)
-        self.o_proj = nn.Linear(self.num_heads * self.head_dim, config.hidden_size, bias=False)
+        self.o_proj = nn.Linear(self.num_heads * self.head_dim, config.hidden_size, bias=o_bias)
         self.rotary_emb = RotaryEmbedding(self.head_dim, config.max_position_embeddings, config.rope_base)
 
     def forward(

@@ -1,0 +1,283 @@
+"""The fused drafter (and the graph drafter) for every class of published EAGLE-3 head shape, with FP8 weights and
+attention biases: trees identical to the reference drafter under the interpreter (fp32, tiny shapes that keep each
+class: head_dim 16 / 32 standing for 64 / 128, GQA ratios 1 / 4 / 8, target hidden != hidden, odd vocabularies);
+the launch parameters of the real published shapes (meta device, no weights); and every refusal.
+
+What the interpreter cannot show: bf16 arithmetic (it computes bf16 wrongly; fp32 compute is tested, with FP8
+weights converted to fp32 in registers exactly as they are converted to bf16 on the GPU) and the NaN encodings of
+e4m3 (the interpreter converts 0x7F to 480; quantize_fp8_weight never produces them). The sm_90 build of the FP8 and
+bias variants is tests/test_compile_targets.py's; the GPU tests at the bottom compare trees on the device.
+"""
+
+import numpy as np
+import pytest
+import torch
+import triton
+import triton.language as tl
+from test_fused_drafter import assert_same_kv, assert_same_tree, run_calls
+
+from eagle_triton import Eagle3DraftHead, TreeConfig, TreeDrafter
+from eagle_triton.fused import Buffers, DrafterConfig, DraftInputs, Weights, launch_drafter, launch_drafter_ref
+from eagle_triton.fused.host import _SMEM_BUDGET, _TILE_KEY_ROWS, streamk_max_sharing
+from eagle_triton.fused.kernel import _epi
+from eagle_triton.heads import DraftHeadConfig
+from eagle_triton.ops._utils import cdiv
+from eagle_triton.testing import random_eagle3_head, random_eagle3_head_on
+
+
+def shaped_head(hidden, heads, kv_heads, inter, vocab, draft_vocab, target_hidden=None, bias=False, fp8=False,
+                seed=None, dtype=torch.float32, lm_head_scale=6.0):
+    cfg = DraftHeadConfig(hidden_size=hidden, intermediate_size=inter, num_attention_heads=heads,
+                          num_key_value_heads=kv_heads, vocab_size=vocab, draft_vocab_size=draft_vocab,
+                          target_hidden_size=target_hidden, rms_norm_eps=1e-5, attention_bias=bias or None,
+                          architectures=["LlamaForCausalLMEagle3"])
+    head = random_eagle3_head(config=cfg, seed=seed, lm_head_scale=lm_head_scale, dtype=dtype)
+    return head.quantize_fp8() if fp8 else head
+
+
+# (hidden, heads, kv heads, intermediate, vocab, draft vocab, target hidden, bias, fp8): tiny stand-ins of the classes
+SHAPE_CLASSES = {
+    # Llama-3.2-1B-class: head_dim 64 (16 here), GQA 4
+    "hd64-gqa4": (64, 4, 1, 96, 256, 96, None, False, False),
+    # Llama-3.1-8B / Qwen3-8B / 70B-class: head_dim 128 (32 here), GQA 4 / 8
+    "hd128-gqa4": (128, 4, 1, 160, 300, 97, None, False, False),
+    "hd128-gqa8-70b": (256, 8, 1, 224, 257, 113, None, False, False),
+    # no GQA (as many KV heads as heads), odd vocabularies, full vocabulary (no d2t)
+    "hd64-mha-full-vocab": (48, 3, 3, 80, 211, None, None, False, False),
+    # target wider than the draft (fc takes 3 x 96), attention biases
+    "target-hidden-bias": (64, 2, 1, 96, 256, 96, 96, True, False),
+    # FP8 weights at each head_dim class, with a bias, with GQA 8
+    "fp8-hd64": (64, 4, 1, 96, 256, 96, None, False, True),
+    "fp8-hd128-gqa8-bias": (256, 8, 1, 224, 257, 113, 80, True, True),
+}
+
+
+@pytest.mark.parametrize("shape", list(SHAPE_CLASSES), ids=list(SHAPE_CLASSES))
+def test_shape_classes_match_reference(shape):
+    """Prefill then decode (two calls, draft KV growing): the fused and the graph drafters give the reference's
+    trees and draft KV (fp32 compute; FP8 weights converted in registers, scaled in the epilogues)."""
+    hidden, nh, nkv, inter, vocab, dvocab, th, bias, fp8 = SHAPE_CLASSES[shape]
+    head = shaped_head(hidden, nh, nkv, inter, vocab, dvocab, th, bias, fp8)
+    assert head.config.head_dim in (16, 32)
+    tc = TreeConfig(10, 2, 3)
+    rng = np.random.default_rng()
+    for drafters, trees in run_calls(head, tc, ["torch", "triton", "graph"], 2, 7, rng):
+        assert drafters["triton"]._impl.fallback_reason == ""
+        cfg = drafters["triton"]._impl._cfg
+        assert cfg.fp8 == fp8 and cfg.attention_bias == bias
+        for name in ("triton", "graph"):
+            assert_same_tree(trees["torch"], trees[name])
+            assert_same_kv(drafters["torch"].stable_kv, drafters[name].stable_kv)
+
+
+def test_fp8_batched_launch_with_padded_rows_and_bias():
+    """FP8 + biases through launch_drafter with 2 sequences of different KV lengths and padded new rows, both
+    lm_head rankings: identical to the per-sequence reference."""
+    head = shaped_head(64, 4, 2, 96, 256, 90, None, True, True)
+    tc = TreeConfig(14, 2, 4)
+    for lmw in (True, False):
+        cfg = DrafterConfig.from_head(head, tc, max_batch=2, max_len=64, max_new_rows=8, lm_warp_rank=lmw)
+        assert cfg.fp8 and cfg.attention_bias
+        w = Weights.from_head(head, cfg.max_len + tc.depth + 1)
+        w.check(cfg)
+        bufs, bufs_ref = Buffers.allocate(cfg, "cpu"), Buffers.allocate(cfg, "cpu")
+        for num_new in ([8, 3], [2, 5]):
+            X = DraftInputs(torch.randn(2, 8, head.feature_width), torch.randint(0, 256, (2, 8)),
+                            torch.tensor(num_new, dtype=torch.int32))
+            out, ref = launch_drafter(cfg, X, w, bufs), launch_drafter_ref(cfg, X, w, bufs_ref)
+            assert not out.fallback
+            for a, b in zip(out, ref, strict=True):
+                assert torch.equal(a, b)
+
+
+def test_qkv_bias_only_head_matches_reference():
+    """A head with q/k/v biases but none on o_proj (``qkv_bias``): the kernel adds zeros for o, trees identical."""
+    cfg = DraftHeadConfig(hidden_size=64, intermediate_size=96, num_attention_heads=4, num_key_value_heads=2,
+                          vocab_size=256, draft_vocab_size=96, rms_norm_eps=1e-5, qkv_bias=True,
+                          architectures=["LlamaForCausalLMEagle3"])
+    head = random_eagle3_head(config=cfg, lm_head_scale=6.0)
+    at = head.midlayer.self_attn
+    assert at.q_proj.bias is not None and at.o_proj.bias is None
+    w = Weights.from_head(head, 40)
+    assert w.has_bias and not w.bias("wo").any() and torch.equal(w.bias("wk"), at.k_proj.bias)
+    tc = TreeConfig(10, 2, 3)
+    for _drafters, trees in run_calls(head, tc, ["torch", "triton"], 1, 5, np.random.default_rng()):
+        assert_same_tree(trees["torch"], trees["triton"])
+
+
+def test_fp8_tree_differs_from_the_unquantised_head():
+    """The FP8 kernel path is not a no-op: with FP8 weights the logits of a draft change (so the parity above
+    checks the dequantised products, not the unquantised ones)."""
+    head = shaped_head(64, 4, 1, 96, 256, 96, seed=7)
+    q = shaped_head(64, 4, 1, 96, 256, 96, seed=7, fp8=True)
+    h = torch.randn(1, 3, 64)
+    assert not torch.equal(head.compute_logits(h), q.compute_logits(h))
+
+
+# ------------------------------------------------------------------------------------------------ published shapes
+PUBLISHED = {
+    # name: (hidden, heads, kv heads, intermediate, vocab, draft vocab)
+    "llama31-8b": (4096, 32, 8, 14336, 128256, 32000),
+    "qwen3-8b": (4096, 32, 8, 12288, 151936, 32000),
+    "llama33-70b": (8192, 64, 8, 28672, 128256, 32000),
+    "llama32-1b": (2048, 32, 8, 8192, 128256, 32000),
+    "draft-vocab-64k": (4096, 32, 8, 14336, 128256, 65536),
+}
+
+
+@pytest.mark.parametrize("fp8", [False, True], ids=["bf16", "fp8"])
+@pytest.mark.parametrize("shape", list(PUBLISHED))
+def test_published_shapes_launch_parameters(shape, fp8):
+    """The H100 launch (132 programs) of every published head shape, trees 60/7/10 and 60/5/10, batch 1-16: every
+    tile divides what it must (RoPE pairs within a head, q/k/v chunks within one half of the 2H input), the stream-K
+    buffers cover the sharing, the pipelined tiles fit the shared-memory budget, the lm_head tile keys fit their
+    index, the attention's query block holds a GQA group of the frontier."""
+    hidden, nh, nkv, inter, vocab, dvocab = PUBLISHED[shape]
+    cfg_h = DraftHeadConfig(hidden_size=hidden, intermediate_size=inter, num_attention_heads=nh,
+                            num_key_value_heads=nkv, vocab_size=vocab, draft_vocab_size=dvocab, rms_norm_eps=1e-5)
+    with torch.device("meta"):
+        head = Eagle3DraftHead(cfg_h)
+    hd = hidden // nh
+    for tree in ((60, 7, 10), (60, 5, 10)):
+        cfg = DrafterConfig.from_head(head, TreeConfig(*tree), dtype=torch.bfloat16, nprog=132,
+                                      weight_dtype=torch.float8_e4m3fn if fp8 else None)
+        assert cfg.fp8 == fp8
+        for batch in (1, 2, 4, 8, 16):
+            p = cfg.launch_params(torch.device("cuda"), batch, 4)
+            assert p["W8"] == fp8 and p["HD"] == hd
+            for bn in (p["BN"], p["BNQ"], p["BNQR"]):
+                assert hd % bn == 0 and bn % 2 == 0
+            assert p["NTH"] * p["BN"] >= hidden and p["NTHP"] >= p["NTH"]
+            assert p["BM"] >= min(128, batch * 10)
+            for bn, bk in ((p["BNQ"], p["BKQ"]), (p["BNQR"], p["BKQR"])):
+                assert hidden % bk == 0
+                assert streamk_max_sharing(cfg.qkv_tiles(bn), 2 * hidden // bk, 132) <= p["NSEG"]
+            assert p["NSEG"] & (p["NSEG"] - 1) == 0 and p["NSPLIT"] & (p["NSPLIT"] - 1) == 0
+            assert p["BQ"] >= p["K"] * nh // nkv
+            welem = 1 if fp8 else 2
+            for rows, width, bk in ((p["BM"], p["BNV"], p["BK"]), (p["BM"], 2 * p["BNG"], p["BKG"]),
+                                    (p["BM"], p["BN"], p["BKL"]), (p["BMR"], p["BN"], p["BKR"]),
+                                    (p["BM"], p["BNQ"], p["BKQ"]), (p["BMR"], p["BNQR"], p["BKQR"])):
+                assert p["STAGES"] * bk * (2 * rows + welem * width + 2) <= _SMEM_BUDGET
+            tiles_per_prog = cdiv(cdiv(dvocab, p["BNV"]), 132)
+            if p["LMW"]:
+                assert tiles_per_prog * p["BNV"] <= _TILE_KEY_ROWS
+
+
+# ------------------------------------------------------------------------------------------------ refusals
+def test_head_dim_not_supported_is_refused():
+    """head_dim must be a power of two >= 16 (e.g. hidden 80 / 1 head, or 8): refused by the config, and the
+    backend falls back to the reference with the reason (or raises without fallback) when it is built."""
+    for hidden, heads in ((80, 1), (64, 8)):
+        head = shaped_head(hidden, heads, 1, 96, 256, 96)
+        with pytest.raises(ValueError, match=f"head_dim {hidden // heads} must be a power of two"):
+            DrafterConfig.from_head(head, TreeConfig(10, 2, 3))
+        with pytest.warns(RuntimeWarning, match="cannot run this head"):
+            d = TreeDrafter(head, TreeConfig(10, 2, 3), backend="triton")
+        assert "head_dim" in d._impl.fallback_reason
+        with pytest.raises(RuntimeError, match="head_dim"):
+            TreeDrafter(head, TreeConfig(10, 2, 3), backend="triton", fallback=False)
+
+
+def test_vocabulary_beyond_the_key_index_is_refused():
+    base = dict(hidden_size=64, num_heads=4, num_kv_heads=1, head_dim=16, intermediate_size=96, feature_width=192,
+                rms_eps=1e-5, has_d2t=True)
+    with pytest.raises(ValueError, match="32-bit ranking-key index"):
+        DrafterConfig(draft_vocab=2**31, vocab_size=2**31, **base)
+    # int32 lm_head tile keys (16-bit model dtype, ranked by warps) index a program's rows in 16 bits
+    cfg = DrafterConfig(draft_vocab=70000, vocab_size=128256, dtype=torch.bfloat16, nprog=1, **base)
+    p = cfg.launch_params("cpu", 1, 1)
+    assert not p["LMW"]  # chosen automatically: the in-loop merge ranks int64 keys
+    with pytest.raises(ValueError, match="16-bit index of its int32 tile keys"):
+        cfg.with_(lm_warp_rank=True).launch_params("cpu", 1, 1)
+    assert cfg.with_(nprog=2, lm_warp_rank=True).launch_params("cpu", 1, 1)["LMW"]  # 2 programs: 35000 rows each
+    # fp32 ranks int64 keys everywhere: no limit
+    assert DrafterConfig(draft_vocab=70000, vocab_size=128256, nprog=1, dtype=torch.float32, **base).launch_params(
+        "cpu", 1, 1)["LMW"]
+
+
+def test_shared_memory_budget_is_refused():
+    """A tiling whose pipelined tiles exceed the shared-memory budget even at the smallest reduction chunk."""
+    cfg = DrafterConfig(hidden_size=4096, num_heads=32, num_kv_heads=8, head_dim=128, intermediate_size=14336,
+                        draft_vocab=32000, feature_width=12288, vocab_size=128256, rms_eps=1e-5, has_d2t=True,
+                        dtype=torch.bfloat16, nprog=132, max_batch=16, stages=12)
+    with pytest.raises(ValueError, match="shared-memory budget"):
+        cfg.launch_params(torch.device("cuda"), 16, 4)
+    cfg.with_(stages=4).launch_params(torch.device("cuda"), 16, 4)
+
+
+def test_weights_that_do_not_match_the_config_are_refused():
+    head = shaped_head(64, 4, 1, 96, 256, 96, bias=True, fp8=True)
+    tc = TreeConfig(10, 2, 3)
+    cfg = DrafterConfig.from_head(head, tc, max_len=32, max_new_rows=4)
+    w = Weights.from_head(head, 40)
+    bufs = Buffers.allocate(cfg, "cpu")
+    X = DraftInputs(torch.randn(1, 4, head.feature_width), torch.randint(0, 256, (1, 4)))
+    for bad in (cfg.with_(weight_dtype=None), cfg.with_(attention_bias=False)):
+        with pytest.raises(ValueError, match="do not match the drafter config"):
+            launch_drafter(bad, X, w, Buffers.allocate(bad, "cpu"))
+        with pytest.raises((TypeError, ValueError)):
+            w.check(bad)
+    w.wsc = w.wsc[:-1]
+    with pytest.raises(ValueError, match="weights.wsc"):
+        w.check(cfg)
+    with pytest.raises(TypeError, match="weight_dtype"):
+        cfg.with_(weight_dtype=torch.float8_e5m2)
+    assert int(bufs.status[0]) == 0
+
+
+# ------------------------------------------------------------------------------------------------ GPU
+@pytest.mark.gpu
+@pytest.mark.parametrize("shape", ["llama32-1b", "llama31-8b", "qwen3-8b", "llama33-70b"])
+@pytest.mark.parametrize("fp8", [False, True], ids=["fp32", "fp8-weights"])
+def test_gpu_published_shapes_fp32_identical_trees(shape, fp8):
+    """One program per SM at the published shapes, fp32 activations (IEEE dots, no TF32), with and without FP8
+    weights: trees identical to the reference, prefill then decode."""
+    torch.backends.cuda.matmul.allow_tf32 = False
+    hidden, nh, nkv, inter, vocab, dvocab = PUBLISHED[shape]
+    cfg = DraftHeadConfig(hidden_size=hidden, intermediate_size=inter, num_attention_heads=nh,
+                          num_key_value_heads=nkv, vocab_size=vocab, draft_vocab_size=dvocab, rms_norm_eps=1e-5,
+                          architectures=["LlamaForCausalLMEagle3"])
+    head = random_eagle3_head_on("cuda", cfg, peaked=True, dtype=torch.float32)
+    if fp8:
+        head.quantize_fp8()
+    rng = np.random.default_rng()
+    for drafters, trees in run_calls(head, TreeConfig(60, 7, 10), ["torch", "triton"], 2, 64, rng, device="cuda"):
+        assert drafters["triton"]._impl.fallback_reason == ""
+        assert_same_tree(trees["torch"], trees["triton"])
+        assert_same_kv(drafters["torch"].stable_kv, drafters["triton"].stable_kv, atol=1e-3)
+    del head, drafters
+    torch.cuda.empty_cache()
+
+
+# ------------------------------------------------------------------------------------------------ FP8 pieces
+@triton.jit
+def _fp8_pieces_kernel(w8_ptr, acc_ptr, sc_ptr, b_ptr, o_w, o_y, N: tl.constexpr, M: tl.constexpr,
+                       DT: tl.constexpr):
+    on = tl.arange(0, N)
+    om = tl.arange(0, M)
+    tl.store(o_w + on, tl.load(w8_ptr + on).to(DT).to(tl.float32))  # the kernel's weight conversion
+    acc = tl.load(acc_ptr + om[:, None] * N + on[None, :])
+    y = _epi(acc, sc_ptr, b_ptr, on, on < N, True, True, DT)
+    tl.store(o_y + om[:, None] * N + on[None, :], y)
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.float32])
+def test_fp8_conversion_and_epilogue_in_each_dtype(dtype):
+    """The two FP8 pieces of the kernel in a 16-bit and the 32-bit model dtype, under the interpreter: every finite
+    e4m3 bit pattern converts to the value torch gives (exactly: e4m3 is exact in fp16/bf16/fp32), and the epilogue
+    computes heads.fp8.fp8_linear's rnd(rnd(acc) * scale + bias) bit for bit. (Not bf16: the interpreter converts
+    fp32 to bf16 by truncation, not rounding; bf16 is compared on the GPU.)"""
+    bits = torch.arange(256, dtype=torch.uint8)
+    bits = bits[(bits & 0x7F) != 0x7F]  # the NaN encodings (never produced by quantize_fp8_weight)
+    n = 256
+    w8 = torch.cat([bits, bits[: n - bits.numel()]]).view(torch.float8_e4m3fn)
+    acc = torch.randn(4, n) * 3
+    sc = torch.rand(n) * 0.01 + 1e-4
+    bias = torch.randn(n).to(dtype)
+    o_w, o_y = torch.empty(n), torch.empty(4, n)
+    tdt = {torch.float16: tl.float16, torch.bfloat16: tl.bfloat16, torch.float32: tl.float32}[dtype]
+    _fp8_pieces_kernel[(1,)](w8, acc, sc, bias, o_w, o_y, N=n, M=4, DT=tdt)
+    assert torch.equal(o_w, w8.to(dtype).float())
+    want = (acc.to(dtype) * sc + bias).to(dtype).float()
+    assert torch.equal(o_y, want)
