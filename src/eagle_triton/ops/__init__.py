@@ -35,3 +35,8 @@ from .attention import draft_tree_attention, draft_tree_attention_ref, tree_atte
 from .kv_cache import append_kv_cache, append_kv_cache_ref, compact_kv_cache, compact_kv_cache_ref
 from .lm_head_topk import lm_head_topk, lm_head_topk_ref
 # --- end attention / KV cache / LM-head exports ---
+
+# --- batch-invariant target forward (weight products with fused norm/epilogues, RoPE + KV write) ---
+from .target_linear import target_linear, target_linear_ref, target_rms_norm, target_rms_norm_ref
+from .rope_kv import target_rope_kv, target_rope_kv_ref
+# --- end target forward exports ---

@@ -77,13 +77,14 @@ def target_rope_kv(
     q = out if out is not None else torch.empty(M, num_heads, D, device=qkv.device, dtype=qkv.dtype)
     if M == 0:
         return q
-    _rope_kv_kernel[(M, num_heads + num_kv_heads)](
+    _rope_kv_kernel[(M,)](
         qkv, q, k_cache, v_cache, cache_seqlens, positions, cos, sin,
         q_norm if q_norm is not None else cos, k_norm if k_norm is not None else cos,
         M, k_cache.shape[1], qkv.stride(0), q.stride(0), q.stride(1), k_cache.stride(1), k_cache.stride(2),
         v_cache.stride(1), v_cache.stride(2), cos.stride(0), float(eps),
-        HQ=num_heads, HKV=num_kv_heads, HEAD_DIM=D, BLOCK_D=max(2, next_power_of_2(D)),
-        HAS_NORM=q_norm is not None, num_warps=1 if D <= 128 else 2,
+        HQ=num_heads, HKV=num_kv_heads, HEAD_DIM=D, BLOCK_HQ=next_power_of_2(num_heads),
+        BLOCK_HKV=next_power_of_2(num_kv_heads), BLOCK_D=max(2, next_power_of_2(D)),
+        HAS_NORM=q_norm is not None, num_warps=4,
     )
     return q
 
@@ -96,10 +97,10 @@ def _aot_specs():
         sig.update({p: f"*{dt}" for p in ("qkv_ptr", "q_ptr", "k_ptr", "v_ptr", "cos_ptr", "sin_ptr", "qn_ptr",
                                           "kn_ptr")})
         sig.update({"seqlens_ptr": "*i32", "pos_ptr": "*i64", "eps": "fp32"})
-        const = dict(HQ=32, HKV=8, HEAD_DIM=128, BLOCK_D=128, HAS_NORM=norm)
+        const = dict(HQ=32, HKV=8, HEAD_DIM=128, BLOCK_HQ=32, BLOCK_HKV=8, BLOCK_D=128, HAS_NORM=norm)
         sig.update({k: "constexpr" for k in const})
         div = [n for n in _rope_kv_kernel.arg_names if n.startswith("stride_") or n == "Lmax"]
-        specs.append((_rope_kv_kernel, sig, const, {"num_warps": 1, "div16": div}))
+        specs.append((_rope_kv_kernel, sig, const, {"num_warps": 4, "div16": div}))
     return specs
 
 
