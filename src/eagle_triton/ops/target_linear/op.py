@@ -40,10 +40,10 @@ def default_config(N: int, K: int, device: torch.device | str | None = None,
     the weight once), ``BK = 128`` and 4 stages (64 KiB of weight loads in flight per program at ``BN = 64``),
     ``BN`` the largest of 64/32/16 that still gives at least two waves' worth of programs, so that a few
     hundred programs pull the weight from every SM. fp32 (IEEE dots on FMA units) halves the tiles.
-    Interpreter (and CPU tensors): ``64 x 32 x 32`` tiles, few programs (the interpreter's cost is per program).
+    Interpreter (and CPU tensors): ``64 x 64 x 64`` tiles, few programs (the interpreter's cost is per program).
     """
     if is_interpreter() or (device is not None and torch.device(device).type == "cpu"):
-        return LinearConfig(block_m=64, block_n=32, block_k=32, num_warps=4, num_stages=1)
+        return LinearConfig(block_m=64, block_n=64, block_k=64, num_warps=4, num_stages=1)
     sms = num_sms(device)
     block_n = 16
     for bn in (64, 32):
