@@ -166,3 +166,118 @@ def test_no_new_specialisation_for_new_prompt_lengths(small_chunks, launch_keys)
     checked = [k for k in launch_keys if k in OWN_KERNELS or HAS_INVARIANT_ATTENTION]
     new = {k: launch_keys[k] - warm.get(k, set()) for k in checked}
     assert not any(new.values()), f"new specialisations after warm-up: {new}"
+
+
+# -- GPU (bf16, small-but-real shapes, CUDA graphs) -----------------------------------------------------------------
+def _gpu_model(model="llama", **extra):
+    m = tiny_llama(vocab=512, hidden=256, layers=4, heads=4, kv_heads=2, model=model, seed=5, std=0.05, **extra)
+    return m.to("cuda", torch.bfloat16)
+
+
+def _jit_kernels(own_only: bool):
+    """Every Triton kernel of :mod:`eagle_triton.ops` that the fused forward may launch."""
+    import sys
+
+    from triton.runtime.jit import JITFunction
+
+    found = {}
+    for name, mod in list(sys.modules.items()):
+        if name.startswith("eagle_triton.ops.") and name.endswith(".kernel"):
+            for attr, obj in vars(mod).items():
+                if isinstance(obj, JITFunction) and (not own_only or attr in OWN_KERNELS):
+                    found[f"{name}.{attr}"] = obj
+    return found
+
+
+def _compiled_count(kernels) -> dict:
+    counts = {}
+    for name, k in kernels.items():
+        caches = getattr(k, "device_caches", None) or {}
+        counts[name] = sum(len(entry[0]) for entry in caches.values())
+    return counts
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("model,extra", FAMILIES, ids=[f[0] for f in FAMILIES])
+def test_gpu_fused_forward_matches_torch_forward_bf16(model, extra):
+    m = _gpu_model(model, **extra)
+    a, b = LlamaTarget.from_hf(m, ops="torch", cuda_graphs=False), LlamaTarget.from_hf(m, ops="triton")
+    g = torch.Generator().manual_seed(1)
+    ids = torch.randint(0, 512, (1, 150), generator=g).cuda()
+    outs = []
+    for t in (a, b):
+        t.setup(256, "eagle3")
+        lp, fp = t.prefill(ids)
+        ld, fd = t.decode(ids[:, :1])
+        outs.append([x.float().clone() for x in (lp, fp, ld, fd)])
+    for x, y in zip(*outs, strict=True):
+        torch.testing.assert_close(y, x, atol=0.1, rtol=0.05)
+
+
+@pytest.mark.gpu
+@needs_invariant_attention
+@pytest.mark.parametrize("model,extra", FAMILIES[:3], ids=[f[0] for f in FAMILIES[:3]])
+def test_gpu_verify_rows_equal_decode_rows_bitwise_bf16(model, extra):
+    from eagle_triton.drafter.tree import build_tree_buffers as btb
+
+    m = _gpu_model(model, **extra)
+    g = torch.Generator().manual_seed(2)
+    prompt = torch.randint(0, 512, (1, 77), generator=g).cuda()
+    par, depth = [-1], [0]
+    while len(par) < 60:  # a random 60-node tree at most 7 levels deep (the verify of a 60/7/10 tree)
+        p = int(torch.randint(0, len(par), (1,), generator=g))
+        if depth[p] < 7:
+            par.append(p)
+            depth.append(depth[p] + 1)
+    parents, levels = torch.tensor([par]), 7
+    tokens = torch.randint(0, 512, (1, 60), generator=g).cuda()
+    mask, depths, *_ = btb(parents, levels)
+    t = LlamaTarget.from_hf(m, ops="triton")
+    t.setup(256, "eagle3")
+    t.prefill(prompt)
+    lv, fv = (x.clone() for x in t.verify(tokens, depths.cuda(), mask.cuda()))
+    for node in (1, 17, 59):
+        path, n = [], node
+        while n >= 0:
+            path.append(n)
+            n = int(parents[0, n])
+        t.reset()
+        t.prefill(prompt)
+        for p in reversed(path):
+            ld, fd = t.decode(tokens[:, p:p + 1])
+        assert torch.equal(ld, lv[:, node]) and torch.equal(fd[:, 0], fv[:, node]), (model, node)
+
+
+@pytest.mark.gpu
+@needs_invariant_attention
+def test_gpu_greedy_speculative_equals_plain_bf16():
+    m = _gpu_model("qwen2")
+    t = LlamaTarget.from_hf(m, ops="triton")
+    for seed in range(3):
+        prompt = torch.randint(0, 512, (20 + 30 * seed,), generator=torch.Generator().manual_seed(seed)).tolist()
+        plain, _ = EagleEngine(t, max_length=512).generate(input_ids=prompt, max_new_tokens=64, eos_token_id=None)
+        tree = TreeConfig(24, 5, 4)
+        eng = EagleEngine(t, drafter=OracleDrafter(prompt + plain, tree, 512, seed=seed), max_length=512)
+        spec, stats = eng.generate(input_ids=prompt, max_new_tokens=64, eos_token_id=None)
+        assert spec == plain and stats.mean_accepted_length > 2
+
+
+@pytest.mark.gpu
+def test_gpu_no_compilation_for_new_prompt_lengths():
+    m = _gpu_model("qwen3", head_dim=64)
+    t = LlamaTarget.from_hf(m, ops="triton")
+    t.setup(1024, "eagle3")
+    parents = torch.tensor([[-1, 0, 0, 1, 2, 3]])
+    mask, depths, *_ = build_tree_buffers(parents, 3)
+    t.prefill(torch.randint(0, 512, (1, 70)).cuda())  # a full chunk and a partial one
+    t.decode(torch.randint(0, 512, (1, 1)).cuda())
+    t.verify(torch.randint(0, 512, (1, 6)).cuda(), depths.cuda(), mask.cuda())
+    kernels = _jit_kernels(own_only=not HAS_INVARIANT_ATTENTION)
+    before = _compiled_count(kernels)
+    assert sum(before.values()) > 0
+    for n in (1, 3, 17, 64, 65, 128, 200, 333, 900):
+        t.reset()
+        t.prefill(torch.randint(0, 512, (1, n)).cuda())
+        t.decode(torch.randint(0, 512, (1, 1)).cuda())
+    after = _compiled_count(kernels)
+    assert after == before, {k: (before[k], after[k]) for k in after if after[k] != before[k]}

@@ -100,3 +100,18 @@ def test_bad_inputs_are_named(device):
         target_linear(x, w, residual=torch.randn(4, 7, device=device))
     with pytest.raises(ValueError, match="norm_weight must have shape"):
         target_linear(x, w, norm_weight=torch.randn(7, device=device))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("N,K", [(1536, 2048), (4096, 4096), (300, 576)])
+def test_gpu_linear_default_config_invariant_at_real_shapes(N, K):
+    """bf16, default tiles: a row alone, in a 60-row verify, a 64-row chunk and a 200-row batch is bit-identical."""
+    for flags in ("plain", "all"):
+        x, w, kw = _inputs(200, N, K, torch.bfloat16, "cuda", seed=N, **FLAGS[flags])
+        full = target_linear(x, w, **kw)
+        for M in (1, 60, 64):
+            sub = {k: (v[:M] if k == "residual" else v) for k, v in kw.items()}
+            assert torch.equal(target_linear(x[:M], w, **sub), full[:M]), (flags, M)
+        ref = target_linear_ref(x.float(), w.float(), **{k: v.float() if torch.is_tensor(v) else v
+                                                         for k, v in kw.items()})
+        torch.testing.assert_close(full.float(), ref, atol=0.1, rtol=0.03)
