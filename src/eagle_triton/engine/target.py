@@ -203,6 +203,10 @@ class LlamaTarget(TargetModel):
         self.feature_mode: str | None = None
         self.taps: tuple[int, ...] = ()
         self._graphs = GraphedStep(self._step) if self.use_cuda_graphs else None
+        # Full prefill chunks of the fused forward replay graphs too (one with the lm_head, one without).
+        use_chunk_graphs = self.use_cuda_graphs and self.fused_forward
+        self._chunk_graphs = {last: GraphedStep(lambda tokens, last=last: self._chunk_step(tokens, last))
+                              for last in (False, True)} if use_chunk_graphs else {}
         self._max_length = 0
 
     # -- construction ------------------------------------------------------------------------------------------
@@ -338,14 +342,17 @@ class LlamaTarget(TargetModel):
             emb = torch.cat((freqs, freqs), dim=-1)
             self.cos = (emb.cos() * self.attention_scaling).to(self.dtype)
             self.sin = (emb.sin() * self.attention_scaling).to(self.dtype)
-            if self._graphs is not None:
-                self._graphs.reset()
+            self._reset_graphs()
         if feature_mode != self.feature_mode:
             self.feature_mode = feature_mode
             self.taps = eagle3_tap_layers(c.num_layers) if feature_mode == "eagle3" else ()
-            if self._graphs is not None:
-                self._graphs.reset()
+            self._reset_graphs()
         self.cache.reset()
+
+    def _reset_graphs(self) -> None:
+        for g in (self._graphs, *self._chunk_graphs.values()):
+            if g is not None:
+                g.reset()
 
     def reset(self) -> None:
         if self.cache is not None:
@@ -414,18 +421,41 @@ class LlamaTarget(TargetModel):
                                    validate=False).unsqueeze(0)
         return logits, feats
 
+    def _chunk_step(self, tokens, last: bool):
+        """One prefill chunk at rows ``seqlens + j`` (positions read from the device: graph-capturable)."""
+        n = tokens.shape[1]
+        positions = (self.cache.seqlens.long() + torch.arange(n, device=self.device)).view(1, n)
+        return self._forward_fused(tokens, positions, None, last_only=True, want_logits=last)
+
     def _prefill_fused(self, ids: torch.Tensor):
-        """Prefill in chunks of ``PREFILL_CHUNK`` rows through the fused kernels (committing each chunk)."""
-        N = ids.shape[1]
-        feats, logits = [], None
-        for s0 in range(0, N, PREFILL_CHUNK):
-            s1 = min(N, s0 + PREFILL_CHUNK)
-            n = s1 - s0
-            positions = (self.cache.seqlens.long() + torch.arange(n, device=self.device)).view(1, n)
-            logits, f = self._forward_fused(ids[:, s0:s1], positions, None, last_only=True, want_logits=s1 == N)
-            if f is not None:
-                feats.append(f)
-            self.cache.advance(n)
+        """Prefill through the fused kernels in chunks of ``PREFILL_CHUNK`` rows.
+
+        A prompt of ``N >= PREFILL_CHUNK`` rows runs only full chunks (replayed from CUDA graphs on CUDA): when
+        ``N`` is not a multiple, the last chunk is the last ``PREFILL_CHUNK`` rows, overlapping the previous one;
+        the overlapped rows are recomputed from the same inputs and rewritten (with batch-invariant kernels, to
+        the same bits). A shorter prompt runs as one partial chunk (eager; the kernels take any row count
+        without recompiling).
+        """
+        N, C = ids.shape[1], PREFILL_CHUNK
+        base = self.cache.host_len
+        starts = list(range(0, N - C + 1, C))
+        if not starts or starts[-1] + C < N:
+            starts.append(max(0, N - C))
+        feats, logits, covered = [], None, 0
+        for idx, s0 in enumerate(starts):
+            s1, last = min(N, s0 + C), idx == len(starts) - 1
+            self.cache.seqlens.fill_(base + s0)  # rewinds onto the overlap for the last chunk
+            self.cache.host_len = base + s0
+            graph = self._chunk_graphs.get(last) if s1 - s0 == C else None
+            if graph is not None:
+                logits, f = graph(("chunk", C), ids[:, s0:s1])
+            else:
+                logits, f = self._chunk_step(ids[:, s0:s1], last)
+            if f is not None:  # the new rows only; clone: a graph's outputs are overwritten by its next replay
+                feats.append(f[:, covered - s0:].clone())
+            covered = s1
+        self.cache.seqlens.fill_(base + N)
+        self.cache.host_len = base + N
         return logits, (torch.cat(feats, dim=1) if feats else None)
 
     def _forward_torch(self, tokens, positions, tree_mask, kv_limit, last_only: bool):
@@ -495,7 +525,7 @@ class LlamaTarget(TargetModel):
         self.cache.check_room(N)
         if self.fused_forward:
             logits, feats = self._prefill_fused(ids)
-            return logits[:, -1], feats
+            return logits[:, -1].clone(), feats
         positions = torch.arange(self.cache.host_len, self.cache.host_len + N, device=self.device).view(1, N)
         limit = self.cache.host_len + N if self.ops.reads_kv_limit else None
         logits, feats = self._forward(ids, positions, None, limit, last_only=True)
