@@ -34,6 +34,7 @@ from .tree_convert import eagle_to_sglang, sglang_to_eagle, sglang_accept_to_eag
 from .attention import draft_tree_attention, draft_tree_attention_ref, tree_attention, tree_attention_ref
 from .kv_cache import append_kv_cache, append_kv_cache_ref, compact_kv_cache, compact_kv_cache_ref
 from .lm_head_topk import lm_head_topk, lm_head_topk_ref
+from .target_attention import target_attention, target_attention_ref
 # --- end attention / KV cache / LM-head exports ---
 
 # --- batch-invariant target forward (weight products with fused norm/epilogues, RoPE + KV write) ---

@@ -1,0 +1,262 @@
+"""Triton kernels of the batch-invariant target attention (decode, prefill chunks and tree verification).
+
+Status: tested under ``TRITON_INTERPRET=1`` (fp32/fp16) and compiled for sm_90 with Triton 3.9; written to the
+subset of Triton 3.6 (no block pointers, no ``break``, no libdevice).
+
+**Reduction structure (the invariant).** Every key a query row sees has an absolute *position*: committed cache
+row ``p`` has position ``p``; in causal mode new row ``j`` has position ``L + j``; in tree mode the ``d``-th
+visible tree row of query ``i`` (its ancestors and itself, in index order) has position ``L + d``. A row at
+position ``P`` sees exactly positions ``0..P``, one key each. Keys are reduced in blocks of ``BLOCK_N`` positions
+aligned to absolute positions (the key at position ``p`` always sits in slot ``p % BLOCK_N``; masked slots give
+exact zeros), blocks are grouped into splits of ``SPLIT_BLOCKS`` blocks at fixed positions, each split runs an
+online softmax over its blocks in increasing order from a fresh state, and :func:`_combine_kernel` merges the
+splits of a row in split order with one code path. Every block update, whichever kernel runs it, is
+:func:`_block_update` on tiles of the same shape (``BLOCK_M`` query rows x ``BLOCK_N`` keys x ``BLOCK_D``), so a
+score and a P.V product come from the same instruction shape. A row's result therefore depends only on its query,
+its keys in position order and the module's tile constants: not on how many rows run with it, nor on whether its
+ancestors are tree rows (verify) or committed rows (the plain decode of the same token).
+
+Kernels:
+
+* :func:`_shared_kernel`: row tiles of ``BLOCK_M // GROUP`` tokens x the ``GROUP`` query heads of one KV head
+  share each K/V block. Causal mode: every block up to the tile's last position (per-row causal mask). Tree mode:
+  only blocks entirely below ``L`` (visible to every row); a split cut by ``L // BLOCK_N`` leaves its state as a
+  partial for the tree kernel to continue.
+* :func:`_tree_kernel` (tree mode): one program per (token, KV head), the group's heads padded to ``BLOCK_M``
+  rows; continues the split holding block ``L // BLOCK_N`` and runs the remaining blocks, gathering for each slot
+  the cache row of its position (committed row, or the tree row of the ancestor at that depth).
+* :func:`_combine_kernel`: ``out = sum_k 2^(c (m_k - M)) acc_k / sum_k 2^(c (m_k - M)) l_k`` over the row's splits.
+
+Scores are kept raw (``q.k``); the scale enters as ``exp2((s - m) * c)`` with ``c = scale * log2(e)``, a form the
+backend cannot contract into an FMA (the launcher also compiles with ``enable_fp_fusion=False``).
+"""
+
+from __future__ import annotations
+
+import triton
+import triton.language as tl
+
+LOG2E = 1.4426950408889634
+
+
+@triton.jit
+def _block_update(acc, m_i, l_i, q, k, v, vis, qk_scale, PRECISION: tl.constexpr):
+    """One online-softmax step over a key block: ``q`` [M, D], ``k``/``v`` [N, D], ``vis`` [M, N] visibility.
+
+    A block with no visible key for a row leaves that row's state bit-identical (alpha = 1, p = 0).
+    """
+    s = tl.dot(q, tl.trans(k), input_precision=PRECISION)
+    s = tl.where(vis, s, float("-inf"))
+    m_new = tl.maximum(m_i, tl.max(s, 1))
+    m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)
+    alpha = tl.where(m_new == m_i, 1.0, tl.exp2((m_i - m_safe) * qk_scale))
+    p = tl.exp2((s - m_safe[:, None]) * qk_scale)
+    l_i = l_i * alpha + tl.sum(p, 1)
+    acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v, input_precision=PRECISION)
+    return acc, m_new, l_i
+
+
+@triton.jit
+def _store_state(acc_ptr, ml_ptr, acc, m_i, l_i, part_row, split, row_ok, offs_d, NSPLIT, BLOCK_D: tl.constexpr):
+    """Write a split's raw state: ``acc`` to ``acc_ptr[part_row, split, :]``, ``(m, l)`` to ``ml_ptr[.., 0:2]``."""
+    idx = part_row * NSPLIT + split
+    tl.store(acc_ptr + idx[:, None] * BLOCK_D + offs_d[None, :], acc, mask=row_ok[:, None])
+    tl.store(ml_ptr + idx * 2, m_i, mask=row_ok)
+    tl.store(ml_ptr + idx * 2 + 1, l_i, mask=row_ok)
+
+
+@triton.jit(do_not_specialize=["S"])
+def _shared_kernel(
+    q_ptr, k_ptr, v_ptr, seqlens_ptr, acc_ptr, ml_ptr,
+    stride_qb, stride_qt, stride_qh,
+    stride_kb, stride_kl, stride_kh,
+    stride_vb, stride_vl, stride_vh,
+    S, Hq, Lmax, NSPLIT, qk_scale,
+    HEAD_DIM: tl.constexpr, GROUP: tl.constexpr, CAUSAL: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, SPLIT_BLOCKS: tl.constexpr,
+    PRECISION: tl.constexpr,
+):
+    """Splits over key blocks shared by a tile of tokens; grid ``(cdiv(S, BLOCK_M // GROUP), B * Hkv, Z)``.
+
+    Program ``z`` of a (tile, KV head) handles splits ``z, z + Z, ...`` (which program runs a split does not
+    change its arithmetic).
+    """
+    TPT: tl.constexpr = BLOCK_M // GROUP
+    pid_t = tl.program_id(0)
+    pid_bh = tl.program_id(1)
+    n_kv = Hq // GROUP
+    b = pid_bh // n_kv
+    kvh = pid_bh % n_kv
+    b64 = b.to(tl.int64)
+
+    offs_r = tl.arange(0, BLOCK_M)
+    tok = pid_t * TPT + offs_r // GROUP
+    row_ok = (offs_r < TPT * GROUP) & (tok < S)
+    tok = tl.where(row_ok, tok, 0)
+    h = kvh * GROUP + offs_r % GROUP
+    offs_d = tl.arange(0, BLOCK_D)
+    d_mask = offs_d < HEAD_DIM
+    q_off = b64 * stride_qb + tok.to(tl.int64) * stride_qt + h * stride_qh
+    q = tl.load(q_ptr + q_off[:, None] + offs_d[None, :], mask=row_ok[:, None] & d_mask[None, :], other=0.0)
+
+    # Clamped so that no read leaves the cache even for out-of-range lengths (the host checks when it can).
+    L = tl.minimum(tl.maximum(tl.load(seqlens_ptr + b).to(tl.int32), 0), Lmax - S)
+    if CAUSAL:
+        pos_row = L + tok  # row t sees positions 0..L+t
+        hi = L + tl.minimum(S, (pid_t + 1) * TPT)  # positions < hi are loaded
+        blk_end = tl.cdiv(hi, BLOCK_N)
+    else:
+        pos_row = tl.zeros([BLOCK_M], tl.int32) + (L - 1)  # committed positions only; the rest is the tree kernel's
+        hi = L
+        blk_end = L // BLOCK_N  # whole blocks below L
+    n_split = tl.cdiv(blk_end, SPLIT_BLOCKS)
+
+    k_base = k_ptr + b64 * stride_kb + kvh * stride_kh
+    v_base = v_ptr + b64 * stride_vb + kvh * stride_vh
+    part_row = (b64 * S + tok) * Hq + h
+    for split in range(tl.program_id(2), n_split, tl.num_programs(2)):
+        m_i = tl.full([BLOCK_M], float("-inf"), tl.float32)
+        l_i = tl.zeros([BLOCK_M], tl.float32)
+        acc = tl.zeros([BLOCK_M, BLOCK_D], tl.float32)
+        j_lo = split * SPLIT_BLOCKS
+        j_hi = tl.minimum(j_lo + SPLIT_BLOCKS, blk_end)
+        for j in range(j_lo, j_hi):
+            offs_n = j * BLOCK_N + tl.arange(0, BLOCK_N)
+            n_ok = offs_n < hi
+            kv_mask = n_ok[:, None] & d_mask[None, :]
+            k = tl.load(k_base + offs_n[:, None].to(tl.int64) * stride_kl + offs_d[None, :], mask=kv_mask, other=0.0)
+            v = tl.load(v_base + offs_n[:, None].to(tl.int64) * stride_vl + offs_d[None, :], mask=kv_mask, other=0.0)
+            vis = offs_n[None, :] <= pos_row[:, None]
+            acc, m_i, l_i = _block_update(acc, m_i, l_i, q, k, v, vis, qk_scale, PRECISION)
+        _store_state(acc_ptr, ml_ptr, acc, m_i, l_i, part_row, split, row_ok, offs_d, NSPLIT, BLOCK_D)
+
+
+@triton.jit(do_not_specialize=["S"])
+def _tree_kernel(
+    q_ptr, k_ptr, v_ptr, seqlens_ptr, mask_ptr, acc_ptr, ml_ptr,
+    stride_qb, stride_qt, stride_qh,
+    stride_kb, stride_kl, stride_kh,
+    stride_vb, stride_vl, stride_vh,
+    stride_mb, stride_mi, stride_mj,
+    S, Hq, Lmax, NSPLIT, qk_scale,
+    HEAD_DIM: tl.constexpr, GROUP: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_S: tl.constexpr,
+    SPLIT_BLOCKS: tl.constexpr, PRECISION: tl.constexpr,
+):
+    """Blocks from ``L // BLOCK_N`` to the row's own position, one token per program; grid ``(S, B * Hkv)``.
+
+    Slot of position ``p``: cache row ``p`` if ``p < L``, else tree row ``L + anc[p - L]`` where ``anc[d]`` is the
+    index of the ``d``-th true column of ``tree_mask[b, i]``.
+    """
+    i = tl.program_id(0)
+    pid_bh = tl.program_id(1)
+    n_kv = Hq // GROUP
+    b = pid_bh // n_kv
+    kvh = pid_bh % n_kv
+    b64 = b.to(tl.int64)
+
+    offs_r = tl.arange(0, BLOCK_M)
+    row_ok = offs_r < GROUP
+    h = kvh * GROUP + tl.where(row_ok, offs_r, 0)
+    offs_d = tl.arange(0, BLOCK_D)
+    d_mask = offs_d < HEAD_DIM
+    q_off = b64 * stride_qb + i.to(tl.int64) * stride_qt + h * stride_qh
+    q = tl.load(q_ptr + q_off[:, None] + offs_d[None, :], mask=row_ok[:, None] & d_mask[None, :], other=0.0)
+
+    L = tl.minimum(tl.maximum(tl.load(seqlens_ptr + b).to(tl.int32), 0), Lmax - S)
+    offs_s = tl.arange(0, BLOCK_S)
+    mrow = tl.load(mask_ptr + b64 * stride_mb + i * stride_mi + offs_s * stride_mj, mask=offs_s < S, other=0)
+    mrow = (mrow != 0).to(tl.int32)
+    rank = tl.cumsum(mrow, 0) - 1  # depth of each visible tree column
+    pos = L + tl.sum(mrow, 0) - 1  # the row's own position
+    j_lo = L // BLOCK_N
+    j_end = (pos + BLOCK_N) // BLOCK_N  # one past the row's last block (pos >= -1, so no negative division)
+
+    part_row = (b64 * S + i) * Hq + h
+    # Continue the split the shared kernel left at block j_lo (its blocks below j_lo), or start it fresh.
+    idx = part_row * NSPLIT + j_lo // SPLIT_BLOCKS
+    ld = row_ok & ((offs_r * 0 + j_lo % SPLIT_BLOCKS) != 0)
+    m_i = tl.load(ml_ptr + idx * 2, mask=ld, other=float("-inf"))
+    l_i = tl.load(ml_ptr + idx * 2 + 1, mask=ld, other=0.0)
+    acc = tl.load(acc_ptr + idx[:, None] * BLOCK_D + offs_d[None, :], mask=ld[:, None], other=0.0)
+
+    k_base = k_ptr + b64 * stride_kb + kvh * stride_kh
+    v_base = v_ptr + b64 * stride_vb + kvh * stride_vh
+    for j in range(j_lo, j_end):
+        fresh = (j % SPLIT_BLOCKS) == 0
+        if fresh & (j > j_lo):  # a split boundary inside the tail: close the previous split
+            _store_state(acc_ptr, ml_ptr, acc, m_i, l_i, part_row, j // SPLIT_BLOCKS - 1, row_ok, offs_d, NSPLIT,
+                         BLOCK_D)
+        m_i = tl.where(fresh, float("-inf"), m_i)
+        l_i = tl.where(fresh, 0.0, l_i)
+        acc = tl.where(fresh, 0.0, acc)
+        offs_n = j * BLOCK_N + tl.arange(0, BLOCK_N)
+        depth = offs_n - L
+        hit = (mrow[None, :] != 0) & (rank[None, :] == depth[:, None])  # [BLOCK_N, BLOCK_S]: the ancestor at depth
+        tree_col = tl.sum(tl.where(hit, offs_s[None, :], 0), 1)
+        krow = tl.where(offs_n < L, offs_n, L + tree_col).to(tl.int64)
+        n_ok = offs_n <= pos
+        kv_mask = n_ok[:, None] & d_mask[None, :]
+        k = tl.load(k_base + krow[:, None] * stride_kl + offs_d[None, :], mask=kv_mask, other=0.0)
+        v = tl.load(v_base + krow[:, None] * stride_vl + offs_d[None, :], mask=kv_mask, other=0.0)
+        vis = n_ok[None, :] & (offs_r >= 0)[:, None]
+        acc, m_i, l_i = _block_update(acc, m_i, l_i, q, k, v, vis, qk_scale, PRECISION)
+    if j_end > j_lo:
+        _store_state(acc_ptr, ml_ptr, acc, m_i, l_i, part_row, (j_end - 1) // SPLIT_BLOCKS, row_ok, offs_d, NSPLIT,
+                     BLOCK_D)
+
+
+@triton.jit(do_not_specialize=["S"])
+def _combine_kernel(
+    seqlens_ptr, mask_ptr, acc_ptr, ml_ptr, o_ptr,
+    stride_mb, stride_mi, stride_mj,
+    stride_ob, stride_ot, stride_oh,
+    S, Hq, Lmax, NSPLIT, qk_scale,
+    HEAD_DIM: tl.constexpr, CAUSAL: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_S: tl.constexpr,
+    BLOCK_C: tl.constexpr, SPLIT: tl.constexpr,
+):
+    """Merge a row's split states in split order; grid ``(B * S * Hq,)``, row ``(b * S + i) * Hq + h``.
+
+    Splits are read in fixed chunks of ``BLOCK_C`` (absent splits weigh exactly 0), so the same partials always
+    give the same bits, whatever the cache capacity or the number of rows.
+    """
+    row = tl.program_id(0)
+    h = row % Hq
+    bi = row // Hq
+    i = bi % S
+    b = bi // S
+    row64 = row.to(tl.int64)
+    L = tl.minimum(tl.maximum(tl.load(seqlens_ptr + b).to(tl.int32), 0), Lmax - S)
+    if CAUSAL:
+        n_keys = L + i + 1
+    else:
+        offs_s = tl.arange(0, BLOCK_S)
+        mrow = tl.load(mask_ptr + b.to(tl.int64) * stride_mb + i * stride_mi + offs_s * stride_mj, mask=offs_s < S,
+                       other=0)
+        n_keys = L + tl.sum((mrow != 0).to(tl.int32), 0)
+    n_split = tl.cdiv(n_keys, SPLIT)
+
+    offs_c = tl.arange(0, BLOCK_C)
+    offs_d = tl.arange(0, BLOCK_D)
+    m_max = tl.full([BLOCK_C], float("-inf"), tl.float32)
+    for c0 in range(0, n_split, BLOCK_C):
+        c_ok = c0 + offs_c < n_split
+        m_max = tl.maximum(m_max, tl.load(ml_ptr + (row64 * NSPLIT + c0 + offs_c) * 2, mask=c_ok,
+                                          other=float("-inf")))
+    m_all = tl.max(m_max, 0)
+    m_safe = tl.where(m_all == float("-inf"), 0.0, m_all)
+    l_sum = tl.zeros([BLOCK_C], tl.float32)
+    o = tl.zeros([BLOCK_D], tl.float32)
+    for c0 in range(0, n_split, BLOCK_C):
+        c_ok = c0 + offs_c < n_split
+        idx = row64 * NSPLIT + c0 + offs_c
+        m_k = tl.load(ml_ptr + idx * 2, mask=c_ok, other=float("-inf"))
+        l_k = tl.load(ml_ptr + idx * 2 + 1, mask=c_ok, other=0.0)
+        w = tl.where(c_ok, tl.exp2((m_k - m_safe) * qk_scale), 0.0)
+        a_k = tl.load(acc_ptr + idx[:, None] * BLOCK_D + offs_d[None, :], mask=c_ok[:, None], other=0.0)
+        l_sum = l_sum + l_k * w
+        o = o + tl.sum(a_k * w[:, None], 0)
+    l_tot = tl.sum(l_sum, 0)
+    out = o / tl.where(l_tot > 0.0, l_tot, 1.0)
+    o_off = b.to(tl.int64) * stride_ob + i.to(tl.int64) * stride_ot + h * stride_oh
+    tl.store(o_ptr + o_off + offs_d, out.to(o_ptr.dtype.element_ty), mask=offs_d < HEAD_DIM)

@@ -1,0 +1,239 @@
+"""Launcher of the batch-invariant target attention (see :mod:`.kernel` for the reduction structure).
+
+Validation raises ``ValueError``/``TypeError`` naming the argument. The one check that needs device values (lengths
+against the cache capacity) runs on the host only when ``validate=True`` and no CUDA graph is being captured;
+otherwise the kernels clamp lengths so that no access leaves its buffer (out-of-range lengths then give unspecified
+but memory-safe results). Launch parameters depend on static shapes only, so a captured graph replays for any
+lengths, and the query count ``S`` is not specialised on, so new prompt lengths do not compile new kernels.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+
+from .._utils import cdiv, check_tensor, is_capturing, is_interpreter, next_power_of_2, num_sms
+from .kernel import LOG2E, _combine_kernel, _shared_kernel, _tree_kernel
+
+__all__ = ["target_attention", "TargetAttentionConfig", "target_attention_config", "AOT_SPECS"]
+
+_FLOATS = (torch.float16, torch.bfloat16, torch.float32)
+_INTS = (torch.int32, torch.int64)
+
+
+@dataclass(frozen=True)
+class TargetAttentionConfig:
+    """Tile constants. They fix the reduction order, so they depend on the device class, dtype and head shape only
+    (never on lengths or row counts): a decode and a verify of the same model always use the same config.
+
+    ``block_m`` query rows per tile (``block_m // group`` tokens of one KV head; at least ``group``), ``block_n``
+    keys per block, ``split_blocks`` blocks per split (splits start at multiples of ``block_n * split_blocks``
+    positions), ``combine_chunk`` splits merged per step of the combine.
+    """
+
+    block_m: int
+    block_n: int
+    split_blocks: int
+    num_warps: int
+    num_stages: int
+    combine_chunk: int = 16
+
+    @property
+    def split(self) -> int:
+        return self.block_n * self.split_blocks
+
+
+#: GPU, 16-bit inputs: 64-row tiles (one wgmma M on sm_90), 64-key blocks, splits of 256 positions.
+GPU_CONFIG = TargetAttentionConfig(block_m=64, block_n=64, split_blocks=4, num_warps=4, num_stages=3)
+#: GPU, fp32 inputs (IEEE products on FMA units, 4-byte tiles): half the tiles, the same 256-position splits.
+GPU_FP32_CONFIG = TargetAttentionConfig(block_m=32, block_n=32, split_blocks=8, num_warps=4, num_stages=2)
+#: Triton interpreter (CPU tests): tiny tiles and splits of 32 positions, so small tests cross several splits.
+INTERPRETER_CONFIG = TargetAttentionConfig(block_m=16, block_n=16, split_blocks=2, num_warps=4, num_stages=1)
+
+
+def target_attention_config(dtype: torch.dtype, head_dim: int, group: int) -> TargetAttentionConfig:
+    """The config every call with this dtype / head shape uses (``block_m`` raised to cover a GQA group)."""
+    if is_interpreter():
+        cfg = INTERPRETER_CONFIG
+    elif dtype == torch.float32:
+        cfg = GPU_FP32_CONFIG
+    else:
+        cfg = GPU_CONFIG
+        if head_dim > 128:  # keep the K/V tiles of a pipelined block within shared memory; same split positions
+            cfg = TargetAttentionConfig(64, 32, cfg.split // 32, cfg.num_warps, 2, cfg.combine_chunk)
+    bm = max(cfg.block_m, next_power_of_2(group))
+    if bm != cfg.block_m:
+        cfg = TargetAttentionConfig(bm, cfg.block_n, cfg.split_blocks, cfg.num_warps, cfg.num_stages,
+                                    cfg.combine_chunk)
+    return cfg
+
+
+def _precision(dtype: torch.dtype) -> str:
+    # fp32 inputs: true fp32 products (the GPU default would be TF32); 16-bit inputs ignore the setting.
+    return "ieee" if dtype == torch.float32 else "tf32"
+
+
+def _check(q, k_cache, v_cache, cache_seqlens, tree_mask, softmax_scale):
+    check_tensor("q", q, ndim=4, dtypes=_FLOATS, last_dim_contiguous=True)
+    dev = q.device
+    B, S, Hq, D = q.shape
+    check_tensor("k_cache", k_cache, ndim=4, dtypes=(q.dtype,), device=dev, last_dim_contiguous=True)
+    check_tensor("v_cache", v_cache, shape=tuple(k_cache.shape), dtypes=(q.dtype,), device=dev,
+                 last_dim_contiguous=True)
+    if k_cache.shape[0] != B or k_cache.shape[3] != D:
+        raise ValueError(f"k_cache must be [B={B}, Lmax, Hkv, D={D}], got {list(k_cache.shape)}")
+    Hkv = k_cache.shape[2]
+    if Hkv == 0 or Hq % Hkv != 0:
+        raise ValueError(f"query heads ({Hq}) must be a multiple of KV heads ({Hkv})")
+    if D < 1 or D > 256:
+        raise ValueError(f"head_dim must be in [1, 256], got {D}")
+    check_tensor("cache_seqlens", cache_seqlens, shape=(B,), dtypes=_INTS, device=dev)
+    if tree_mask is not None:
+        check_tensor("tree_mask", tree_mask, shape=(B, S, S), dtypes=(torch.bool,), device=dev)
+    if S < 1:
+        raise ValueError("q must hold at least one query row (S >= 1)")
+    if S > k_cache.shape[1]:
+        raise ValueError(f"{S} new rows do not fit a cache of capacity Lmax={k_cache.shape[1]}")
+    if softmax_scale is not None and not (math.isfinite(softmax_scale) and softmax_scale > 0):
+        raise ValueError(f"softmax_scale must be a positive finite number, got {softmax_scale}")
+    return B, S, Hq, Hkv, D
+
+
+def target_attention(
+    q: torch.Tensor,
+    k_cache: torch.Tensor,
+    v_cache: torch.Tensor,
+    cache_seqlens: torch.Tensor,
+    tree_mask: torch.Tensor | None = None,
+    softmax_scale: float | None = None,
+    validate: bool = True,
+) -> torch.Tensor:
+    """Batch-invariant attention of ``S`` new rows over a KV cache: decode, prefill chunks and tree verification.
+
+    Same contract as :func:`~eagle_triton.ops.attention.tree_attention`: the new rows' K/V already sit in the cache
+    at rows ``cache_seqlens[b] + j``; query ``i`` sees the committed rows ``[0, L_b)`` and new row ``j`` iff
+    ``tree_mask[b, i, j]`` (its ancestors and itself, tree rows in topological order), or ``j <= i`` when
+    ``tree_mask`` is None (causal: decode ``S = 1``, prefill chunks).
+
+    **Bitwise batch invariance.** A row's output is bit-identical whatever ``S`` is and whichever rows run with it,
+    and whether its ancestors are tree rows (verify) or committed rows at ``L, L + 1, ...`` (the plain decode of
+    the same token after its path was committed): keys are reduced by absolute position in blocks and splits at
+    fixed positions with the same tiles in every case (see :mod:`eagle_triton.ops.target_attention.kernel`).
+
+    Parameters
+    ----------
+    q : Tensor ``[B, S, Hq, D]``, fp16/bf16/fp32, ``D <= 256``.
+    k_cache, v_cache : Tensor ``[B, Lmax, Hkv, D]``, dtype of ``q``; ``Hq % Hkv == 0``.
+    cache_seqlens : Tensor ``[B]`` int32/int64: committed length ``L_b``; ``L_b + S <= Lmax``.
+    tree_mask : Tensor ``[B, S, S]`` bool, or None for causal.
+    softmax_scale : float > 0, default ``1 / sqrt(D)``.
+    validate : bool. Check the lengths on the host (a device sync) when no CUDA graph is being captured.
+
+    Returns
+    -------
+    out : Tensor ``[B, S, Hq, D]``, dtype of ``q``. A row with no visible key gets zeros.
+    """
+    B, S, Hq, Hkv, D = _check(q, k_cache, v_cache, cache_seqlens, tree_mask, softmax_scale)
+    dev = q.device
+    Lmax = k_cache.shape[1]
+    if validate and not is_capturing(dev) and B > 0:
+        lo, hi = torch.stack([cache_seqlens.min().long(), cache_seqlens.max().long()]).tolist()
+        if lo < 0 or hi + S > Lmax:
+            raise ValueError(f"cache_seqlens in [{lo}, {hi}] plus {S} new rows exceeds the cache capacity Lmax={Lmax}")
+    out = torch.empty_like(q)
+    if B == 0 or Hq == 0:
+        return out
+    G = Hq // Hkv
+    cfg = target_attention_config(q.dtype, D, G)
+    block_d = max(16, next_power_of_2(D))
+    nsplit = cdiv(Lmax, cfg.split)
+    scale = 1.0 / math.sqrt(D) if softmax_scale is None else float(softmax_scale)
+    qk_scale = scale * LOG2E
+    acc_part = torch.empty(B * S * Hq * nsplit * block_d, device=dev, dtype=torch.float32)
+    ml_part = torch.empty(B * S * Hq * nsplit * 2, device=dev, dtype=torch.float32)
+    causal = tree_mask is None
+    opts = dict(num_warps=cfg.num_warps, num_stages=cfg.num_stages, enable_fp_fusion=False)
+    common = dict(HEAD_DIM=D, GROUP=G, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, BLOCK_D=block_d,
+                  SPLIT_BLOCKS=cfg.split_blocks, PRECISION=_precision(q.dtype))
+
+    # Which program runs which split does not change any result: spread the splits to fill the GPU.
+    tiles = cdiv(S, cfg.block_m // G)
+    z = max(1, min(nsplit, cdiv(4 * num_sms(dev), tiles * B * Hkv)))
+    _shared_kernel[(tiles, B * Hkv, z)](
+        q, k_cache, v_cache, cache_seqlens, acc_part, ml_part,
+        q.stride(0), q.stride(1), q.stride(2),
+        k_cache.stride(0), k_cache.stride(1), k_cache.stride(2),
+        v_cache.stride(0), v_cache.stride(1), v_cache.stride(2),
+        S, Hq, Lmax, nsplit, qk_scale, CAUSAL=causal, **common, **opts,
+    )
+    if causal:
+        mask, ms, block_s = cache_seqlens, (0, 0, 0), 2
+    else:
+        mask, ms, block_s = tree_mask.view(torch.uint8), tree_mask.stride(), max(2, next_power_of_2(S))
+        _tree_kernel[(S, B * Hkv)](
+            q, k_cache, v_cache, cache_seqlens, mask, acc_part, ml_part,
+            q.stride(0), q.stride(1), q.stride(2),
+            k_cache.stride(0), k_cache.stride(1), k_cache.stride(2),
+            v_cache.stride(0), v_cache.stride(1), v_cache.stride(2),
+            ms[0], ms[1], ms[2],
+            S, Hq, Lmax, nsplit, qk_scale, BLOCK_S=block_s, **common, **opts,
+        )
+    _combine_kernel[(B * S * Hq,)](
+        cache_seqlens, mask, acc_part, ml_part, out,
+        ms[0], ms[1], ms[2],
+        out.stride(0), out.stride(1), out.stride(2),
+        S, Hq, Lmax, nsplit, qk_scale,
+        HEAD_DIM=D, CAUSAL=causal, BLOCK_D=block_d, BLOCK_S=block_s, BLOCK_C=cfg.combine_chunk, SPLIT=cfg.split,
+        num_warps=1 if block_d <= 64 else 2, enable_fp_fusion=False,
+    )
+    return out
+
+
+# Integer arguments that are multiples of 16 at real shapes (the JIT specialises them so; the AOT gate must be
+# told, or it compiles scalar loads that the GPU never runs). S and the mask strides are not.
+_NOT_DIV16 = {"S", "stride_mb", "stride_mi", "stride_mj", "NSPLIT"}
+
+
+def _div16(fn) -> list[str]:
+    return [n for n in fn.arg_names if (n.startswith("stride_") or n in ("Hq", "Lmax")) and n not in _NOT_DIV16]
+
+
+def _aot_specs():
+    """Compile-only specs at the Llama-3.1-8B shape (D=128, 32/8 heads) for tests/test_compile_targets.py."""
+    specs = []
+    for dt in ("bf16", "fp16", "fp32"):
+        cfg = GPU_FP32_CONFIG if dt == "fp32" else GPU_CONFIG
+        prec = "ieee" if dt == "fp32" else "tf32"
+        opts = {"num_warps": cfg.num_warps, "num_stages": cfg.num_stages, "enable_fp_fusion": False}
+        common = dict(HEAD_DIM=128, GROUP=4, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, BLOCK_D=128,
+                      SPLIT_BLOCKS=cfg.split_blocks, PRECISION=prec)
+        ptrs = {"q_ptr": f"*{dt}", "k_ptr": f"*{dt}", "v_ptr": f"*{dt}", "seqlens_ptr": "*i32",
+                "acc_ptr": "*fp32", "ml_ptr": "*fp32", "qk_scale": "fp32"}
+        for causal in ((True, False) if dt == "bf16" else (False,)):
+            sig = {n: "i32" for n in _shared_kernel.arg_names}
+            const = dict(common, CAUSAL=causal)
+            sig.update(ptrs)
+            sig.update({k: "constexpr" for k in const})
+            specs.append((_shared_kernel, sig, const, {**opts, "div16": _div16(_shared_kernel)}))
+        sig = {n: "i32" for n in _tree_kernel.arg_names}
+        const = dict(common, BLOCK_S=64)
+        sig.update(ptrs)
+        sig["mask_ptr"] = "*u8"
+        sig.update({k: "constexpr" for k in const})
+        specs.append((_tree_kernel, sig, const, {**opts, "div16": _div16(_tree_kernel)}))
+        for causal in (True, False):
+            sig = {n: "i32" for n in _combine_kernel.arg_names}
+            sig.update({"seqlens_ptr": "*i32", "mask_ptr": "*u8", "acc_ptr": "*fp32", "ml_ptr": "*fp32",
+                        "o_ptr": f"*{dt}", "qk_scale": "fp32"})
+            const = dict(HEAD_DIM=128, CAUSAL=causal, BLOCK_D=128, BLOCK_S=64, BLOCK_C=cfg.combine_chunk,
+                         SPLIT=cfg.split)
+            sig.update({k: "constexpr" for k in const})
+            specs.append((_combine_kernel, sig, const,
+                          {"num_warps": 2, "enable_fp_fusion": False, "div16": _div16(_combine_kernel)}))
+    return specs
+
+
+#: ``(kernel, signature, constexprs, options)`` tuples compiled for sm_90 by tests/test_compile_targets.py.
+AOT_SPECS = _aot_specs()

@@ -1,0 +1,57 @@
+"""PyTorch reference (the specification) of :func:`~eagle_triton.ops.target_attention.target_attention`.
+
+The attention itself is the one :func:`~eagle_triton.ops.attention.tree_attention` computes (the kernels differ only
+in their reduction order, which the reference does not model: fp32 math, compared within the dtype's tolerance).
+Besides it, :func:`key_positions_ref` spells out the absolute-position view the kernel reduces in, for tests.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from ..attention.reference import tree_attention_ref
+
+__all__ = ["target_attention_ref", "key_positions_ref"]
+
+
+def target_attention_ref(
+    q: torch.Tensor,
+    k_cache: torch.Tensor,
+    v_cache: torch.Tensor,
+    cache_seqlens: torch.Tensor,
+    tree_mask: torch.Tensor | None = None,
+    softmax_scale: float | None = None,
+    validate: bool = True,
+) -> torch.Tensor:
+    """Reference of :func:`~eagle_triton.ops.target_attention.target_attention` (same contract; fp32 math).
+
+    Query ``i`` of sequence ``b`` sees cache rows ``[0, L_b)`` and new rows ``L_b + j`` with ``tree_mask[b, i, j]``
+    (``j <= i`` when ``tree_mask`` is None); a row that sees nothing gets zeros. No host sync (``validate`` is
+    accepted for signature parity and ignored).
+    """
+    del validate
+    return tree_attention_ref(q, k_cache, v_cache, cache_seqlens, tree_mask, softmax_scale)
+
+
+def key_positions_ref(cache_seqlens: torch.Tensor, tree_mask: torch.Tensor | None, S: int) -> torch.Tensor:
+    """Cache row of each key position, ``[B, S, Lmax_needed]`` int64 (-1 where the row sees no key there).
+
+    Row ``i`` sees positions ``0..P_i``: position ``p < L`` is cache row ``p``; position ``L + d`` is new row
+    ``L + anc[i, d]``, where ``anc[i, d]`` is the ``d``-th true column of ``tree_mask[b, i]`` (``d``-th column
+    ``<= i`` in causal mode, i.e. ``i`` itself at ``d = i``). The kernels reduce keys in exactly this order.
+    """
+    lens = cache_seqlens.long()
+    B = lens.shape[0]
+    dev = lens.device
+    if tree_mask is None:
+        tree_mask = torch.ones(S, S, dtype=torch.bool, device=dev).tril().expand(B, S, S)
+    cols = torch.arange(S, device=dev)
+    anc = torch.where(tree_mask, cols, S + cols).sort(-1).values  # true columns first, in index order
+    cnt = tree_mask.sum(-1)  # [B, S]
+    width = int(lens.max()) + S if B else 0
+    p = torch.arange(width, device=dev)[None, None, :]
+    L = lens[:, None, None]
+    d = (p - L).clamp(0, S - 1).expand(B, S, width)
+    tree_row = L + anc.gather(2, d)
+    rows = torch.where(p < L, p, tree_row)
+    return torch.where(p < L + cnt[:, :, None], rows, torch.full_like(rows, -1))

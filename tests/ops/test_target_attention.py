@@ -1,0 +1,355 @@
+"""target_attention: parity with its reference, and bitwise batch invariance (CPU: Triton interpreter, tiny shapes
+with splits of 32 positions; GPU: bf16 at the Llama-3.1-8B shape, CUDA-graph replay, no recompilation).
+
+Invariance is tested as exact equality (``torch.equal``): (1) a row computed alone (``S = 1``) equals the same row
+inside causal chunks; (2) a tree verify row equals the plain decode of the same token after its ancestor path was
+copied into the committed rows ``L, L + 1, ...``; with GQA groups 1, 3, 4 and two sequences of different lengths.
+"""
+
+import math
+
+import pytest
+import torch
+
+from eagle_triton.ops.target_attention import (
+    key_positions_ref,
+    target_attention,
+    target_attention_config,
+    target_attention_ref,
+)
+
+CPU_DTYPES = [torch.float32, torch.float16]
+
+
+def _close(out, ref32, lowp, dtype):
+    """fp32: atol=rtol=1e-5. Half types: error <= 2 x the same-dtype PyTorch error + a rounding floor (STYLE.md)."""
+    out, ref32 = out.float(), ref32.float()
+    assert torch.isfinite(out).all(), "non-finite output"
+    if dtype == torch.float32:
+        torch.testing.assert_close(out, ref32, atol=1e-5, rtol=1e-5)
+        return
+    r = ref32.to(dtype)
+    floor = 2 * (r + 0.3 - 0.3 - r).abs().max().item()
+    err = (out - ref32).abs().max().item()
+    torch_err = (lowp.float() - ref32).abs().max().item()
+    assert err <= 2 * torch_err + floor, f"max error {err:.3e} > 2 x torch {torch_err:.3e} + floor {floor:.3e}"
+
+
+def _lowp(q, k, v, lens, mask, scale):
+    """The same attention in the input dtype (scores and P.V in dtype, softmax in fp32): PyTorch's own error."""
+    B, S, Hq, D = q.shape
+    G = Hq // k.shape[2]
+    out = torch.empty_like(q)
+    for b in range(B):
+        L = int(lens[b])
+        kk = k[b, : L + S].repeat_interleave(G, 1).transpose(0, 1)  # [Hq, L+S, D]
+        vv = v[b, : L + S].repeat_interleave(G, 1).transpose(0, 1)
+        s = torch.matmul(q[b].transpose(0, 1), kk.transpose(1, 2)) * scale  # [Hq, S, L+S]
+        vis = torch.ones(S, L + S, dtype=torch.bool, device=q.device)
+        vis[:, L:] = mask[b] if mask is not None else torch.ones(S, S, device=q.device).tril().bool()
+        p = torch.softmax(s.float().masked_fill(~vis, float("-inf")), -1).to(q.dtype)
+        out[b] = torch.matmul(p, vv).transpose(0, 1)
+    return out
+
+
+def _random_parents(S, gen, reach=3):
+    """Parent of each tree row (-1 = root): a random earlier row at most ``reach`` back, so trees have several
+    branches and depths up to ``S - 1``; row 0 is the root."""
+    return [-1] + [int(torch.randint(max(0, j - reach), j, (1,), generator=gen)) for j in range(1, S)]
+
+
+def _ancestor_mask(parents):
+    S = len(parents)
+    m = torch.zeros(S, S, dtype=torch.bool)
+    for i in range(S):
+        j = i
+        while j >= 0:
+            m[i, j] = True
+            j = parents[j]
+    return m
+
+
+def _inputs(B, S, Hq, Hkv, D, Lmax, dtype, device, gen):
+    q = torch.randn(B, S, Hq, D, generator=gen).to(device, dtype)
+    k = torch.randn(B, Lmax, Hkv, D, generator=gen).to(device, dtype)
+    v = torch.randn(B, Lmax, Hkv, D, generator=gen).to(device, dtype)
+    return q, k, v
+
+
+def _lens(values, device):
+    return torch.tensor(values, dtype=torch.int32, device=device)
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# parity with the reference
+
+PARITY_CASES = [  # B, S, Hq, Hkv, D, lens, Lmax, tree
+    pytest.param(2, 5, 4, 1, 32, (61, 40), 70, True, id="B2-S5-gqa4-D32-tree"),
+    pytest.param(2, 7, 6, 2, 24, (0, 33), 45, True, id="B2-S7-gqa3-D24-tree-L0"),
+    pytest.param(1, 1, 2, 2, 16, (37,), 40, False, id="B1-decode-mha-D16"),
+    pytest.param(2, 6, 3, 1, 16, (26, 64), 71, False, id="B2-S6-gqa3-causal"),
+]
+
+
+@pytest.mark.parametrize("dtype", CPU_DTYPES + [pytest.param(torch.bfloat16, marks=pytest.mark.gpu)])
+@pytest.mark.parametrize("B,S,Hq,Hkv,D,lens,Lmax,tree", PARITY_CASES)
+def test_target_attention_matches_ref(B, S, Hq, Hkv, D, lens, Lmax, tree, dtype, device):
+    gen = torch.Generator().manual_seed(4000 + B * 31 + S * 7 + D)
+    q, k, v = _inputs(B, S, Hq, Hkv, D, Lmax, dtype, device, gen)
+    mask = torch.stack([_ancestor_mask(_random_parents(S, gen)) for _ in range(B)]).to(device) if tree else None
+    cl = _lens(lens, device)
+    out = target_attention(q, k, v, cl, mask)
+    assert out.shape == q.shape and out.dtype == dtype
+    ref32 = target_attention_ref(q.float(), k.float(), v.float(), cl, mask)
+    _close(out, ref32, _lowp(q, k, v, cl, mask, 1 / math.sqrt(D)), dtype)
+
+
+def test_target_attention_scale_and_int64_lengths(device):
+    gen = torch.Generator().manual_seed(9)
+    q, k, v = _inputs(1, 3, 2, 1, 16, 50, torch.float32, device, gen)
+    lens = torch.tensor([45], dtype=torch.int64, device=device)
+    mask = _ancestor_mask([-1, 0, 0])[None].to(device)
+    out = target_attention(q, k, v, lens, mask, softmax_scale=0.3)
+    torch.testing.assert_close(out, target_attention_ref(q, k, v, lens, mask, softmax_scale=0.3),
+                               atol=1e-5, rtol=1e-5)
+
+
+def test_key_positions_ref_reproduces_the_reference(device):
+    """The absolute-position view of the keys (what the kernel reduces in) is the reference's key set."""
+    gen = torch.Generator().manual_seed(12)
+    B, S, H, D, Lmax = 2, 6, 2, 16, 40
+    q, k, v = _inputs(B, S, H, H, D, Lmax, torch.float32, device, gen)
+    lens = _lens((20, 33), device)
+    for mask in (torch.stack([_ancestor_mask(_random_parents(S, gen)) for _ in range(B)]).to(device), None):
+        rows = key_positions_ref(lens, mask, S)  # [B, S, W]
+        out = torch.empty_like(q)
+        for b in range(B):
+            for i in range(S):
+                r = rows[b, i][rows[b, i] >= 0]
+                s = torch.einsum("hd,nhd->hn", q[b, i], k[b, r]) / math.sqrt(D)
+                out[b, i] = torch.einsum("hn,nhd->hd", torch.softmax(s, -1), v[b, r])
+        torch.testing.assert_close(out, target_attention_ref(q, k, v, lens, mask), atol=1e-5, rtol=1e-5)
+
+
+def test_target_attention_reads_only_visible_rows(device):
+    """Rows past ``L + S`` are never read (NaN-poisoned), and a row that sees no key gets zeros."""
+    gen = torch.Generator().manual_seed(5)
+    q, k, v = _inputs(1, 3, 2, 1, 16, 30, torch.float32, device, gen)
+    lens = _lens((0,), device)
+    k[:, 3:] = float("nan")
+    v[:, 3:] = float("nan")
+    mask = torch.tensor([[[True, False, False], [False, False, False], [True, False, True]]], device=device)
+    out = target_attention(q, k, v, lens, mask)
+    assert torch.equal(out[0, 1], torch.zeros_like(out[0, 1]))
+    torch.testing.assert_close(out, target_attention_ref(q, k.nan_to_num(), v.nan_to_num(), lens, mask),
+                               atol=1e-5, rtol=1e-5)
+    out = target_attention(q, k, v, lens, None)
+    torch.testing.assert_close(out, target_attention_ref(q, k.nan_to_num(), v.nan_to_num(), lens, None),
+                               atol=1e-5, rtol=1e-5)
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# bitwise batch invariance
+
+
+def _check_causal_invariance(B, S, Hq, Hkv, D, lens, Lmax, chunks, dtype, device, seed):
+    """Rows of causal chunks of sizes ``chunks`` (consecutive, from ``lens``) equal the same rows decoded alone."""
+    gen = torch.Generator().manual_seed(seed)
+    q, k, v = _inputs(B, S, Hq, Hkv, D, Lmax, dtype, device, gen)
+    base = _lens(lens, device)
+    alone = [target_attention(q[:, t:t + 1].contiguous(), k, v, base + t) for t in range(S)]
+    t0 = 0
+    for n in chunks:
+        part = target_attention(q[:, t0:t0 + n].contiguous(), k, v, base + t0)
+        for t in range(n):
+            assert torch.equal(part[:, t], alone[t0 + t][:, 0]), f"row {t0 + t} differs inside a chunk of {n}"
+        t0 += n
+    return alone
+
+
+@pytest.mark.parametrize("dtype", CPU_DTYPES)
+@pytest.mark.parametrize("Hq,Hkv", [(2, 2), (3, 1), (8, 2)], ids=["gqa1", "gqa3", "gqa4"])
+def test_causal_chunk_rows_equal_single_row_decode(Hq, Hkv, dtype, device):
+    # Chunks of 13 and 5 starting at 27/50: rows cross block (16) and split (32) boundaries at 32 and 64.
+    _check_causal_invariance(2, 18, Hq, Hkv, 16, (27, 50), 70, (13, 5), dtype, device, seed=Hq * 10 + Hkv)
+
+
+def _decode_cache(k, v, L, path, tree_base):
+    """Copy of the caches with the tree rows of ``path`` (root first) committed at rows ``L, L + 1, ...``."""
+    k2, v2 = k.clone(), v.clone()
+    for d, j in enumerate(path):
+        k2[L + d] = k[tree_base + j]
+        v2[L + d] = v[tree_base + j]
+    return k2, v2
+
+
+def _check_tree_invariance(lens, parents, Hq, Hkv, D, Lmax, dtype, device, seed):
+    gen = torch.Generator().manual_seed(seed)
+    B, S = len(lens), len(parents[0])
+    q, k, v = _inputs(B, S, Hq, Hkv, D, Lmax, dtype, device, gen)
+    mask = torch.stack([_ancestor_mask(p) for p in parents]).to(device)
+    cl = _lens(lens, device)
+    ver = target_attention(q, k, v, cl, mask)
+    for i in range(S):
+        k2, v2, dec_len = torch.empty_like(k), torch.empty_like(v), []
+        for b in range(B):
+            path = [j for j in range(S) if mask[b, i, j]]
+            k2[b], v2[b] = _decode_cache(k[b], v[b], lens[b], path, lens[b])
+            dec_len.append(lens[b] + len(path) - 1)
+        dec = target_attention(q[:, i:i + 1].contiguous(), k2, v2, _lens(dec_len, device))
+        for b in range(B):
+            assert torch.equal(ver[b, i], dec[b, 0]), f"batch {b} tree row {i} (depth {dec_len[b] - lens[b]}, " \
+                                                      f"L={lens[b]}) differs from its plain decode"
+    return ver
+
+
+TREE_CASES = [  # lens (one per sequence), S, reach: a tree per sequence
+    # L=59: depths up to 6 cross the block and split boundary at 64; L=45: a block boundary (48) only.
+    pytest.param((59, 45), 9, 2, id="B2-cross-split-and-block"),
+    # L=64: the tree starts a fresh split; L=7: committed rows only inside the first block.
+    pytest.param((64, 7), 7, 3, id="B2-aligned-and-short"),
+    pytest.param((0,), 6, 1, id="B1-L0-chain"),
+]
+
+
+@pytest.mark.parametrize("dtype", CPU_DTYPES)
+@pytest.mark.parametrize("Hq,Hkv", [(2, 2), (3, 1), (8, 2)], ids=["gqa1", "gqa3", "gqa4"])
+@pytest.mark.parametrize("lens,S,reach", TREE_CASES)
+def test_tree_verify_rows_equal_plain_decode(lens, S, reach, Hq, Hkv, dtype, device):
+    gen = torch.Generator().manual_seed(77 + S)
+    parents = [_random_parents(S, gen, reach) for _ in lens]
+    _check_tree_invariance(lens, parents, Hq, Hkv, 16, 80, dtype, device, seed=sum(lens) + Hq)
+
+
+def test_tree_rows_do_not_depend_on_other_rows(device):
+    """The same tree row verified in a larger tree (extra branches, other rows around it) gives the same bits."""
+    gen = torch.Generator().manual_seed(21)
+    B, Hq, Hkv, D, Lmax, L = 1, 4, 1, 16, 70, 58
+    small = [-1, 0, 1, 2]  # a chain crossing the block/split boundary at 64 from L=58 ... 61
+    big = [-1, 0, 0, 1, 3, 2, 4, 5, 6]  # rows 0, 1, 3, 4 form the same chain, other rows around them
+    q_big, k, v = _inputs(B, len(big), Hq, Hkv, D, Lmax, torch.float32, device, gen)
+    cl = _lens((L,), device)
+    out_big = target_attention(q_big, k, v, cl, _ancestor_mask(big)[None].to(device))
+    keep = [0, 1, 3, 4]
+    k_small, v_small = k.clone(), v.clone()
+    k_small[0, L:L + 4] = k[0, [L + j for j in keep]]
+    v_small[0, L:L + 4] = v[0, [L + j for j in keep]]
+    out_small = target_attention(q_big[:, keep].contiguous(), k_small, v_small, cl,
+                                 _ancestor_mask(small)[None].to(device))
+    assert torch.equal(out_small, out_big[:, keep])
+
+
+def test_config_does_not_depend_on_lengths():
+    """The tile constants come from dtype / head shape only; the GQA group only raises the row tile to fit it."""
+    cfg = target_attention_config(torch.float16, 128, 4)
+    assert cfg == target_attention_config(torch.float16, 128, 4)
+    assert target_attention_config(torch.float16, 64, 16).block_m >= 16
+    assert cfg.split % cfg.block_n == 0
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# errors
+
+
+def test_target_attention_errors(device):
+    q = torch.randn(1, 4, 4, 16, device=device)
+    k = torch.randn(1, 10, 2, 16, device=device)
+    lens = _lens((3,), device)
+    with pytest.raises(ValueError, match="capacity"):
+        target_attention(q, k, k, _lens((7,), device))
+    with pytest.raises(ValueError, match="capacity"):
+        target_attention(q, k, k, _lens((-1,), device))
+    with pytest.raises(ValueError, match="multiple of KV heads"):
+        target_attention(torch.randn(1, 4, 3, 16, device=device), k, k, lens)
+    with pytest.raises(TypeError, match="k_cache"):
+        target_attention(q, k.half(), k.half(), lens)
+    with pytest.raises(TypeError, match="q"):
+        target_attention(q.int(), k, k, lens)
+    with pytest.raises(ValueError, match="v_cache"):
+        target_attention(q, k, k[:, :9], lens)
+    with pytest.raises(ValueError, match="k_cache"):
+        target_attention(q, torch.randn(2, 10, 2, 16, device=device), torch.randn(2, 10, 2, 16, device=device), lens)
+    with pytest.raises(ValueError, match="tree_mask"):
+        target_attention(q, k, k, lens, torch.ones(1, 4, 5, dtype=torch.bool, device=device))
+    with pytest.raises(TypeError, match="tree_mask"):
+        target_attention(q, k, k, lens, torch.ones(1, 4, 4, dtype=torch.int32, device=device))
+    with pytest.raises(TypeError, match="cache_seqlens"):
+        target_attention(q, k, k, lens.float())
+    with pytest.raises(ValueError, match="cache_seqlens"):
+        target_attention(q, k, k, _lens((3, 3), device))
+    with pytest.raises(ValueError, match="softmax_scale"):
+        target_attention(q, k, k, lens, softmax_scale=-1.0)
+    with pytest.raises(ValueError, match="capacity"):
+        target_attention(torch.randn(1, 11, 4, 16, device=device), k, k, lens)
+    with pytest.raises(ValueError, match="contiguous"):
+        target_attention(q, k.transpose(2, 3).contiguous().transpose(2, 3), k, lens)
+    if torch.cuda.is_available():
+        with pytest.raises(ValueError, match="k_cache"):
+            target_attention(q.cuda(), k, k, lens.cuda())
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# GPU: the Llama-3.1-8B shape in bf16, CUDA-graph replay, no recompilation
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("prefix", [1000, 4097])
+def test_target_attention_llama8b_gpu(prefix):
+    """Parity and both bitwise invariances at 32/8 heads, D 128, bf16, a 60-row tree over a 1k/4k prefix."""
+    dtype, dev, S, D = torch.bfloat16, "cuda", 60, 128
+    gen = torch.Generator().manual_seed(prefix)
+    parents = _random_parents(S, gen, reach=12)
+    Lmax = prefix + S + 64
+    q, k, v = _inputs(1, S, 32, 8, D, Lmax, dtype, dev, gen)
+    mask = _ancestor_mask(parents)[None].to(dev)
+    cl = _lens((prefix,), dev)
+    out = target_attention(q, k, v, cl, mask)
+    ref32 = target_attention_ref(q.float(), k.float(), v.float(), cl, mask)
+    _close(out, ref32, _lowp(q, k, v, cl, mask, 1 / math.sqrt(D)), dtype)
+    ver = _check_tree_invariance([prefix], [parents], 32, 8, D, Lmax, dtype, dev, seed=prefix)
+    assert torch.equal(ver, out)  # the same inputs (same seed): the verify itself is deterministic
+    _check_causal_invariance(1, 60, 32, 8, D, (prefix - 3,), Lmax, (13, 47), dtype, dev, seed=prefix + 1)
+
+
+@pytest.mark.gpu
+def test_target_attention_cuda_graph_replay_gpu():
+    gen = torch.Generator().manual_seed(3)
+    S, dev = 60, "cuda"
+    q, k, v = _inputs(1, S, 32, 8, 128, 2200, torch.bfloat16, dev, gen)
+    mask = _ancestor_mask(_random_parents(S, gen, 8))[None].to(dev)
+    lens = _lens((1000,), dev)
+    target_attention(q, k, v, lens, mask)  # compile outside the capture
+    torch.cuda.synchronize()
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        out = target_attention(q, k, v, lens, mask, validate=False)
+    for new_len in (700, 2100):
+        q.copy_(torch.randn_like(q))
+        lens.fill_(new_len)
+        g.replay()
+        torch.cuda.synchronize()
+        assert torch.equal(out, target_attention(q, k, v, lens, mask))
+
+
+@pytest.mark.gpu
+def test_target_attention_no_recompile_across_lengths_gpu():
+    """After one causal call and one tree call, new prompt lengths, chunk sizes and cache lengths compile nothing."""
+    from eagle_triton.ops.target_attention import kernel as K
+
+    gen = torch.Generator().manual_seed(4)
+    dev = "cuda"
+    q, k, v = _inputs(1, 300, 32, 8, 128, 4096, torch.bfloat16, dev, gen)
+    mask = _ancestor_mask(_random_parents(60, gen, 8))[None].to(dev)
+    target_attention(q[:, :1], k, v, _lens((5,), dev))
+    target_attention(q[:, :60], k, v, _lens((100,), dev), mask)
+
+    def n_compiled():  # compiled variants held by the JIT caches (dicts inside Triton's per-device entries)
+        return sum(len(x) for fn in (K._shared_kernel, K._tree_kernel, K._combine_kernel)
+                   for entry in fn.device_caches.values() for x in entry if isinstance(x, dict))
+
+    before = n_compiled()
+    for S, L in ((1, 17), (7, 200), (16, 999), (33, 3000), (300, 0), (129, 1234)):
+        target_attention(q[:, :S], k, v, _lens((L,), dev))
+    target_attention(q[:, :60], k, v, _lens((3001,), dev), mask)
+    torch.cuda.synchronize()
+    assert n_compiled() == before
