@@ -131,6 +131,20 @@ def time_steps(t, prompt_len: int, tree_T: int, levels: int) -> dict:
     return {"decode_step_ms": decode_ms, "verify_ms": verify_ms, "verify_rows": tree_T, "prompt_len": prompt_len}
 
 
+def parse_tiles(specs: list[str]) -> dict:
+    """``name=BM,BN,BK,warps,stages`` (``name`` one of qkv, o, gate_up, down, lm_head) -> LinearConfig by name."""
+    from eagle_triton.ops.target_linear import LinearConfig
+
+    out = {}
+    for spec in specs:
+        name, _, vals = spec.partition("=")
+        nums = [int(v) for v in vals.split(",")]
+        if len(nums) != 5:
+            raise SystemExit(f"--tile {spec!r}: expected name=BM,BN,BK,warps,stages")
+        out[name] = LinearConfig(*nums)
+    return out
+
+
 def part_8b(bw: float, args) -> dict:
     from eagle_triton.engine import LlamaTarget
 
@@ -138,7 +152,10 @@ def part_8b(bw: float, args) -> dict:
     all_bytes = sum(p.numel() * p.element_size() for p in model.parameters())
     out = {"shape": "llama-3.1-8b", "weights": "random (transformers init)", "dtype": "bfloat16",
            "all_param_bytes": all_bytes, "floor_all_params_ms": all_bytes / bw * 1e3}
+    tiles = parse_tiles(args.tile)
     for name, kw in PATHS.items():
+        if name == "new" and tiles:
+            kw = dict(kw, linear_configs=tiles)
         t = LlamaTarget.from_hf(model, **kw)
         if "streamed_bytes" not in out:
             out["streamed_bytes"] = streamed_bytes(t)
@@ -259,6 +276,8 @@ def main(argv=None) -> int:
     p.add_argument("--prompt-len", type=int, default=64, help="committed rows before the timed 8B steps")
     p.add_argument("--num-prompts", type=int, default=20)
     p.add_argument("--max-new-tokens", type=int, default=128)
+    p.add_argument("--tile", action="append", default=[],
+                   help="override a weight product's tiles in the 8b part: name=BM,BN,BK,warps,stages (repeatable)")
     p.add_argument("--budget-s", type=float, default=420.0, help="time budget of an identical-output part")
     args = p.parse_args(argv)
     parts = [x for x in args.parts.split(",") if x]

@@ -27,8 +27,9 @@ needs_invariant_attention = pytest.mark.skipif(
 
 @pytest.fixture
 def small_chunks(monkeypatch):
-    """Prefill chunks of 8 rows, so tiny prompts exercise several chunks and a partial last one."""
-    monkeypatch.setattr(target_mod, "PREFILL_CHUNK", 8)
+    """Prefill chunks of 8 or 4 rows, so tiny prompts exercise several chunks, overlapping last chunks and
+    prompts shorter than any chunk."""
+    monkeypatch.setattr(target_mod, "PREFILL_CHUNKS", (8, 4))
 
 
 def _model(model="llama", dtype=torch.float32, **extra):
@@ -38,7 +39,8 @@ def _model(model="llama", dtype=torch.float32, **extra):
 
 @pytest.mark.parametrize("model,extra", FAMILIES, ids=[f[0] for f in FAMILIES])
 def test_fused_forward_matches_torch_forward(model, extra, small_chunks):
-    """Prefill (3 chunks), decode and a tree verify through the fused kernels match the PyTorch forward (fp32)."""
+    """Prefill (3 chunks of 8, the last overlapping), decode and a tree verify through the fused kernels match the
+    PyTorch forward (fp32)."""
     m = _model(model, **extra)
     a, b = LlamaTarget.from_hf(m), LlamaTarget.from_hf(m, ops="triton")
     assert b.fused_forward and not a.fused_forward

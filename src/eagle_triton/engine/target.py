@@ -17,8 +17,8 @@ the o product with the residual add, the gate/up product with the post-attention
 its epilogue, the down product with the residual add; then the final RMSNorm and the lm_head product. Every
 kernel reduces a row in an order that does not depend on how many rows run with it, so a verify row, a decode
 row and a prefill row round alike (bf16 speculation can equal plain decoding bit for bit once the attention is
-invariant too). Prefill runs through the same kernels in chunks of ``PREFILL_CHUNK`` rows, and no kernel is
-specialised on the row count, so no prompt length compiles anything new. Weight layout: q/k/v are concatenated
+invariant too). Prefill runs through the same kernels in fixed-size chunks (``PREFILL_CHUNKS``), and no kernel
+is specialised on the row count, so no prompt length compiles anything new. Weight layout: q/k/v are concatenated
 into one ``[(Hq + 2 Hkv) D, H]`` matrix and gate/up into one ``[2 I, H]`` matrix (``cat(gate, up)``; the kernel
 streams row ``n`` of each half for output column ``n``), both at load; the other weights are used as loaded.
 """
@@ -41,8 +41,10 @@ __all__ = ["TargetModel", "LlamaTarget", "TargetConfig", "eagle3_tap_layers", "S
 
 SUPPORTED_MODEL_TYPES = ("llama", "mistral", "qwen2", "qwen3")
 
-#: Rows per prefill chunk of the fused forward (one ``BM = 64`` row tile of the weight products).
-PREFILL_CHUNK = 64
+#: Prefill chunk sizes of the fused forward, largest first: a prompt runs in chunks of the largest size that it
+#: fills (the last chunk overlapping the previous one), each size replayed from its own CUDA graphs. Larger chunks
+#: read the weights fewer times; the kernels' results do not depend on the chunking (batch invariance).
+PREFILL_CHUNKS = (256, 64, 16)
 
 
 def eagle3_tap_layers(num_layers: int) -> tuple[int, int, int]:
@@ -428,15 +430,16 @@ class LlamaTarget(TargetModel):
         return self._forward_fused(tokens, positions, None, last_only=True, want_logits=last)
 
     def _prefill_fused(self, ids: torch.Tensor):
-        """Prefill through the fused kernels in chunks of ``PREFILL_CHUNK`` rows.
+        """Prefill through the fused kernels in fixed-size chunks.
 
-        A prompt of ``N >= PREFILL_CHUNK`` rows runs only full chunks (replayed from CUDA graphs on CUDA): when
-        ``N`` is not a multiple, the last chunk is the last ``PREFILL_CHUNK`` rows, overlapping the previous one;
-        the overlapped rows are recomputed from the same inputs and rewritten (with batch-invariant kernels, to
-        the same bits). A shorter prompt runs as one partial chunk (eager; the kernels take any row count
-        without recompiling).
+        A prompt of ``N`` rows runs in full chunks of ``C``, the largest of ``PREFILL_CHUNKS`` that is ``<= N``
+        (replayed from CUDA graphs on CUDA): when ``N`` is not a multiple of ``C``, the last chunk is the last
+        ``C`` rows, overlapping the previous one; the overlapped rows are recomputed from the same inputs and
+        rewritten (with batch-invariant kernels, to the same bits). A prompt shorter than every chunk size runs as
+        one partial chunk (eager; the kernels take any row count without recompiling).
         """
-        N, C = ids.shape[1], PREFILL_CHUNK
+        N = ids.shape[1]
+        C = next((c for c in PREFILL_CHUNKS if c <= N), N)
         base = self.cache.host_len
         starts = list(range(0, N - C + 1, C))
         if not starts or starts[-1] + C < N:

@@ -144,14 +144,16 @@ def target_rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6, *,
 
 
 def _aot_specs():
-    """Compile-only specs at Llama-3.1-8B shapes: every epilogue combination in bf16, fp16/fp32 once."""
+    """Compile-only specs at Llama-3.1-8B shapes: every epilogue combination in bf16 at the default tiles, the
+    largest smem user (norm + SiLU·mul, two weight tiles) at ``BN`` 64 and 16, fp16/fp32 once."""
     specs = []
     div = ["N", "K", "stride_xm", "stride_wn", "stride_rm", "stride_ym"]
     flags = [(True, False, False, False), (False, True, True, False), (True, False, False, True),
              (False, False, True, False), (True, True, False, True)]
-    for dt, prec, cfg in (("bf16", "tf32", LinearConfig()), ("fp16", "tf32", LinearConfig(block_n=64)),
+    for dt, prec, cfg in (("bf16", "tf32", LinearConfig()), ("bf16", "tf32", LinearConfig(block_n=64)),
+                          ("bf16", "tf32", LinearConfig(block_n=16)), ("fp16", "tf32", LinearConfig(block_n=64)),
                           ("fp32", "ieee", LinearConfig(block_m=32, block_n=32, block_k=32, num_stages=3))):
-        for norm, bias, res, silu in (flags if dt == "bf16" else flags[:1]):
+        for norm, bias, res, silu in (flags if cfg == LinearConfig() else flags[2:3] if dt == "bf16" else flags[:1]):
             sig = {n: "i32" for n in _bi_linear_kernel.arg_names}
             sig.update({p: f"*{dt}" for p in ("x_ptr", "w_ptr", "b_ptr", "nw_ptr", "r_ptr", "y_ptr")})
             sig["eps"] = "fp32"
