@@ -75,7 +75,7 @@ def test_fused_forward_needs_triton_ops():
 
 
 @needs_invariant_attention
-@pytest.mark.parametrize("model,extra", FAMILIES[:3], ids=[f[0] for f in FAMILIES[:3]])
+@pytest.mark.parametrize("model,extra", [FAMILIES[0], FAMILIES[2]], ids=["llama", "qwen3"])
 def test_verify_rows_equal_decode_rows_bitwise(model, extra, small_chunks):
     """fp16: each verified node's logits and features equal bit for bit those of decoding its path token by token
     (a 5-row tree forward vs 1-row forwards, keys at other cache positions)."""
