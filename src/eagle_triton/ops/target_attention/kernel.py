@@ -212,20 +212,20 @@ def _combine_kernel(
     stride_mb, stride_mi, stride_mj,
     stride_ob, stride_ot, stride_oh,
     S, Hq, Lmax, NSPLIT, qk_scale,
-    HEAD_DIM: tl.constexpr, CAUSAL: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_S: tl.constexpr,
-    BLOCK_C: tl.constexpr, SPLIT: tl.constexpr,
+    HEAD_DIM: tl.constexpr, CAUSAL: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_D: tl.constexpr,
+    BLOCK_S: tl.constexpr, BLOCK_C: tl.constexpr, SPLIT: tl.constexpr,
 ):
-    """Merge a row's split states in split order; grid ``(B * S * Hq,)``, row ``(b * S + i) * Hq + h``.
+    """Merge a row's split states in split order; grid ``(B * S, cdiv(Hq, BLOCK_H))``.
 
-    Splits are read in fixed chunks of ``BLOCK_C`` (absent splits weigh exactly 0), so the same partials always
-    give the same bits, whatever the cache capacity or the number of rows.
+    ``BLOCK_H`` heads of one token per program (1 on the GPU, all of them in the interpreter, where every program
+    costs); each head is merged on its own. Splits are read in fixed chunks of ``BLOCK_C`` (absent splits weigh
+    exactly 0), so the same partials always give the same bits, whatever the cache capacity or the row count.
     """
-    row = tl.program_id(0)
-    h = row % Hq
-    bi = row // Hq
+    bi = tl.program_id(0)
     i = bi % S
     b = bi // S
-    row64 = row.to(tl.int64)
+    offs_h = tl.program_id(1) * BLOCK_H + tl.arange(0, BLOCK_H)
+    h_ok = offs_h < Hq
     L = tl.minimum(tl.maximum(tl.load(seqlens_ptr + b).to(tl.int32), 0), Lmax - S)
     if CAUSAL:
         n_keys = L + i + 1
@@ -236,27 +236,29 @@ def _combine_kernel(
         n_keys = L + tl.sum((mrow != 0).to(tl.int32), 0)
     n_split = tl.cdiv(n_keys, SPLIT)
 
+    rows = (bi.to(tl.int64) * Hq + offs_h) * NSPLIT  # [H]: first partial of each head
     offs_c = tl.arange(0, BLOCK_C)
     offs_d = tl.arange(0, BLOCK_D)
-    m_max = tl.full([BLOCK_C], float("-inf"), tl.float32)
+    m_max = tl.full([BLOCK_H, BLOCK_C], float("-inf"), tl.float32)
     for c0 in range(0, n_split, BLOCK_C):
-        c_ok = c0 + offs_c < n_split
-        m_max = tl.maximum(m_max, tl.load(ml_ptr + (row64 * NSPLIT + c0 + offs_c) * 2, mask=c_ok,
-                                          other=float("-inf")))
-    m_all = tl.max(m_max, 0)
+        ok = h_ok[:, None] & (c0 + offs_c < n_split)[None, :]
+        idx = rows[:, None] + c0 + offs_c[None, :]
+        m_max = tl.maximum(m_max, tl.load(ml_ptr + idx * 2, mask=ok, other=float("-inf")))
+    m_all = tl.max(m_max, 1)
     m_safe = tl.where(m_all == float("-inf"), 0.0, m_all)
-    l_sum = tl.zeros([BLOCK_C], tl.float32)
-    o = tl.zeros([BLOCK_D], tl.float32)
+    l_sum = tl.zeros([BLOCK_H, BLOCK_C], tl.float32)
+    o = tl.zeros([BLOCK_H, BLOCK_D], tl.float32)
     for c0 in range(0, n_split, BLOCK_C):
-        c_ok = c0 + offs_c < n_split
-        idx = row64 * NSPLIT + c0 + offs_c
-        m_k = tl.load(ml_ptr + idx * 2, mask=c_ok, other=float("-inf"))
-        l_k = tl.load(ml_ptr + idx * 2 + 1, mask=c_ok, other=0.0)
-        w = tl.where(c_ok, tl.exp2((m_k - m_safe) * qk_scale), 0.0)
-        a_k = tl.load(acc_ptr + idx[:, None] * BLOCK_D + offs_d[None, :], mask=c_ok[:, None], other=0.0)
+        ok = h_ok[:, None] & (c0 + offs_c < n_split)[None, :]
+        idx = rows[:, None] + c0 + offs_c[None, :]
+        m_k = tl.load(ml_ptr + idx * 2, mask=ok, other=float("-inf"))
+        l_k = tl.load(ml_ptr + idx * 2 + 1, mask=ok, other=0.0)
+        w = tl.where(ok, tl.exp2((m_k - m_safe[:, None]) * qk_scale), 0.0)
+        a_k = tl.load(acc_ptr + idx[:, :, None] * BLOCK_D + offs_d[None, None, :], mask=ok[:, :, None], other=0.0)
         l_sum = l_sum + l_k * w
-        o = o + tl.sum(a_k * w[:, None], 0)
-    l_tot = tl.sum(l_sum, 0)
-    out = o / tl.where(l_tot > 0.0, l_tot, 1.0)
-    o_off = b.to(tl.int64) * stride_ob + i.to(tl.int64) * stride_ot + h * stride_oh
-    tl.store(o_ptr + o_off + offs_d, out.to(o_ptr.dtype.element_ty), mask=offs_d < HEAD_DIM)
+        o = o + tl.sum(a_k * w[:, :, None], 1)
+    l_tot = tl.sum(l_sum, 1)
+    out = o / tl.where(l_tot > 0.0, l_tot, 1.0)[:, None]
+    o_off = b.to(tl.int64) * stride_ob + i.to(tl.int64) * stride_ot + offs_h * stride_oh
+    tl.store(o_ptr + o_off[:, None] + offs_d[None, :], out.to(o_ptr.dtype.element_ty),
+             mask=h_ok[:, None] & (offs_d < HEAD_DIM)[None, :])

@@ -180,12 +180,14 @@ def target_attention(
             ms[0], ms[1], ms[2],
             S, Hq, Lmax, nsplit, qk_scale, BLOCK_S=block_s, **common, **opts,
         )
-    _combine_kernel[(B * S * Hq,)](
+    block_h = min(16, next_power_of_2(Hq)) if is_interpreter() else 1
+    _combine_kernel[(B * S, cdiv(Hq, block_h))](
         cache_seqlens, mask, acc_part, ml_part, out,
         ms[0], ms[1], ms[2],
         out.stride(0), out.stride(1), out.stride(2),
         S, Hq, Lmax, nsplit, qk_scale,
-        HEAD_DIM=D, CAUSAL=causal, BLOCK_D=block_d, BLOCK_S=block_s, BLOCK_C=cfg.combine_chunk, SPLIT=cfg.split,
+        HEAD_DIM=D, CAUSAL=causal, BLOCK_H=block_h, BLOCK_D=block_d, BLOCK_S=block_s, BLOCK_C=cfg.combine_chunk,
+        SPLIT=cfg.split,
         num_warps=1 if block_d <= 64 else 2, enable_fp_fusion=False,
     )
     return out
@@ -227,7 +229,7 @@ def _aot_specs():
             sig = {n: "i32" for n in _combine_kernel.arg_names}
             sig.update({"seqlens_ptr": "*i32", "mask_ptr": "*u8", "acc_ptr": "*fp32", "ml_ptr": "*fp32",
                         "o_ptr": f"*{dt}", "qk_scale": "fp32"})
-            const = dict(HEAD_DIM=128, CAUSAL=causal, BLOCK_D=128, BLOCK_S=64, BLOCK_C=cfg.combine_chunk,
+            const = dict(HEAD_DIM=128, CAUSAL=causal, BLOCK_H=1, BLOCK_D=128, BLOCK_S=64, BLOCK_C=cfg.combine_chunk,
                          SPLIT=cfg.split)
             sig.update({k: "constexpr" for k in const})
             specs.append((_combine_kernel, sig, const,
