@@ -161,8 +161,11 @@ def part_8b(bw: float, args) -> dict:
     out = {"shape": "llama-3.1-8b", "weights": "random (transformers init)", "dtype": "bfloat16",
            "all_param_bytes": all_bytes, "floor_all_params_ms": all_bytes / bw * 1e3}
     tiles = parse_tiles(args.tile)
-    for name, kw in PATHS.items():
-        if name == "new" and tiles:
+    paths = dict(PATHS)
+    if args.separate_norm:
+        paths["new_separate_norm"] = dict(ops="triton", inline_norm=False)
+    for name, kw in paths.items():
+        if name.startswith("new") and tiles:
             kw = dict(kw, linear_configs=tiles)
         t = LlamaTarget.from_hf(model, **kw)
         if "streamed_bytes" not in out:
@@ -286,6 +289,8 @@ def main(argv=None) -> int:
     p.add_argument("--max-new-tokens", type=int, default=128)
     p.add_argument("--tile", action="append", default=[],
                    help="override a weight product's tiles in the 8b part: name=BM,BN,BK,warps,stages (repeatable)")
+    p.add_argument("--separate-norm", action="store_true",
+                   help="8b part: also time the fused path with the RMSNorms as separate kernels (inline_norm=False)")
     p.add_argument("--budget-s", type=float, default=420.0, help="time budget of an identical-output part")
     args = p.parse_args(argv)
     parts = [x for x in args.parts.split(",") if x]

@@ -69,6 +69,17 @@ def test_fused_eagle1_feature_is_lm_head_input(small_chunks):
     torch.testing.assert_close(t.lm_head(feats[:, -1]), logits, atol=1e-5, rtol=1e-5)
 
 
+def test_separate_norm_kernel_matches_inline_norm():
+    m = _model("qwen2")
+    a, b = LlamaTarget.from_hf(m, ops="triton"), LlamaTarget.from_hf(m, ops="triton", inline_norm=False)
+    ids = torch.randint(0, V, (1, 6))
+    for t in (a, b):
+        t.setup(16, "eagle3")
+    (la, fa), (lb, fb) = a.prefill(ids), b.prefill(ids)
+    torch.testing.assert_close(lb, la, atol=2e-5, rtol=1e-5)
+    torch.testing.assert_close(fb, fa, atol=2e-5, rtol=1e-5)
+
+
 def test_fused_forward_needs_triton_ops():
     with pytest.raises(ValueError, match="fused_forward=True needs the Triton ops"):
         LlamaTarget.from_hf(_model(), ops="torch", fused_forward=True)

@@ -171,6 +171,9 @@ class LlamaTarget(TargetModel):
         ``False`` keeps the PyTorch layer sequence with the Triton attention (the previous CUDA path).
     linear_configs: tile configurations of the weight products by name (``"qkv"``, ``"o"``, ``"gate_up"``,
         ``"down"``, ``"lm_head"``), default :func:`eagle_triton.ops.target_linear.default_config` per shape.
+    inline_norm: fused forward only: apply the input/post-attention RMSNorm in the q/k/v and gate/up products'
+        prologue (default) or as a separate per-row kernel before them (one launch more, no per-program
+        normalisation of the row tile; both are batch-invariant and round alike up to the sum-of-squares order).
     cuda_graphs: capture the decode and verify steps on CUDA (default: on for CUDA).
     eos_token_ids: end-of-sequence ids (the engine's default stop tokens).
     """
@@ -178,7 +181,7 @@ class LlamaTarget(TargetModel):
     def __init__(self, config: TargetConfig, state_dict: dict[str, torch.Tensor], inv_freq: torch.Tensor,
                  attention_scaling: float = 1.0, device=None, dtype: torch.dtype | None = None, ops: str = "auto",
                  cuda_graphs: bool | None = None, eos_token_ids=None, fused_forward: bool | None = None,
-                 linear_configs: dict | None = None):
+                 linear_configs: dict | None = None, inline_norm: bool = True):
         self.config = c = config
         first = state_dict["model.embed_tokens.weight"]
         self.device = torch.device(device) if device is not None else first.device
@@ -194,6 +197,7 @@ class LlamaTarget(TargetModel):
         if self.fused_forward and not is_triton:
             raise ValueError("fused_forward=True needs the Triton ops (ops='triton', or 'auto' on CUDA)")
         self._linear_overrides = dict(linear_configs or {})
+        self.inline_norm = bool(inline_norm)
         self.use_cuda_graphs = (self.device.type == "cuda") if cuda_graphs is None else bool(cuda_graphs)
         if self.use_cuda_graphs and self.device.type != "cuda":
             raise ValueError("cuda_graphs=True needs a CUDA device")
@@ -398,8 +402,7 @@ class LlamaTarget(TargetModel):
             for t in self.taps:
                 if t == i:
                     taps.append(x)
-            qkv = target_linear(x, L.w_qkv, L.b_qkv, norm_weight=L.ln_in, eps=eps, config=cfg["qkv"],
-                                validate=False)
+            qkv = self._normed_linear(x, L.ln_in, L.w_qkv, L.b_qkv, cfg["qkv"])
             k_cache, v_cache = cache.layer(i)
             q = target_rope_kv(qkv, k_cache, v_cache, cache.seqlens, pos, self.cos, self.sin, c.num_heads,
                                c.num_kv_heads, L.q_norm, L.k_norm, eps, validate=False)
@@ -407,8 +410,7 @@ class LlamaTarget(TargetModel):
                           softmax_scale=scale, validate=False)
             x = target_linear(o.view(S, c.num_heads * hd), L.w_o, L.b_o, residual=x, config=cfg["o"],
                               validate=False)
-            h = target_linear(x, L.w_gate_up, L.b_gate_up, norm_weight=L.ln_post, eps=eps, silu_mul=True,
-                              config=cfg["gate_up"], validate=False)
+            h = self._normed_linear(x, L.ln_post, L.w_gate_up, L.b_gate_up, cfg["gate_up"], silu_mul=True)
             x = target_linear(h, L.w_down, L.b_down, residual=x, config=cfg["down"], validate=False)
         h = target_rms_norm(x, self.norm, eps, validate=False)
         if self.feature_mode == "eagle3":
@@ -422,6 +424,17 @@ class LlamaTarget(TargetModel):
             logits = target_linear(h[-1:] if last_only else h, self.lm_head_weight, config=cfg["lm_head"],
                                    validate=False).unsqueeze(0)
         return logits, feats
+
+    def _normed_linear(self, x, norm_weight, weight, bias, config, silu_mul: bool = False):
+        """``linear(rms_norm(x))``: the norm in the product's prologue, or as its own kernel (``inline_norm``)."""
+        from ..ops.target_linear import target_linear, target_rms_norm
+
+        eps = self.config.rms_norm_eps
+        if self.inline_norm:
+            return target_linear(x, weight, bias, norm_weight=norm_weight, eps=eps, silu_mul=silu_mul,
+                                 config=config, validate=False)
+        h = target_rms_norm(x, norm_weight, eps, validate=False)
+        return target_linear(h, weight, bias, silu_mul=silu_mul, config=config, validate=False)
 
     def _chunk_step(self, tokens, last: bool):
         """One prefill chunk at rows ``seqlens + j`` (positions read from the device: graph-capturable)."""
