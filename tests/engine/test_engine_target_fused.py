@@ -106,6 +106,14 @@ def test_verify_rows_equal_decode_rows_bitwise(model, extra, small_chunks):
         for p in path:
             ld, fd = t.decode(tokens[:, p:p + 1])
         assert torch.equal(ld, lv[:, node]) and torch.equal(fd[:, 0], fv[:, node]), (model, node)
+    # After committing the path 0-1-2 (its K/V rows moved by the compaction), decoding node 4 (child of 2)
+    # gives the verify row's bits too.
+    t.reset()
+    t.prefill(prompt)
+    t.verify(tokens, depths, mask)
+    t.commit(torch.tensor([[0, 1, 2]]), torch.tensor([2]), 2)
+    ld, fd = t.decode(tokens[:, 4:5])
+    assert torch.equal(ld, lv[:, 4]) and torch.equal(fd[:, 0], fv[:, 4]), (model, "after commit")
 
 
 @needs_invariant_attention
@@ -259,6 +267,14 @@ def test_gpu_verify_rows_equal_decode_rows_bitwise_bf16(model, extra):
         for p in reversed(path):
             ld, fd = t.decode(tokens[:, p:p + 1])
         assert torch.equal(ld, lv[:, node]) and torch.equal(fd[:, 0], fv[:, node]), (model, node)
+        # the same after committing the path down to the node's parent (rows moved by the compaction)
+        kept = list(reversed(path))[:-1]
+        t.reset()
+        t.prefill(prompt)
+        t.verify(tokens, depths.cuda(), mask.cuda())
+        t.commit(torch.tensor([kept], device="cuda"), torch.tensor([len(kept) - 1], device="cuda"), len(kept) - 1)
+        ld, fd = t.decode(tokens[:, node:node + 1])
+        assert torch.equal(ld, lv[:, node]) and torch.equal(fd[:, 0], fv[:, node]), (model, node, "commit")
 
 
 @pytest.mark.gpu
