@@ -8,6 +8,19 @@ runs three kinds of forward: prefill (causal over the prompt), decode (one token
 replayed from CUDA graphs. Each forward returns logits and the draft head's features: the EAGLE-3 taps (residual
 stream entering layers ``2, L // 2, L - 3``, concatenated in ascending layer order) or the final normalised hidden
 state (EAGLE-1).
+
+Two forwards share the weights and the cache. The PyTorch forward (``ops="torch"``, the CPU default) is the eager
+layer sequence. The fused Triton forward (``ops="triton"``, or ``"auto"`` on CUDA; on the CPU ``ops="triton"``
+runs it under Triton's interpreter) is six batch-invariant kernels per layer (see :mod:`eagle_triton.ops`): the
+q/k/v product with the input RMSNorm inline, RoPE (+ Qwen3 q/k norm) fused with the KV-cache write, attention,
+the o product with the residual add, the gate/up product with the post-attention RMSNorm inline and SiLU·mul in
+its epilogue, the down product with the residual add; then the final RMSNorm and the lm_head product. Every
+kernel reduces a row in an order that does not depend on how many rows run with it, so a verify row, a decode
+row and a prefill row round alike (bf16 speculation can equal plain decoding bit for bit once the attention is
+invariant too). Prefill runs through the same kernels in fixed-size chunks (``PREFILL_CHUNKS``), and no kernel
+is specialised on the row count, so no prompt length compiles anything new. Weight layout: q/k/v are concatenated
+into one ``[(Hq + 2 Hkv) D, H]`` matrix and gate/up into one ``[2 I, H]`` matrix (``cat(gate, up)``; the kernel
+streams row ``n`` of each half for output column ``n``), both at load; the other weights are used as loaded.
 """
 
 from __future__ import annotations
@@ -19,13 +32,19 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from .backend import select_ops
+from ..ops._utils import is_interpreter
+from .backend import TritonOps, select_ops
 from .cuda_graphs import GraphedStep
 from .kv_cache import StaticKVCache
 
 __all__ = ["TargetModel", "LlamaTarget", "TargetConfig", "eagle3_tap_layers", "SUPPORTED_MODEL_TYPES"]
 
 SUPPORTED_MODEL_TYPES = ("llama", "mistral", "qwen2", "qwen3")
+
+#: Prefill chunk sizes of the fused forward, largest first: a prompt runs in chunks of the largest size that it
+#: fills (the last chunk overlapping the previous one), each size replayed from its own CUDA graphs. Larger chunks
+#: read the weights fewer times; the kernels' results do not depend on the chunking (batch invariance).
+PREFILL_CHUNKS = (256, 64, 16)
 
 
 def eagle3_tap_layers(num_layers: int) -> tuple[int, int, int]:
@@ -146,31 +165,54 @@ class LlamaTarget(TargetModel):
         biases and the Qwen3 ``q_norm``/``k_norm`` are used when present.
     inv_freq, attention_scaling: RoPE frequencies and cos/sin scale (from transformers' rotary class).
     device, dtype: where and in what precision the weights live.
-    ops: ``"auto"`` (Triton kernels on CUDA when available), ``"torch"`` or ``"triton"``.
+    ops: ``"auto"`` (Triton kernels and the fused forward on CUDA when available), ``"torch"`` or ``"triton"``
+        (on the CPU: Triton's interpreter, for tests).
+    fused_forward: use the fused batch-invariant Triton forward (default: whenever the Triton ops are selected);
+        ``False`` keeps the PyTorch layer sequence with the Triton attention (the previous CUDA path).
+    linear_configs: tile configurations of the weight products by name (``"qkv"``, ``"o"``, ``"gate_up"``,
+        ``"down"``, ``"lm_head"``), default :func:`eagle_triton.ops.target_linear.default_config` per shape.
+    inline_norm: fused forward only: apply the input/post-attention RMSNorm in the q/k/v and gate/up products'
+        prologue (default) or as a separate per-row kernel before them (one launch more, no per-program
+        normalisation of the row tile; both are batch-invariant and round alike up to the sum-of-squares order).
     cuda_graphs: capture the decode and verify steps on CUDA (default: on for CUDA).
     eos_token_ids: end-of-sequence ids (the engine's default stop tokens).
     """
 
     def __init__(self, config: TargetConfig, state_dict: dict[str, torch.Tensor], inv_freq: torch.Tensor,
                  attention_scaling: float = 1.0, device=None, dtype: torch.dtype | None = None, ops: str = "auto",
-                 cuda_graphs: bool | None = None, eos_token_ids=None):
+                 cuda_graphs: bool | None = None, eos_token_ids=None, fused_forward: bool | None = None,
+                 linear_configs: dict | None = None, inline_norm: bool = True):
         self.config = c = config
         first = state_dict["model.embed_tokens.weight"]
         self.device = torch.device(device) if device is not None else first.device
         self.dtype = dtype or first.dtype
         self.vocab_size, self.hidden_size, self.num_layers = c.vocab_size, c.hidden_size, c.num_layers
         self.eos_token_ids = list(eos_token_ids or [])
-        self.ops = select_ops(self.device, ops)
+        if ops == "triton" and self.device.type == "cpu" and is_interpreter():
+            self.ops = TritonOps()  # the kernels run under Triton's interpreter (tests)
+        else:
+            self.ops = select_ops(self.device, ops)
+        is_triton = isinstance(self.ops, TritonOps)
+        self.fused_forward = is_triton if fused_forward is None else bool(fused_forward)
+        if self.fused_forward and not is_triton:
+            raise ValueError("fused_forward=True needs the Triton ops (ops='triton', or 'auto' on CUDA)")
+        self._linear_overrides = dict(linear_configs or {})
+        self.inline_norm = bool(inline_norm)
         self.use_cuda_graphs = (self.device.type == "cuda") if cuda_graphs is None else bool(cuda_graphs)
         if self.use_cuda_graphs and self.device.type != "cuda":
             raise ValueError("cuda_graphs=True needs a CUDA device")
         self.inv_freq = inv_freq.float().to(self.device)
         self.attention_scaling = attention_scaling
         self._load(state_dict)
+        self._linear_configs = self._make_linear_configs() if self.fused_forward else {}
         self.cache: StaticKVCache | None = None
         self.feature_mode: str | None = None
         self.taps: tuple[int, ...] = ()
         self._graphs = GraphedStep(self._step) if self.use_cuda_graphs else None
+        # Full prefill chunks of the fused forward replay graphs too (one with the lm_head, one without).
+        use_chunk_graphs = self.use_cuda_graphs and self.fused_forward
+        self._chunk_graphs = {last: GraphedStep(lambda tokens, last=last: self._chunk_step(tokens, last))
+                              for last in (False, True)} if use_chunk_graphs else {}
         self._max_length = 0
 
     # -- construction ------------------------------------------------------------------------------------------
@@ -221,6 +263,19 @@ class LlamaTarget(TargetModel):
                 raise ValueError(f"layer {i}: q/k/v projections give {list(L.w_qkv.shape)}, config implies "
                                  f"[{expect}, {c.hidden_size}]")
             self.layers.append(L)
+
+    def _make_linear_configs(self) -> dict:
+        """One fixed tile configuration per weight shape (never per row count: batch invariance)."""
+        from ..ops.target_linear import default_config
+
+        shapes = {"qkv": self.layers[0].w_qkv.shape, "o": self.layers[0].w_o.shape,
+                  "gate_up": (self.layers[0].w_gate_up.shape[0] // 2, self.hidden_size),
+                  "down": self.layers[0].w_down.shape, "lm_head": self.lm_head_weight.shape}
+        unknown = set(self._linear_overrides) - set(shapes)
+        if unknown:
+            raise ValueError(f"linear_configs has unknown names {sorted(unknown)}; use {sorted(shapes)}")
+        return {name: self._linear_overrides.get(name) or default_config(n, k, self.device, self.dtype)
+                for name, (n, k) in shapes.items()}
 
     @classmethod
     def from_hf(cls, model, device=None, dtype=None, **kwargs) -> LlamaTarget:
@@ -293,14 +348,17 @@ class LlamaTarget(TargetModel):
             emb = torch.cat((freqs, freqs), dim=-1)
             self.cos = (emb.cos() * self.attention_scaling).to(self.dtype)
             self.sin = (emb.sin() * self.attention_scaling).to(self.dtype)
-            if self._graphs is not None:
-                self._graphs.reset()
+            self._reset_graphs()
         if feature_mode != self.feature_mode:
             self.feature_mode = feature_mode
             self.taps = eagle3_tap_layers(c.num_layers) if feature_mode == "eagle3" else ()
-            if self._graphs is not None:
-                self._graphs.reset()
+            self._reset_graphs()
         self.cache.reset()
+
+    def _reset_graphs(self) -> None:
+        for g in (self._graphs, *self._chunk_graphs.values()):
+            if g is not None:
+                g.reset()
 
     def reset(self) -> None:
         if self.cache is not None:
@@ -322,6 +380,101 @@ class LlamaTarget(TargetModel):
 
     # -- forward -----------------------------------------------------------------------------------------------
     def _forward(self, tokens, positions, tree_mask, kv_limit, last_only: bool):
+        if self.fused_forward:
+            return self._forward_fused(tokens, positions, tree_mask, last_only)
+        return self._forward_torch(tokens, positions, tree_mask, kv_limit, last_only)
+
+    def _forward_fused(self, tokens, positions, tree_mask, last_only: bool, want_logits: bool = True):
+        """The fused batch-invariant forward of ``tokens [1, S]`` written at cache rows ``seqlens + j``."""
+        from .. import ops as tops
+        from ..ops.rope_kv import target_rope_kv
+        from ..ops.target_linear import target_linear, target_rms_norm
+
+        attention = getattr(tops, "target_attention", None) or tops.tree_attention
+        c, cache, cfg = self.config, self.cache, self._linear_configs
+        S = tokens.shape[1]
+        eps, hd = c.rms_norm_eps, c.head_dim
+        scale = hd ** -0.5
+        x = F.embedding(tokens[0], self.embed)  # [S, H]
+        pos = positions.reshape(S)
+        taps = []
+        for i, L in enumerate(self.layers):
+            for t in self.taps:
+                if t == i:
+                    taps.append(x)
+            qkv = self._normed_linear(x, L.ln_in, L.w_qkv, L.b_qkv, cfg["qkv"])
+            k_cache, v_cache = cache.layer(i)
+            q = target_rope_kv(qkv, k_cache, v_cache, cache.seqlens, pos, self.cos, self.sin, c.num_heads,
+                               c.num_kv_heads, L.q_norm, L.k_norm, eps, validate=False)
+            o = attention(q.view(1, S, c.num_heads, hd), k_cache, v_cache, cache.seqlens, tree_mask,
+                          softmax_scale=scale, validate=False)
+            x = target_linear(o.view(S, c.num_heads * hd), L.w_o, L.b_o, residual=x, config=cfg["o"],
+                              validate=False)
+            h = self._normed_linear(x, L.ln_post, L.w_gate_up, L.b_gate_up, cfg["gate_up"], silu_mul=True)
+            x = target_linear(h, L.w_down, L.b_down, residual=x, config=cfg["down"], validate=False)
+        h = target_rms_norm(x, self.norm, eps, validate=False)
+        if self.feature_mode == "eagle3":
+            feats = torch.cat(taps, dim=-1).unsqueeze(0)
+        elif self.feature_mode == "eagle1":
+            feats = h.unsqueeze(0)
+        else:
+            feats = None
+        logits = None
+        if want_logits:
+            logits = target_linear(h[-1:] if last_only else h, self.lm_head_weight, config=cfg["lm_head"],
+                                   validate=False).unsqueeze(0)
+        return logits, feats
+
+    def _normed_linear(self, x, norm_weight, weight, bias, config, silu_mul: bool = False):
+        """``linear(rms_norm(x))``: the norm in the product's prologue, or as its own kernel (``inline_norm``)."""
+        from ..ops.target_linear import target_linear, target_rms_norm
+
+        eps = self.config.rms_norm_eps
+        if self.inline_norm:
+            return target_linear(x, weight, bias, norm_weight=norm_weight, eps=eps, silu_mul=silu_mul,
+                                 config=config, validate=False)
+        h = target_rms_norm(x, norm_weight, eps, validate=False)
+        return target_linear(h, weight, bias, silu_mul=silu_mul, config=config, validate=False)
+
+    def _chunk_step(self, tokens, last: bool):
+        """One prefill chunk at rows ``seqlens + j`` (positions read from the device: graph-capturable)."""
+        n = tokens.shape[1]
+        positions = (self.cache.seqlens.long() + torch.arange(n, device=self.device)).view(1, n)
+        return self._forward_fused(tokens, positions, None, last_only=True, want_logits=last)
+
+    def _prefill_fused(self, ids: torch.Tensor):
+        """Prefill through the fused kernels in fixed-size chunks.
+
+        A prompt of ``N`` rows runs in full chunks of ``C``, the largest of ``PREFILL_CHUNKS`` that is ``<= N``
+        (replayed from CUDA graphs on CUDA): when ``N`` is not a multiple of ``C``, the last chunk is the last
+        ``C`` rows, overlapping the previous one; the overlapped rows are recomputed from the same inputs and
+        rewritten (with batch-invariant kernels, to the same bits). A prompt shorter than every chunk size runs as
+        one partial chunk (eager; the kernels take any row count without recompiling).
+        """
+        N = ids.shape[1]
+        C = next((c for c in PREFILL_CHUNKS if c <= N), N)
+        base = self.cache.host_len
+        starts = list(range(0, N - C + 1, C))
+        if not starts or starts[-1] + C < N:
+            starts.append(max(0, N - C))
+        feats, logits, covered = [], None, 0
+        for idx, s0 in enumerate(starts):
+            s1, last = min(N, s0 + C), idx == len(starts) - 1
+            self.cache.seqlens.fill_(base + s0)  # rewinds onto the overlap for the last chunk
+            self.cache.host_len = base + s0
+            graph = self._chunk_graphs.get(last) if s1 - s0 == C else None
+            if graph is not None:
+                logits, f = graph(("chunk", C), ids[:, s0:s1])
+            else:
+                logits, f = self._chunk_step(ids[:, s0:s1], last)
+            if f is not None:  # the new rows only; clone: a graph's outputs are overwritten by its next replay
+                feats.append(f[:, covered - s0:].clone())
+            covered = s1
+        self.cache.seqlens.fill_(base + N)
+        self.cache.host_len = base + N
+        return logits, (torch.cat(feats, dim=1) if feats else None)
+
+    def _forward_torch(self, tokens, positions, tree_mask, kv_limit, last_only: bool):
         """Run the layers on ``tokens [1, S]`` written at rows ``seqlens + j``; returns (logits, features)."""
         c, cache, ops = self.config, self.cache, self.ops
         B, S = tokens.shape
@@ -386,6 +539,9 @@ class LlamaTarget(TargetModel):
         ids = self._check_ids(input_ids, "input_ids")
         N = ids.shape[1]
         self.cache.check_room(N)
+        if self.fused_forward:
+            logits, feats = self._prefill_fused(ids)
+            return logits[:, -1].clone(), feats
         positions = torch.arange(self.cache.host_len, self.cache.host_len + N, device=self.device).view(1, N)
         limit = self.cache.host_len + N if self.ops.reads_kv_limit else None
         logits, feats = self._forward(ids, positions, None, limit, last_only=True)

@@ -36,3 +36,8 @@ from .kv_cache import append_kv_cache, append_kv_cache_ref, compact_kv_cache, co
 from .lm_head_topk import lm_head_topk, lm_head_topk_ref
 from .target_attention import target_attention, target_attention_ref
 # --- end attention / KV cache / LM-head exports ---
+
+# --- batch-invariant target forward (weight products with fused norm/epilogues, RoPE + KV write) ---
+from .target_linear import target_linear, target_linear_ref, target_rms_norm, target_rms_norm_ref
+from .rope_kv import target_rope_kv, target_rope_kv_ref
+# --- end target forward exports ---

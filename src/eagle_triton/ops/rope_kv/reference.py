@@ -1,0 +1,50 @@
+"""PyTorch reference (the specification) for :mod:`eagle_triton.ops.rope_kv`: the eager sequence of
+:class:`~eagle_triton.engine.target.LlamaTarget`'s PyTorch forward."""
+
+from __future__ import annotations
+
+import torch
+
+from ..target_linear.reference import target_rms_norm_ref
+
+__all__ = ["target_rope_kv_ref"]
+
+
+def _rotate_half(x: torch.Tensor) -> torch.Tensor:
+    half = x.shape[-1] // 2
+    return torch.cat((-x[..., half:], x[..., :half]), dim=-1)
+
+
+def target_rope_kv_ref(
+    qkv: torch.Tensor,
+    k_cache: torch.Tensor,
+    v_cache: torch.Tensor,
+    cache_seqlens: torch.Tensor,
+    positions: torch.Tensor,
+    cos: torch.Tensor,
+    sin: torch.Tensor,
+    num_heads: int,
+    num_kv_heads: int,
+    q_norm: torch.Tensor | None = None,
+    k_norm: torch.Tensor | None = None,
+    eps: float = 1e-6,
+    **_: object,
+) -> torch.Tensor:
+    """Reference of :func:`~eagle_triton.ops.rope_kv.target_rope_kv` (same contract and side effect)."""
+    M = qkv.shape[0]
+    D = k_cache.shape[-1]
+    nq, nkv = num_heads * D, num_kv_heads * D
+    q = qkv[:, :nq].reshape(M, num_heads, D)
+    k = qkv[:, nq:nq + nkv].reshape(M, num_kv_heads, D)
+    v = qkv[:, nq + nkv:nq + 2 * nkv].reshape(M, num_kv_heads, D)
+    if q_norm is not None:
+        q = target_rms_norm_ref(q, q_norm, eps)
+        k = target_rms_norm_ref(k, k_norm, eps)
+    c = cos[positions.long()].unsqueeze(1)
+    s = sin[positions.long()].unsqueeze(1)
+    q = q * c + _rotate_half(q) * s
+    k = k * c + _rotate_half(k) * s
+    rows = cache_seqlens.to(qkv.device).long()[0] + torch.arange(M, device=qkv.device)
+    k_cache[0, rows] = k.to(k_cache.dtype)
+    v_cache[0, rows] = v.to(v_cache.dtype)
+    return q.contiguous()

@@ -1,0 +1,110 @@
+"""Batch-invariant weight product ``y = x @ W.T`` with an optional RMSNorm prologue and epilogues.
+
+Status: tested under ``TRITON_INTERPRET=1`` (fp32/fp16) and compiled for sm_90 with Triton 3.9; Triton 3.6 subset
+(no block pointers, no ``break``, no libdevice).
+
+Batch invariance: a program owns a ``[BM, BN]`` output tile and reduces K in fixed ``BK`` chunks, in order, with
+one ``tl.dot`` shape. The tile configuration depends only on ``(N, K)`` (the launcher never looks at ``M``) and
+``M`` is not specialised, so a row gets the same instruction sequence and the same partial-sum boundaries whether
+it is alone (a 1-row decode, padded to the ``BM`` tile with masked zeros) or the 60th row of a verify.
+
+Prologue (``HAS_NORM``): transformers' LlamaRMSNorm of each x row, ``w * (x * rsqrt(mean(x^2) + eps)).to(dtype)``,
+with the row's sum of squares accumulated over the same fixed ``BK`` chunks (a first pass over the row tile).
+Epilogues: ``+ bias``; ``SILU_MUL`` (W is ``[2N, K] = cat(gate, up)``: the program streams the matching gate rows
+``n`` and up rows ``N + n`` and stores ``silu(gate) * up``); ``HAS_RES`` (``out = residual + y``). Intermediate
+roundings to the output dtype follow the eager PyTorch sequence (linear output, silu, product, residual sum).
+"""
+
+from __future__ import annotations
+
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def _row_rstd(x_ptr, offs_m, m_mask, stride_xm, K, eps, BM: tl.constexpr, BK: tl.constexpr):
+    """``rsqrt(mean(x^2) + eps)`` per row, the squares summed in fixed ``BK`` chunks (fp32)."""
+    offs_k = tl.arange(0, BK)
+    ss = tl.zeros([BM], tl.float32)
+    for k0 in range(0, K, BK):
+        kk = k0 + offs_k
+        xk = tl.load(x_ptr + offs_m[:, None].to(tl.int64) * stride_xm + kk[None, :],
+                     mask=m_mask[:, None] & (kk < K)[None, :], other=0.0).to(tl.float32)
+        ss += tl.sum(xk * xk, 1)
+    return 1.0 / tl.sqrt(ss / K + eps)
+
+
+@triton.jit(do_not_specialize=["M"])
+def _bi_linear_kernel(
+    x_ptr, w_ptr, b_ptr, nw_ptr, r_ptr, y_ptr,
+    M, N, K, stride_xm, stride_wn, stride_rm, stride_ym, eps,
+    HAS_NORM: tl.constexpr, HAS_BIAS: tl.constexpr, HAS_RES: tl.constexpr, SILU_MUL: tl.constexpr,
+    BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, PRECISION: tl.constexpr,
+):
+    """Grid ``(cdiv(M, BM), cdiv(N, BN))``: the M tiles of one weight tile are neighbours, so they share it in L2."""
+    pid_m = tl.program_id(0)
+    pid_n = tl.program_id(1)
+    offs_m = pid_m * BM + tl.arange(0, BM)
+    offs_n = pid_n * BN + tl.arange(0, BN)
+    offs_k = tl.arange(0, BK)
+    m_mask = offs_m < M
+    n_mask = offs_n < N
+    dt = y_ptr.dtype.element_ty
+
+    if HAS_NORM:
+        rstd = _row_rstd(x_ptr, offs_m, m_mask, stride_xm, K, eps, BM, BK)
+
+    x_rows = x_ptr + offs_m[:, None].to(tl.int64) * stride_xm
+    w_rows = w_ptr + offs_n[:, None].to(tl.int64) * stride_wn
+    acc = tl.zeros([BM, BN], tl.float32)
+    if SILU_MUL:
+        u_rows = w_ptr + (offs_n + N)[:, None].to(tl.int64) * stride_wn
+        acc_u = tl.zeros([BM, BN], tl.float32)
+    for k0 in range(0, K, BK):
+        kk = k0 + offs_k
+        k_mask = kk < K
+        xk = tl.load(x_rows + kk[None, :], mask=m_mask[:, None] & k_mask[None, :], other=0.0)
+        if HAS_NORM:
+            xn = (xk.to(tl.float32) * rstd[:, None]).to(dt)
+            nw = tl.load(nw_ptr + kk, mask=k_mask, other=0.0).to(tl.float32)
+            xk = (nw[None, :] * xn.to(tl.float32)).to(dt)
+        w = tl.load(w_rows + kk[None, :], mask=n_mask[:, None] & k_mask[None, :], other=0.0)
+        acc = tl.dot(xk, tl.trans(w), acc, input_precision=PRECISION)
+        if SILU_MUL:
+            wu = tl.load(u_rows + kk[None, :], mask=n_mask[:, None] & k_mask[None, :], other=0.0)
+            acc_u = tl.dot(xk, tl.trans(wu), acc_u, input_precision=PRECISION)
+
+    if HAS_BIAS:
+        acc += tl.load(b_ptr + offs_n, mask=n_mask, other=0.0).to(tl.float32)[None, :]
+        if SILU_MUL:
+            acc_u += tl.load(b_ptr + N + offs_n, mask=n_mask, other=0.0).to(tl.float32)[None, :]
+    y = acc.to(dt)
+    if SILU_MUL:
+        g = y.to(tl.float32)
+        s = (g / (1.0 + tl.exp(-g))).to(dt)
+        y = (s.to(tl.float32) * acc_u.to(dt).to(tl.float32)).to(dt)
+    out_mask = m_mask[:, None] & n_mask[None, :]
+    if HAS_RES:
+        r = tl.load(r_ptr + offs_m[:, None].to(tl.int64) * stride_rm + offs_n[None, :], mask=out_mask, other=0.0)
+        y = (r.to(tl.float32) + y.to(tl.float32)).to(dt)
+    tl.store(y_ptr + offs_m[:, None].to(tl.int64) * stride_ym + offs_n[None, :], y, mask=out_mask)
+
+
+@triton.jit(do_not_specialize=["M"])
+def _rms_norm_kernel(x_ptr, w_ptr, y_ptr, M, K, stride_xm, stride_ym, eps, BK: tl.constexpr):
+    """Standalone LlamaRMSNorm, one row per program, the same fixed ``BK`` chunk order as the linear prologue."""
+    row = tl.program_id(0)
+    offs_k = tl.arange(0, BK)
+    ss = tl.zeros([BK], tl.float32)
+    for k0 in range(0, K, BK):
+        kk = k0 + offs_k
+        xk = tl.load(x_ptr + row.to(tl.int64) * stride_xm + kk, mask=kk < K, other=0.0).to(tl.float32)
+        ss += xk * xk
+    rstd = 1.0 / tl.sqrt(tl.sum(ss, 0) / K + eps)
+    dt = y_ptr.dtype.element_ty
+    for k0 in range(0, K, BK):
+        kk = k0 + offs_k
+        xk = tl.load(x_ptr + row.to(tl.int64) * stride_xm + kk, mask=kk < K, other=0.0).to(tl.float32)
+        w = tl.load(w_ptr + kk, mask=kk < K, other=0.0).to(tl.float32)
+        y = (w * (xk * rstd).to(dt).to(tl.float32)).to(dt)
+        tl.store(y_ptr + row.to(tl.int64) * stride_ym + kk, y, mask=kk < K)

@@ -1,0 +1,312 @@
+"""The fused batch-invariant Triton forward of :class:`LlamaTarget` (``ops="triton"``; Triton's interpreter on the
+CPU): parity with the PyTorch forward for every family, chunked prefill, bit-identical verify/decode rows, greedy
+speculative output equal to plain output, and no compilation for new prompt lengths."""
+
+from __future__ import annotations
+
+import collections
+
+import pytest
+import torch
+from engine_testlib import OracleDrafter, tiny_llama
+
+import eagle_triton.engine.target as target_mod
+from eagle_triton import TreeConfig, ops
+from eagle_triton.drafter.tree import build_tree_buffers
+from eagle_triton.engine import EagleEngine, LlamaTarget
+
+V = 97
+FAMILIES = [("llama", {"attention_bias": True, "mlp_bias": True}), ("qwen2", {}), ("qwen3", {"head_dim": 24}),
+            ("mistral", {"sliding_window": None, "tie_word_embeddings": True})]
+HAS_INVARIANT_ATTENTION = hasattr(ops, "target_attention")
+needs_invariant_attention = pytest.mark.skipif(
+    not HAS_INVARIANT_ATTENTION,
+    reason="needs the batch-invariant ops.target_attention (branch target-attention); ops.tree_attention splits "
+           "the keys by row count, so verify and decode rows may round differently")
+
+
+@pytest.fixture
+def small_chunks(monkeypatch):
+    """Prefill chunks of 8 or 4 rows, so tiny prompts exercise several chunks, overlapping last chunks and
+    prompts shorter than any chunk."""
+    monkeypatch.setattr(target_mod, "PREFILL_CHUNKS", (8, 4))
+
+
+def _model(model="llama", dtype=torch.float32, **extra):
+    m = tiny_llama(vocab=V, hidden=48, layers=3, heads=6, kv_heads=2, model=model, seed=3, **extra)
+    return m.to(dtype)
+
+
+@pytest.mark.parametrize("model,extra", FAMILIES, ids=[f[0] for f in FAMILIES])
+def test_fused_forward_matches_torch_forward(model, extra, small_chunks):
+    """Prefill (3 chunks of 8, the last overlapping), decode and a tree verify through the fused kernels match the
+    PyTorch forward (fp32)."""
+    m = _model(model, **extra)
+    a, b = LlamaTarget.from_hf(m), LlamaTarget.from_hf(m, ops="triton")
+    assert b.fused_forward and not a.fused_forward
+    g = torch.Generator().manual_seed(1)
+    ids = torch.randint(0, V, (1, 19), generator=g)
+    parents = torch.tensor([[-1, 0, 0, 1, 3]])
+    tokens = torch.randint(0, V, (1, 5), generator=g)
+    mask, depths, *_ = build_tree_buffers(parents, 3)
+    outs = []
+    for t in (a, b):
+        t.setup(64, "eagle3")
+        lp, fp = t.prefill(ids)
+        ld, fd = t.decode(ids[:, :1])
+        lv, fv = t.verify(tokens, depths, mask)
+        outs.append([x.clone() for x in (lp, fp, ld, fd, lv, fv)])
+    for x, y in zip(*outs, strict=True):
+        assert x.shape == y.shape
+        torch.testing.assert_close(y, x, atol=5e-5, rtol=1e-5)
+
+
+def test_fused_eagle1_feature_is_lm_head_input(small_chunks):
+    t = LlamaTarget.from_hf(_model(), ops="triton")
+    t.setup(32, "eagle1")
+    logits, feats = t.prefill(torch.randint(0, V, (1, 11)))
+    assert feats.shape == (1, 11, 48)
+    torch.testing.assert_close(t.lm_head(feats[:, -1]), logits, atol=1e-5, rtol=1e-5)
+
+
+def test_separate_norm_kernel_matches_inline_norm():
+    m = _model("qwen2")
+    a, b = LlamaTarget.from_hf(m, ops="triton"), LlamaTarget.from_hf(m, ops="triton", inline_norm=False)
+    ids = torch.randint(0, V, (1, 6))
+    for t in (a, b):
+        t.setup(16, "eagle3")
+    (la, fa), (lb, fb) = a.prefill(ids), b.prefill(ids)
+    torch.testing.assert_close(lb, la, atol=2e-5, rtol=1e-5)
+    torch.testing.assert_close(fb, fa, atol=2e-5, rtol=1e-5)
+
+
+def test_fused_forward_needs_triton_ops():
+    with pytest.raises(ValueError, match="fused_forward=True needs the Triton ops"):
+        LlamaTarget.from_hf(_model(), ops="torch", fused_forward=True)
+
+
+@needs_invariant_attention
+@pytest.mark.parametrize("model,extra", [FAMILIES[0], FAMILIES[2]], ids=["llama", "qwen3"])
+def test_verify_rows_equal_decode_rows_bitwise(model, extra, small_chunks):
+    """fp16: each verified node's logits and features equal bit for bit those of decoding its path token by token
+    (a 5-row tree forward vs 1-row forwards, keys at other cache positions)."""
+    m = _model(model, torch.float16, **extra)
+    g = torch.Generator().manual_seed(2)
+    prompt = torch.randint(0, V, (1, 10), generator=g)
+    parents = torch.tensor([[-1, 0, 1, 0, 2]])
+    tokens = torch.randint(0, V, (1, 5), generator=g)
+    mask, depths, *_ = build_tree_buffers(parents, 3)
+    t = LlamaTarget.from_hf(m, ops="triton")
+    t.setup(64, "eagle3")
+    t.prefill(prompt)
+    lv, fv = (x.clone() for x in t.verify(tokens, depths, mask))
+    for node, path in ((2, [0, 1, 2]), (4, [0, 1, 2, 4]), (3, [0, 3])):
+        t.reset()
+        t.prefill(prompt)
+        for p in path:
+            ld, fd = t.decode(tokens[:, p:p + 1])
+        assert torch.equal(ld, lv[:, node]) and torch.equal(fd[:, 0], fv[:, node]), (model, node)
+    # After committing the path 0-1-2 (its K/V rows moved by the compaction), decoding node 4 (child of 2)
+    # gives the verify row's bits too.
+    t.reset()
+    t.prefill(prompt)
+    t.verify(tokens, depths, mask)
+    t.commit(torch.tensor([[0, 1, 2]]), torch.tensor([2]), 2)
+    ld, fd = t.decode(tokens[:, 4:5])
+    assert torch.equal(ld, lv[:, 4]) and torch.equal(fd[:, 0], fv[:, 4]), (model, "after commit")
+
+
+@needs_invariant_attention
+def test_greedy_speculative_equals_plain_fp16(small_chunks):
+    """fp16 under the interpreter: an oracle drafter makes long accepted chunks (deep verify rows); the output
+    must equal plain greedy decoding token for token."""
+    m = _model("qwen2", torch.float16)
+    t = LlamaTarget.from_hf(m, ops="triton")
+    prompt = torch.randint(0, V, (13,), generator=torch.Generator().manual_seed(4)).tolist()
+    plain, _ = EagleEngine(t, max_length=96).generate(input_ids=prompt, max_new_tokens=16, eos_token_id=None)
+    tree = TreeConfig(6, 4, 2)
+    eng = EagleEngine(t, drafter=OracleDrafter(prompt + plain, tree, V, seed=1), max_length=96)
+    spec, stats = eng.generate(input_ids=prompt, max_new_tokens=16, eos_token_id=None)
+    assert spec == plain and stats.mean_accepted_length > 2
+
+
+# -- no compilation for new prompt lengths --------------------------------------------------------------------------
+def _launch_key(fn, args, kwargs):
+    """What Triton's JIT specialises a launch on: constexprs and options (the keyword arguments here), the dtype
+    and 16-byte alignment of each pointer, and ``== 1`` / ``% 16 == 0`` of each integer not in
+    ``do_not_specialize``."""
+    dns = set(fn.kwargs.get("do_not_specialize", ()) or ())
+    key = [fn.__name__]
+    for name, v in zip(fn.arg_names, args, strict=False):
+        if isinstance(v, torch.Tensor):
+            key.append((name, str(v.dtype), v.data_ptr() % 16 == 0))
+        elif isinstance(v, bool) or v is None:
+            key.append((name, v))
+        elif isinstance(v, int):
+            key.append((name, "any") if name in dns else (name, v == 1, v % 16 == 0))
+        else:
+            key.append((name, type(v).__name__))
+    key.extend(sorted((k, repr(v)) for k, v in kwargs.items() if k not in ("grid", "warmup")))
+    return tuple(key)
+
+
+@pytest.fixture
+def launch_keys(monkeypatch):
+    from triton.runtime import interpreter
+
+    keys = collections.defaultdict(set)
+    run = interpreter.InterpretedFunction.run
+
+    def recording_run(self, *args, **kwargs):
+        keys[self.__name__].add(_launch_key(self, args, kwargs))
+        return run(self, *args, **kwargs)
+
+    monkeypatch.setattr(interpreter.InterpretedFunction, "run", recording_run)
+    return keys
+
+
+OWN_KERNELS = ("_bi_linear_kernel", "_rms_norm_kernel", "_rope_kv_kernel")
+
+
+def test_no_new_specialisation_for_new_prompt_lengths(small_chunks, launch_keys):
+    """After a warm-up (one prompt spanning a full and a partial chunk, a decode, a verify), prompts of other
+    lengths launch every kernel with a specialisation key already seen: nothing would compile on the GPU."""
+    t = LlamaTarget.from_hf(_model("qwen3", head_dim=24), ops="triton")
+    t.setup(64, "eagle3")
+    parents = torch.tensor([[-1, 0, 0, 1]])
+    mask, depths, *_ = build_tree_buffers(parents, 2)
+    t.prefill(torch.randint(0, V, (1, 11)))
+    t.decode(torch.randint(0, V, (1, 1)))
+    t.verify(torch.randint(0, V, (1, 4)), depths, mask)
+    warm = {k: set(v) for k, v in launch_keys.items()}
+    assert set(OWN_KERNELS) <= set(warm)
+    for n in (1, 5, 8, 16, 17, 30):
+        t.reset()
+        t.prefill(torch.randint(0, V, (1, n)))
+        t.decode(torch.randint(0, V, (1, 1)))
+    checked = [k for k in launch_keys if k in OWN_KERNELS or HAS_INVARIANT_ATTENTION]
+    new = {k: launch_keys[k] - warm.get(k, set()) for k in checked}
+    assert not any(new.values()), f"new specialisations after warm-up: {new}"
+
+
+# -- GPU (bf16, small-but-real shapes, CUDA graphs) -----------------------------------------------------------------
+def _gpu_model(model="llama", **extra):
+    m = tiny_llama(vocab=512, hidden=256, layers=4, heads=4, kv_heads=2, model=model, seed=5, std=0.05, **extra)
+    return m.to("cuda", torch.bfloat16)
+
+
+def _jit_kernels(own_only: bool):
+    """Every Triton kernel of :mod:`eagle_triton.ops` that the fused forward may launch."""
+    import sys
+
+    from triton.runtime.jit import JITFunction
+
+    found = {}
+    for name, mod in list(sys.modules.items()):
+        if name.startswith("eagle_triton.ops.") and name.endswith(".kernel"):
+            for attr, obj in vars(mod).items():
+                if isinstance(obj, JITFunction) and (not own_only or attr in OWN_KERNELS):
+                    found[f"{name}.{attr}"] = obj
+    return found
+
+
+def _compiled_count(kernels) -> dict:
+    counts = {}
+    for name, k in kernels.items():
+        caches = getattr(k, "device_caches", None) or {}
+        counts[name] = sum(len(entry[0]) for entry in caches.values())
+    return counts
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("model,extra", FAMILIES, ids=[f[0] for f in FAMILIES])
+def test_gpu_fused_forward_matches_torch_forward_bf16(model, extra):
+    m = _gpu_model(model, **extra)
+    a, b = LlamaTarget.from_hf(m, ops="torch", cuda_graphs=False), LlamaTarget.from_hf(m, ops="triton")
+    g = torch.Generator().manual_seed(1)
+    ids = torch.randint(0, 512, (1, 150), generator=g).cuda()
+    outs = []
+    for t in (a, b):
+        t.setup(256, "eagle3")
+        lp, fp = t.prefill(ids)
+        ld, fd = t.decode(ids[:, :1])
+        outs.append([x.float().clone() for x in (lp, fp, ld, fd)])
+    for x, y in zip(*outs, strict=True):
+        torch.testing.assert_close(y, x, atol=0.1, rtol=0.05)
+
+
+@pytest.mark.gpu
+@needs_invariant_attention
+@pytest.mark.parametrize("model,extra", FAMILIES[:3], ids=[f[0] for f in FAMILIES[:3]])
+def test_gpu_verify_rows_equal_decode_rows_bitwise_bf16(model, extra):
+    from eagle_triton.drafter.tree import build_tree_buffers as btb
+
+    m = _gpu_model(model, **extra)
+    g = torch.Generator().manual_seed(2)
+    prompt = torch.randint(0, 512, (1, 77), generator=g).cuda()
+    par, depth = [-1], [0]
+    while len(par) < 60:  # a random 60-node tree at most 7 levels deep (the verify of a 60/7/10 tree)
+        p = int(torch.randint(0, len(par), (1,), generator=g))
+        if depth[p] < 7:
+            par.append(p)
+            depth.append(depth[p] + 1)
+    parents, levels = torch.tensor([par]), 7
+    tokens = torch.randint(0, 512, (1, 60), generator=g).cuda()
+    mask, depths, *_ = btb(parents, levels)
+    t = LlamaTarget.from_hf(m, ops="triton")
+    t.setup(256, "eagle3")
+    t.prefill(prompt)
+    lv, fv = (x.clone() for x in t.verify(tokens, depths.cuda(), mask.cuda()))
+    for node in (1, 17, 59):
+        path, n = [], node
+        while n >= 0:
+            path.append(n)
+            n = int(parents[0, n])
+        t.reset()
+        t.prefill(prompt)
+        for p in reversed(path):
+            ld, fd = t.decode(tokens[:, p:p + 1])
+        assert torch.equal(ld, lv[:, node]) and torch.equal(fd[:, 0], fv[:, node]), (model, node)
+        # the same after committing the path down to the node's parent (rows moved by the compaction)
+        kept = list(reversed(path))[:-1]
+        t.reset()
+        t.prefill(prompt)
+        t.verify(tokens, depths.cuda(), mask.cuda())
+        t.commit(torch.tensor([kept], device="cuda"), torch.tensor([len(kept) - 1], device="cuda"), len(kept) - 1)
+        ld, fd = t.decode(tokens[:, node:node + 1])
+        assert torch.equal(ld, lv[:, node]) and torch.equal(fd[:, 0], fv[:, node]), (model, node, "commit")
+
+
+@pytest.mark.gpu
+@needs_invariant_attention
+def test_gpu_greedy_speculative_equals_plain_bf16():
+    m = _gpu_model("qwen2")
+    t = LlamaTarget.from_hf(m, ops="triton")
+    for seed in range(3):
+        prompt = torch.randint(0, 512, (20 + 30 * seed,), generator=torch.Generator().manual_seed(seed)).tolist()
+        plain, _ = EagleEngine(t, max_length=512).generate(input_ids=prompt, max_new_tokens=64, eos_token_id=None)
+        tree = TreeConfig(24, 5, 4)
+        eng = EagleEngine(t, drafter=OracleDrafter(prompt + plain, tree, 512, seed=seed), max_length=512)
+        spec, stats = eng.generate(input_ids=prompt, max_new_tokens=64, eos_token_id=None)
+        assert spec == plain and stats.mean_accepted_length > 2
+
+
+@pytest.mark.gpu
+def test_gpu_no_compilation_for_new_prompt_lengths():
+    m = _gpu_model("qwen3", head_dim=64)
+    t = LlamaTarget.from_hf(m, ops="triton")
+    t.setup(1024, "eagle3")
+    parents = torch.tensor([[-1, 0, 0, 1, 2, 3]])
+    mask, depths, *_ = build_tree_buffers(parents, 3)
+    t.prefill(torch.randint(0, 512, (1, 70)).cuda())  # a full chunk and a partial one
+    t.decode(torch.randint(0, 512, (1, 1)).cuda())
+    t.verify(torch.randint(0, 512, (1, 6)).cuda(), depths.cuda(), mask.cuda())
+    kernels = _jit_kernels(own_only=not HAS_INVARIANT_ATTENTION)
+    before = _compiled_count(kernels)
+    assert sum(before.values()) > 0
+    for n in (1, 3, 17, 64, 65, 128, 200, 333, 900):
+        t.reset()
+        t.prefill(torch.randint(0, 512, (1, n)).cuda())
+        t.decode(torch.randint(0, 512, (1, 1)).cuda())
+    after = _compiled_count(kernels)
+    assert after == before, {k: (before[k], after[k]) for k in after if after[k] != before[k]}
