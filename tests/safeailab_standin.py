@@ -6,10 +6,10 @@
 import copy
 import types
 
+from spec_topk_genrate import SpecDraftModel
 from torch import nn
 
 from eagle_triton import TreeConfig
-from spec_topk_genrate import SpecDraftModel
 
 
 class EaLayerStandIn(nn.Module):

@@ -38,9 +38,9 @@ _OPS = (
 _register_lazy(".ops", *_OPS, *(f"{n}_ref" for n in _OPS), "eagle_to_sglang", "sglang_to_eagle")
 _register_lazy(".engine", "EagleEngine", "GenerationStats", "SamplingParams", "LlamaTarget", "HFTarget", "load_target",
                "ModelLoadError")
-_register_lazy(".frontier", "FrontierConfig", "frontier_generate", "register_triton_backend")
+_register_lazy(".integrations.frontier", "FrontierConfig", "frontier_generate", "register_triton_backend")
 _register_lazy(".integrations.safeailab", "patch_ea_model_with_triton_drafter")
-_register_lazy(".integrations.seeds", "GPUAssertionError", "optimize_eagle_with_triton", "restore_eagle",
+_register_lazy(".integrations.optimize", "GPUAssertionError", "optimize_eagle_with_triton", "restore_eagle",
                "fused_draft_token_generation")
 _register_lazy(".integrations.aiter", "EAGLEConfig", "EAGLEInference")
 _register_lazy(".fused", "DrafterConfig", "Weights", "Buffers", "launch_drafter")

@@ -8,9 +8,9 @@ import pytest
 import torch
 from scipy.stats import chi2
 
-from eagle_triton.drafter.tree import build_tree_buffers
 from eagle_triton.engine import SamplingParams, accept_greedy, accept_sampling, process_logits, sample_from_probs
 from eagle_triton.engine.accept import accept_tree
+from eagle_triton.tree import build_tree_buffers
 
 ALPHA = 1e-3
 

@@ -159,7 +159,7 @@ def test_gpu_matches_reference_real_vocab():
 @pytest.mark.gpu
 def test_gpu_cuda_graph_capture_replay():
     """Tree build + greedy verify + sampling ops captured in one CUDA graph; replays match eager runs."""
-    from eagle_triton.compat.sglang import simulate_eagle_draft
+    from eagle_triton.integrations.sglang import simulate_eagle_draft
     from eagle_triton.ops import build_tree_kernel_efficient, verify_tree_greedy
 
     g = torch.Generator().manual_seed(3)

@@ -3,10 +3,10 @@
 import pytest
 import torch
 
-from eagle_triton.compat.sglang import simulate_eagle_draft
-from eagle_triton.drafter.tree import build_tree_buffers
+from eagle_triton.integrations.sglang import simulate_eagle_draft
 from eagle_triton.ops import build_tree_kernel_efficient, build_tree_kernel_efficient_ref
 from eagle_triton.ops.tree_build import tree_parents_ref
+from eagle_triton.tree import build_tree_buffers
 
 OPS = [build_tree_kernel_efficient, build_tree_kernel_efficient_ref]
 SHAPES = [(1, 4, 3, 8), (3, 4, 3, 16), (2, 3, 5, 13), (2, 1, 4, 5), (2, 4, 1, 4), (1, 2, 2, 2), (2, 10, 7, 60)]

@@ -4,8 +4,7 @@ import numpy as np
 import pytest
 import torch
 
-from eagle_triton.compat.sglang import TreeMaskMode, build_tree_kernel_efficient, simulate_eagle_draft
-from eagle_triton.drafter.tree import build_tree_buffers
+from eagle_triton.integrations.sglang import TreeMaskMode, build_tree_kernel_efficient, simulate_eagle_draft
 from eagle_triton.ops import (
     tree_speculative_sampling_target_only,
     tree_speculative_sampling_target_only_ref,
@@ -14,6 +13,7 @@ from eagle_triton.ops import (
     verify_tree_greedy_ref,
     verify_tree_ref,
 )
+from eagle_triton.tree import build_tree_buffers
 
 SHAPES = [(1, 4, 3, 8), (3, 4, 3, 16), (2, 3, 5, 13), (2, 1, 4, 5), (2, 10, 7, 60)]
 

@@ -8,8 +8,8 @@ import torch
 
 from ..config import TreeConfig
 from ..heads.base import DraftHead
+from ..tree import DraftTree, build_tree_buffers, rank_topk, select_tree_nodes, selected_parents
 from .reference import TorchDraftBackend, check_draft_inputs
-from .tree import DraftTree, build_tree_buffers, rank_topk, select_tree_nodes, selected_parents
 
 __all__ = [
     "DraftTree",

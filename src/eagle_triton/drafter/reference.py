@@ -12,7 +12,7 @@ import torch.nn.functional as F
 
 from ..config import TreeConfig
 from ..heads.base import DraftHead
-from .tree import DraftTree, rank_topk, select_tree_nodes
+from ..tree import DraftTree, rank_topk, select_tree_nodes
 
 __all__ = ["TorchDraftBackend", "check_draft_inputs"]
 

@@ -17,9 +17,9 @@ import torch
 
 from ..config import TreeConfig
 from ..drafter.reference import TorchDraftBackend, check_draft_inputs
-from ..drafter.tree import DraftTree, lexicographic_row_order
 from ..heads.base import DraftHead
 from ..ops._utils import cdiv
+from ..tree import DraftTree, lexicographic_row_order
 
 __all__ = [
     "DrafterConfig",

@@ -17,8 +17,8 @@ import torch.nn.functional as F
 
 from ..config import TreeConfig
 from ..drafter.reference import check_draft_inputs
-from ..drafter.tree import DraftTree, rank_topk, select_tree_nodes
 from ..heads.base import DraftHead
+from ..tree import DraftTree, rank_topk, select_tree_nodes
 from .host import DrafterConfig, Weights
 
 __all__ = ["multikernel_draft", "GraphDraftBackend", "MultiKernelDrafter"]

@@ -26,7 +26,7 @@ from typing import NamedTuple
 
 import torch
 
-from ..drafter.tree import build_tree_buffers
+from ..tree import build_tree_buffers
 
 __all__ = [
     "EagleTreeBuffers",

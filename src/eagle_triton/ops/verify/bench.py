@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import torch
 
-from ...compat.sglang import TreeMaskMode, build_tree_kernel_efficient, simulate_eagle_draft
 from ...drafter.tree import build_tree_buffers
+from ...integrations.sglang import TreeMaskMode, build_tree_kernel_efficient, simulate_eagle_draft
 from ..tree_convert import linked_lists_to_parents
 from .op import tree_speculative_sampling_target_only, verify_tree, verify_tree_greedy
 from .reference import tree_speculative_sampling_target_only_ref, verify_tree_greedy_ref, verify_tree_ref

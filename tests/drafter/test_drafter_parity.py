@@ -2,10 +2,10 @@
 
 import pytest
 import torch
+from spec_topk_genrate import SpecDraftModel
 
 from eagle_triton import TreeConfig, TreeDrafter
 from eagle_triton.testing import random_eagle1_head, random_eagle3_head
-from spec_topk_genrate import SpecDraftModel
 
 CONFIGS = [(60, 7, 10), (20, 3, 4), (48, 7, 8), (3, 2, 1), (4, 0, 4), (26, 5, 3)]
 

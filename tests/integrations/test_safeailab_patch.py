@@ -2,11 +2,11 @@
 
 import pytest
 import torch
+from safeailab_standin import EaModelStandIn
 
 from eagle_triton import TreeConfig
 from eagle_triton.integrations.safeailab import head_from_ea_layer, patch_ea_model_with_triton_drafter
 from eagle_triton.testing import random_eagle3_head
-from safeailab_standin import EaModelStandIn
 
 
 def test_head_shares_the_ea_layer_weights():

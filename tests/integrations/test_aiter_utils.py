@@ -3,9 +3,9 @@
 import pytest
 import torch
 
-from eagle_triton import eagle_utils as eu
-from eagle_triton import spec_utils as su
-from eagle_triton.compat import sglang
+from eagle_triton.integrations import aiter_spec_utils as su
+from eagle_triton.integrations import aiter_tree_utils as eu
+from eagle_triton.integrations import sglang
 
 
 def test_token_bitmask_round_trip():

@@ -4,18 +4,18 @@ optimize_eagle_with_triton (001), all on a tiny random target built in code."""
 import pytest
 import torch
 from engine_testlib import hf_greedy
+from safeailab_standin import EaModelStandIn
 
 from eagle_triton import TreeConfig
 from eagle_triton.engine import EagleEngine, LlamaTarget
 from eagle_triton.integrations.aiter import EAGLEConfig, EAGLEInference
-from eagle_triton.integrations.seeds import (
+from eagle_triton.integrations.optimize import (
     GPUAssertionError,
     fused_draft_token_generation,
     optimize_eagle_with_triton,
     restore_eagle,
 )
 from eagle_triton.testing import random_eagle3_head
-from safeailab_standin import EaModelStandIn
 
 V = 128
 

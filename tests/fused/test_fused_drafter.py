@@ -14,7 +14,6 @@ import triton
 import triton.language as tl
 
 from eagle_triton import TreeConfig, TreeDrafter
-from eagle_triton.drafter.tree import rank_topk
 from eagle_triton.fused import (
     Buffers,
     DrafterConfig,
@@ -30,6 +29,7 @@ from eagle_triton.testing import (
     random_eagle3_head,
     random_eagle3_head_on,
 )
+from eagle_triton.tree import rank_topk
 
 CUDA = torch.cuda.is_available()
 

@@ -1,9 +1,9 @@
-"""eagle_triton.compat.sglang: SGLang's Python helpers and the drop-in op names."""
+"""eagle_triton.integrations.sglang: SGLang's Python helpers and the drop-in op names."""
 
 import pytest
 import torch
 
-from eagle_triton.compat import sglang as sg
+from eagle_triton.integrations import sglang as sg
 
 
 def test_fast_topk_keepdim():
