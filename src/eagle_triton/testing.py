@@ -130,7 +130,7 @@ def random_eagle1_head(
 class _EaLayer(torch.nn.Module):
     """SafeAILab's draft ``Model`` attribute layout around an eagle_triton head (weights shared, not copied)."""
 
-    def __init__(self, head, tree_config):
+    def __init__(self, head, tree_config, spec=None):
         super().__init__()
         from types import SimpleNamespace
 
@@ -146,12 +146,18 @@ class _EaLayer(torch.nn.Module):
         self.top_k, self.depth = tree_config.top_k, tree_config.depth
         self.total_tokens = tree_config.total_tokens - 1  # SafeAILab stores total_token - 1
         self.stable_kv = None
-        self._drafter = TreeDrafter(head, tree_config)
+        self._drafter = TreeDrafter(head, tree_config) if spec is None else None
+        self._spec = spec
 
     def reset_kv(self):
         self.stable_kv = None
 
     def topK_genrate(self, hidden_states, input_ids, head, logits_processor):
+        if self._spec is not None:  # an independent transcription of SafeAILab's own topK_genrate
+            self._spec.stable_kv = self.stable_kv
+            out = self._spec.topK_genrate(hidden_states, input_ids, sampling=logits_processor is not None)
+            self.stable_kv = self._spec.stable_kv
+            return out
         if self.stable_kv is None:
             self._drafter.reset()
         tree = self._drafter.draft(hidden_states, input_ids, sampling=logits_processor is not None)
@@ -162,11 +168,16 @@ class _EaLayer(torch.nn.Module):
 class SafeAILabStandIn(torch.nn.Module):
     """A stand-in for SafeAILab EAGLE's ``EaModel`` (``.ea_layer`` with ``fc``, ``midlayer``, ``norm``,
     ``lm_head``, ``d2t``, ``embed_tokens``, ``top_k``, ``depth``, ``total_tokens``, ``stable_kv``, ``reset_kv()``,
-    ``topK_genrate``), for trying the EAGLE integrations without SafeAILab's package or a target model."""
+    ``topK_genrate``), for trying the EAGLE integrations without SafeAILab's package or a target model.
 
-    def __init__(self, head=None, tree_config=None):
+    ``topK_genrate`` drafts with the reference drafter, or with ``spec`` when given: an object with SafeAILab's
+    ``topK_genrate(hidden_states, input_ids, sampling)`` and a ``stable_kv`` attribute (the tests pass their
+    transcription of SafeAILab's code, so that patched and unpatched objects are compared against an independent
+    oracle). The head's weights are shared, not copied."""
+
+    def __init__(self, head=None, tree_config=None, spec=None):
         super().__init__()
         from .config import TreeConfig
 
         self.ea_layer = _EaLayer(head if head is not None else random_eagle3_head(seed=0),
-                                 tree_config or TreeConfig(20, 3, 4))
+                                 tree_config or TreeConfig(20, 3, 4), spec)

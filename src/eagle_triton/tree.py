@@ -17,6 +17,7 @@ import torch
 
 __all__ = [
     "DraftTree",
+    "frontier_parent_offset",
     "rank_topk",
     "select_tree_nodes",
     "selected_parents",
@@ -33,6 +34,18 @@ def rank_topk(scores: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]
     clean = torch.nan_to_num(scores, nan=float("-inf"))
     values, indices = torch.sort(clean, dim=-1, descending=True, stable=True)
     return values[..., :k], indices[..., :k]
+
+
+def frontier_parent_offset(level: int, top_k: int) -> int:
+    """What to add to a frontier slot (``0..K-1``) expanded at ``level`` to get its parent's entry in
+    ``parents_flat`` (a global candidate index + 1; 0 is the root).
+
+    The candidates are laid out as in SafeAILab EAGLE's ``topK_genrate``: the root's ``K`` children (global
+    ``0..K-1``), then one ``K * K`` block per later level. Level 0's frontier is the root's children, so its
+    parents sit at ``1 + slot``; level ``i > 0`` expands children from block ``i - 1``, which starts at
+    ``K + K * K * (i - 1)``. Every drafter records ``parents_flat`` with this one formula.
+    """
+    return 1 + top_k * top_k * max(0, level - 1) + (top_k if level > 0 else 0)
 
 
 def select_tree_nodes(scores_flat: torch.Tensor, num_nodes: int) -> torch.Tensor:

@@ -4,7 +4,7 @@ optimize_eagle_with_triton (001), all on a tiny random target built in code."""
 import pytest
 import torch
 from engine_testlib import hf_greedy
-from safeailab_standin import EaModelStandIn
+from spec_topk_genrate import spec_standin
 
 from eagle_triton import TreeConfig
 from eagle_triton.engine import EagleEngine, LlamaTarget
@@ -79,7 +79,7 @@ def test_optimize_engine_and_restore(tiny_model):
 
 
 def test_optimize_safeailab_layout_and_restore():
-    model = EaModelStandIn(random_eagle3_head(), TreeConfig(20, 3, 4))
+    model = spec_standin(random_eagle3_head(), TreeConfig(20, 3, 4))
     calls = []
 
     def evaluate_posterior(logits, candidates, logits_processor):

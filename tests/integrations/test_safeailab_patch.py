@@ -2,7 +2,7 @@
 
 import pytest
 import torch
-from safeailab_standin import EaModelStandIn
+from spec_topk_genrate import spec_standin
 
 from eagle_triton import TreeConfig
 from eagle_triton.integrations.safeailab import head_from_ea_layer, patch_ea_model_with_triton_drafter
@@ -10,7 +10,7 @@ from eagle_triton.testing import random_eagle3_head
 
 
 def test_head_shares_the_ea_layer_weights():
-    model = EaModelStandIn(random_eagle3_head(), TreeConfig(20, 3, 4))
+    model = spec_standin(random_eagle3_head(), TreeConfig(20, 3, 4))
     head = head_from_ea_layer(model.ea_layer)
     assert head.fc.weight is model.ea_layer.fc.weight
     assert head.midlayer.mlp.down_proj.weight is model.ea_layer.midlayer.mlp.down_proj.weight
@@ -21,7 +21,7 @@ def test_head_shares_the_ea_layer_weights():
 def test_patched_drafting_equals_original_over_a_generation(cfg):
     base = random_eagle3_head()
     tc = TreeConfig(*cfg)
-    orig, patched = EaModelStandIn(base, tc), EaModelStandIn(base, tc)
+    orig, patched = spec_standin(base, tc), spec_standin(base, tc)
     with pytest.warns(RuntimeWarning, match="PyTorch reference"):
         patch_ea_model_with_triton_drafter(patched)
     W = base.feature_width
@@ -50,7 +50,7 @@ def test_patched_drafting_equals_original_over_a_generation(cfg):
 
 
 def test_use_triton_false_restores_the_original():
-    model = EaModelStandIn(random_eagle3_head(), TreeConfig(20, 3, 4))
+    model = spec_standin(random_eagle3_head(), TreeConfig(20, 3, 4))
     bound = model.ea_layer.topK_genrate
     with pytest.warns(RuntimeWarning):
         patch_ea_model_with_triton_drafter(model)
@@ -69,7 +69,7 @@ def test_eagle1_layout_uses_the_target_head_argument():
 
     base = random_eagle1_head()
     tc = TreeConfig(20, 3, 4)
-    orig, patched = EaModelStandIn(base, tc), EaModelStandIn(base, tc)
+    orig, patched = spec_standin(base, tc), spec_standin(base, tc)
     patch_ea_model_with_triton_drafter(patched, backend="torch")
     ids = torch.randint(0, 256, (1, 6))
     feats = torch.randn(1, 5, base.feature_width)

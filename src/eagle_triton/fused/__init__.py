@@ -2,12 +2,12 @@
 
 Public API: :class:`DrafterConfig`, :class:`Weights`, :class:`Buffers`, :class:`DraftInputs`,
 :func:`launch_drafter` (one launch per draft) and :func:`launch_drafter_ref` (the PyTorch reference, per sequence).
-``AOT_SPECS`` lists ``(kernel, signature, constexprs)`` for the compile-only gate (sm_90, no GPU needed).
+The drafter table (:mod:`eagle_triton.drafter.backends`) names :class:`FusedDraftBackend` (``"triton"``) and
+:class:`GraphDraftBackend` (``"graph"``); nothing registers on import. ``AOT_SPECS`` lists ``(kernel, signature, constexprs)`` for the compile-only gate (sm_90, no GPU needed).
 """
 
 from __future__ import annotations
 
-from ..drafter import register_draft_backend
 from .host import (
     Buffers,
     DraftInputs,
@@ -23,9 +23,6 @@ from .host import (
 from .kernel import fused_drafter_kernel
 from .multikernel import GraphDraftBackend, MultiKernelDrafter, multikernel_draft
 from .specs import AOT_SPECS
-
-register_draft_backend("triton", FusedDraftBackend)
-register_draft_backend("graph", GraphDraftBackend)
 
 __all__ = [
     "AOT_SPECS",

@@ -9,7 +9,6 @@ no GPU or Triton is available).
 from __future__ import annotations
 
 import math
-import os
 import warnings
 from dataclasses import dataclass, field, fields, replace
 
@@ -19,6 +18,8 @@ from ..config import TreeConfig
 from ..drafter.reference import TorchDraftBackend, check_draft_inputs
 from ..heads.base import DraftHead
 from ..ops._utils import cdiv
+from ..ops._utils import is_interpreter as _interpreting
+from ..ops._utils import next_power_of_2 as _pow2
 from ..tree import DraftTree, lexicographic_row_order
 
 __all__ = [
@@ -36,15 +37,6 @@ __all__ = [
 
 PROFILE_SLOTS = 128  # = kernel.PROF_SLOTS: arrival-time slots per program
 _SMEM_BUDGET = 180 * 1024  # bytes of pipeline buffers per program (an H100 SM has 227 KB)
-
-
-def _pow2(n: int) -> int:
-    n = int(n)
-    return 1 if n <= 1 else 1 << (n - 1).bit_length()
-
-
-def _interpreting() -> bool:
-    return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
 
 
 def triton_available(device: torch.device | str) -> tuple[bool, str]:

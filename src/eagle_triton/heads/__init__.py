@@ -4,7 +4,7 @@ from .base import DraftHead, detect_head_kind, load_draft_head
 from .checkpoint import CheckpointError
 from .config import DraftHeadConfig
 from .eagle1 import Eagle1DraftHead
-from .eagle3 import Eagle3DraftHead
+from .eagle3 import Eagle3DraftHead, eagle3_tap_layers
 
 __all__ = [
     "CheckpointError",
@@ -13,5 +13,6 @@ __all__ = [
     "Eagle1DraftHead",
     "Eagle3DraftHead",
     "detect_head_kind",
+    "eagle3_tap_layers",
     "load_draft_head",
 ]

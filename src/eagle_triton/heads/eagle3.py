@@ -9,7 +9,25 @@ from .base import DraftHead
 from .config import DraftHeadConfig
 from .layers import MLP, Attention, RMSNorm, build_attention_mask
 
-__all__ = ["Eagle3DraftHead"]
+__all__ = ["Eagle3DraftHead", "eagle3_tap_layers"]
+
+
+def eagle3_tap_layers(num_layers: int) -> tuple[int, int, int]:
+    """Target layers whose *input* residual stream EAGLE-3 feeds its head: ``2, L // 2, L - 3``, ascending.
+
+    These are transformers' ``output_hidden_states`` indices (0 = embeddings), concatenated ``[low, mid, high]``
+    into the ``3 * Ht`` features that ``fc`` expects. SafeAILab EAGLE records the states entering decoder layers
+    ``idx in {2, L // 2, L - 3}`` during its layer loop, so the order is ascending layer order
+    (reference/EAGLE_ALGORITHM.md 1.1); for ``L >= 7`` the three are distinct and already ascending. Shallower
+    targets (tests, toy models) make them collide or reverse: the reference's set would then give fewer than three
+    states and break ``fc``, so here duplicates are kept and the tuple is sorted, which keeps the width ``3 * Ht``
+    and the ascending-order rule. Training and serving both call this one function, so a head is always served with
+    the taps it was trained on.
+    """
+    if num_layers < 3:
+        raise ValueError(f"EAGLE-3 taps layers 2, L//2, L-3 and needs a target with >= 3 layers, got {num_layers}")
+    low, mid, high = sorted((2, num_layers // 2, num_layers - 3))
+    return low, mid, high
 
 
 class Eagle3DecoderLayer(nn.Module):

@@ -1,8 +1,9 @@
-"""Seed 000's frontier API: draft one tree from concatenated target features through a named back end.
+"""The frontier API: draft one tree from concatenated target features through a named drafter back end.
 
-Back ends come from the drafter registry (:func:`eagle_triton.drafter.register_draft_backend`): ``"torch"``
-(the reference), ``"triton"`` (the fused kernel, registered by :func:`register_triton_backend`) and ``"stub"``,
-which runs no model and returns correctly shaped, self-consistent trees for control-flow testing.
+Back ends come from the drafter table (:mod:`eagle_triton.drafter.backends`): ``"torch"`` (the reference),
+``"triton"`` (the fused kernel), ``"graph"`` (the multi-kernel drafter) and ``"stub"``
+(:class:`~eagle_triton.drafter.stub.StubDraftBackend`, which runs no model and returns correctly shaped,
+self-consistent trees for control-flow testing).
 """
 
 from __future__ import annotations
@@ -13,61 +14,16 @@ from dataclasses import dataclass, field
 import torch
 
 from ..config import TreeConfig
-from ..drafter import DraftTree, TreeDrafter, available_draft_backends, register_draft_backend
-from ..drafter.reference import check_draft_inputs
+from ..drafter import DraftTree, TreeDrafter, available_draft_backends
+from ..drafter.stub import StubDraftBackend
 from ..heads.base import DraftHead
-from ..tree import select_tree_nodes
 
 __all__ = ["FrontierConfig", "frontier_generate", "register_triton_backend", "StubDraftBackend"]
 
 
-class StubDraftBackend:
-    """A model-free drafter: every level's frontier is the first ``top_k`` children, scores fall with the
-    candidate index, tokens are ``(root + index + 1) mod vocab``. Shapes, tree buffers and draft-KV bookkeeping
-    behave exactly like a real back end's, so engines and integrations can be tested without weights."""
-
-    name = "stub"
-
-    def __init__(self, head: DraftHead, tree_config: TreeConfig):
-        self.head, self.cfg = head, tree_config
-        self._kv_len = 0
-
-    @property
-    def kv_len(self) -> int:
-        return self._kv_len
-
-    @property
-    def stable_kv(self):
-        return None
-
-    def reset(self) -> None:
-        self._kv_len = 0
-
-    def draft(self, hidden_states: torch.Tensor, input_ids: torch.Tensor, sampling: bool = False) -> DraftTree:
-        check_draft_inputs(self.head, hidden_states, input_ids, self._kv_len)
-        K, D, T = self.cfg.top_k, self.cfg.depth, self.cfg.num_draft_nodes
-        B, dev = input_ids.shape[0], input_ids.device
-        n = self.cfg.num_candidates
-        g = torch.arange(n, device=dev)
-        scores = (-g.to(torch.float32)).expand(B, n)
-        # parents_flat as the drafter records them, with frontier = arange(K) at every level
-        blocks = [torch.zeros(1, dtype=torch.long, device=dev)]
-        for i in range(D):
-            blocks.append(torch.arange(K, device=dev) + (1 + K * K * max(0, i - 1) + (K if i > 0 else 0)))
-        parents_flat = torch.cat(blocks).expand(B, -1)
-        root = input_ids[:, -1]
-        vocab = self.head.config.vocab_size
-        tokens = (root[:, None] + g[None] + 1) % vocab
-        selected = select_tree_nodes(scores, T)
-        self._kv_len = input_ids.shape[1] - 1
-        return DraftTree.from_selection(root, tokens, selected, parents_flat, K, D + 1, sampling)
-
-
-register_draft_backend("stub", StubDraftBackend)
-
-
 def register_triton_backend() -> bool:
-    """Register the fused Triton drafter as back end ``"triton"``. Returns whether it is available."""
+    """Whether the fused Triton drafter (back end ``"triton"``) is available here. Kept for the frontier API's
+    callers: the back end is in the drafter table and needs no registration."""
     return "triton" in available_draft_backends()
 
 
