@@ -15,8 +15,9 @@ import traceback
 def _checks(gpu: bool):
     import torch
 
-    from . import TreeConfig, TreeDrafter, ops
-    from .drafter import available_draft_backends
+    from . import ops
+    from .config import TreeConfig
+    from .drafter import TreeDrafter, available_draft_backends
     from .testing import random_eagle3_head
 
     dev = "cuda" if gpu else "cpu"

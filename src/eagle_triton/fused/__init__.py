@@ -1,19 +1,23 @@
 """The fused persistent drafter (``backend="triton"``) and the multi-kernel CUDA-graph drafter (``"graph"``).
 
-Public API: :class:`DrafterConfig`, :class:`Weights`, :class:`Buffers`, :class:`DraftInputs`,
-:func:`launch_drafter` (one launch per draft) and :func:`launch_drafter_ref` (the PyTorch reference, per sequence).
-The drafter table (:mod:`eagle_triton.drafter.backends`) names :class:`FusedDraftBackend` (``"triton"``) and
-:class:`GraphDraftBackend` (``"graph"``); nothing registers on import. ``AOT_SPECS`` lists ``(kernel, signature, constexprs)`` for the compile-only gate (sm_90, no GPU needed).
+Public API: :class:`DrafterConfig`, :class:`FusedDrafterWeights`, :class:`FusedDrafterBuffers` (old names
+``Weights`` and ``Buffers`` kept), :class:`DraftInputs`, :func:`launch_drafter` (one launch per draft) and
+:func:`launch_drafter_ref` (the PyTorch reference, per sequence). The drafter table
+(:mod:`eagle_triton.drafter.backends`) names :class:`FusedDraftBackend` (``"triton"``) and
+:class:`GraphDraftBackend` (``"graph"``); nothing registers on import. ``AOT_SPECS`` lists
+``(kernel, signature, constexprs)`` for the compile-only gate (sm_90, no GPU needed).
 """
 
 from __future__ import annotations
 
 from .host import (
     Buffers,
+    DrafterConfig,
     DraftInputs,
     DraftOutput,
-    DrafterConfig,
     FusedDraftBackend,
+    FusedDrafterBuffers,
+    FusedDrafterWeights,
     Weights,
     launch_drafter,
     launch_drafter_ref,
@@ -31,6 +35,8 @@ __all__ = [
     "DraftOutput",
     "DrafterConfig",
     "FusedDraftBackend",
+    "FusedDrafterBuffers",
+    "FusedDrafterWeights",
     "GraphDraftBackend",
     "MultiKernelDrafter",
     "Weights",

@@ -24,6 +24,8 @@ from ..tree import DraftTree, lexicographic_row_order
 
 __all__ = [
     "DrafterConfig",
+    "FusedDrafterWeights",
+    "FusedDrafterBuffers",
     "Weights",
     "Buffers",
     "DraftInputs",
@@ -254,7 +256,7 @@ def streamk_max_sharing(n_tiles: int, chunks: int, nprog: int) -> int:
 
 # ------------------------------------------------------------------------------------------------ weights
 @dataclass
-class Weights:
+class FusedDrafterWeights:
     """The head's tensors in the layout the kernel reads (all contiguous, on one device).
 
     ``cos``/``sin`` are the head's fp32 RoPE tables ``[P, head_dim]`` (the kernel rounds them to the model dtype
@@ -342,7 +344,7 @@ class Weights:
 
 # ------------------------------------------------------------------------------------------------ buffers
 @dataclass
-class Buffers:
+class FusedDrafterBuffers:
     """Preallocated device memory of one drafter: the persistent draft KV and every scratch/output buffer.
 
     ``k_cache``/``v_cache``: ``[B, max_len, nkv, hd]`` post-RoPE rows (accepted rows first, then scratch tree
@@ -444,6 +446,11 @@ class DraftInputs:
     features: torch.Tensor
     input_ids: torch.Tensor
     num_new: torch.Tensor | None = None
+
+
+# The old, generic names of FusedDrafterWeights and FusedDrafterBuffers, kept for callers.
+Weights = FusedDrafterWeights
+Buffers = FusedDrafterBuffers
 
 
 class DraftOutput(tuple):

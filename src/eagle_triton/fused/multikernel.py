@@ -3,7 +3,7 @@ with static shapes and no host synchronisation, so that a whole draft can be cap
 
 It is the baseline the fused kernel must beat at every batch size, and a drafter back end of its own
 (``TreeDrafter(head, tree_config, backend="graph")``; on CUDA each ``(batch, rows)`` shape is captured once and
-replayed). It keeps its draft KV in the fused drafter's :class:`~eagle_triton.fused.Buffers` layout
+replayed). It keeps its draft KV in the fused drafter's :class:`~eagle_triton.fused.FusedDrafterBuffers` layout
 (``[B, max_len, nkv, hd]`` plus ``kv_len [B]``), and computes every value in the model dtype in the reference's
 operation order, batched over sequences.
 """
