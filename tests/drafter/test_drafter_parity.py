@@ -73,7 +73,7 @@ def test_bit_identical_to_topk_genrate(cfg, kind, peaked):
             assert_same_tree(tree, ref, sampling)
             compared += 1
         assert drafter.kv_len == ids.shape[1] - 1
-        for (k, v), (rk, rv) in zip(drafter.stable_kv, spec.stable_kv):
+        for (k, v), (rk, rv) in zip(drafter.stable_kv, spec.stable_kv, strict=True):
             assert torch.equal(k, rk) and torch.equal(v, rv)
         accepted = accept_some(tree, rng)
         new_root = torch.randint(0, V, (1, 1))

@@ -129,7 +129,7 @@ def test_batched_launch_matches_per_sequence_reference(tree, batch):
         out = launch_drafter(cfg, X, w, bufs)
         ref = launch_drafter_ref(cfg, X, w, bufs_ref)
         assert not out.fallback
-        for a, b in zip(out, ref):
+        for a, b in zip(out, ref, strict=True):
             assert torch.equal(a, b)
         assert torch.equal(bufs.parents, bufs_ref.parents) and torch.equal(bufs.num_leaves, bufs_ref.num_leaves)
         assert torch.equal(bufs.kv_len, bufs_ref.kv_len)
@@ -211,7 +211,7 @@ def test_fallback_without_gpu_or_interpreter(monkeypatch):
         out = launch_drafter(cfg, X, w, bufs)
     assert out.fallback and "TRITON_INTERPRET" in out.reason
     ref = launch_drafter_ref(cfg, X, w, bufs_ref)
-    assert all(torch.equal(a, b) for a, b in zip(out, ref))
+    assert all(torch.equal(a, b) for a, b in zip(out, ref, strict=True))
     with pytest.raises(RuntimeError, match="unavailable"):
         launch_drafter(cfg, X, w, bufs, fallback=False)
     with pytest.warns(RuntimeWarning, match="reference drafter"):
@@ -345,7 +345,7 @@ def test_gpu_many_programs_fp32_identical_trees():
                             torch.randint(0, 1024, (3, 16), device="cuda"),
                             torch.tensor(num_new, dtype=torch.int32, device="cuda"))
             out, ref = launch_drafter(cfg, X, w, bufs), launch_drafter_ref(cfg, X, w, bufs_ref)
-            for a, b in zip(out, ref):
+            for a, b in zip(out, ref, strict=True):
                 assert torch.equal(a, b)
 
 
@@ -366,7 +366,7 @@ def test_gpu_cuda_graph_capture_replays_the_same_trees():
         launch_drafter(cfg, X, w, bufs)
     bufs.kv_len.zero_()
     g.replay()
-    for a, b in zip(eager, (bufs.draft_tokens, bufs.retrieve, bufs.tree_mask, bufs.positions)):
+    for a, b in zip(eager, (bufs.draft_tokens, bufs.retrieve, bufs.tree_mask, bufs.positions), strict=True):
         assert torch.equal(a, b)
     assert int(bufs.kv_len[0]) == 8
 
@@ -561,7 +561,7 @@ def test_gpu_tile_widths_match_reference_under_the_interpreter(lm_warp_rank):
         X = DraftInputs(torch.randn(2, 8, head.feature_width), torch.randint(0, V, (2, 8)),
                         torch.tensor(num_new, dtype=torch.int32))
         out, ref = launch_drafter(cfg, X, w, bufs), launch_drafter_ref(cfg, X, w, bufs_ref)
-        for a, b in zip(out, ref):
+        for a, b in zip(out, ref, strict=True):
             assert torch.equal(a, b)
         for b in range(2):
             n = int(bufs.kv_len[b])

@@ -32,9 +32,9 @@ def test_patched_drafting_equals_original_over_a_generation(cfg):
     for step in range(3):
         a = orig.ea_layer.topK_genrate(feats, ids, None, None if step != 1 else object())
         b = patched.ea_layer.topK_genrate(feats, ids, None, None if step != 1 else object())
-        for x, y in zip(a, b):
+        for x, y in zip(a, b, strict=True):
             assert torch.equal(x, y) and x.device == y.device
-        for (k, v), (k2, v2) in zip(orig.ea_layer.stable_kv, patched.ea_layer.stable_kv):
+        for (k, v), (k2, v2) in zip(orig.ea_layer.stable_kv, patched.ea_layer.stable_kv, strict=True):
             assert torch.equal(k, k2) and torch.equal(v, v2)
         row = a[1][0]
         acc = a[0][0, row[row >= 0][1:2]]
@@ -75,5 +75,5 @@ def test_eagle1_layout_uses_the_target_head_argument():
     feats = torch.randn(1, 5, base.feature_width)
     a = orig.ea_layer.topK_genrate(feats, ids, base.target_lm_head, None)
     b = patched.ea_layer.topK_genrate(feats, ids, base.target_lm_head, None)
-    for x, y in zip(a, b):
+    for x, y in zip(a, b, strict=True):
         assert torch.equal(x, y)

@@ -16,7 +16,7 @@ def test_fast_topk_keepdim():
 
 def test_select_top_k_tokens_and_organize():
     g = torch.Generator().manual_seed(0)
-    bs, K, S, D, H = 2, 3, 3, 8, 4
+    bs, K, D, H = 2, 3, 8, 4
     hidden = torch.randn(bs, H, generator=g)
     p0 = torch.rand(bs, K, generator=g).sort(-1, True).values
     i0 = torch.randint(0, 100, (bs, K), generator=g)

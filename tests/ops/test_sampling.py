@@ -201,5 +201,5 @@ def test_gpu_cuda_graph_capture_replay():
         got = (out.clone(), pred.clone(), ai.clone(), an.clone(), tm.clone(), pos.clone(), rb.clone())
         want_out = step()
         want = (want_out, pred, ai, an, tm, pos, rb)
-        for a, b in zip(got, want):
+        for a, b in zip(got, want, strict=True):
             assert torch.equal(a, b)

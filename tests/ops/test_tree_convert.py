@@ -21,7 +21,8 @@ def _sgl(bs, K, S, D, g, V=30):
     L = torch.randint(0, 9, (bs,), generator=g)
     tm, pos, ri, nt, ns, toks = build_tree_kernel_efficient(vid, par, sel, dt, L, int(L.sum()), K, S, D,
                                                             TreeMaskMode.QLEN_ONLY)
-    return toks.view(bs, D), tm.view(bs, D, D), pos.view(bs, D) - L.unsqueeze(1), ri, nt, ns, tree_parents_ref(par, sel, K)
+    parents = tree_parents_ref(par, sel, K)
+    return toks.view(bs, D), tm.view(bs, D, D), pos.view(bs, D) - L.unsqueeze(1), ri, nt, ns, parents
 
 
 def test_sglang_to_eagle_matches_builder():

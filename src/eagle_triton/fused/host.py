@@ -317,11 +317,11 @@ class FusedDrafterWeights:
         return [getattr(self, f.name) for f in fields(self) if f.name not in ("head", "qkv_norm")]
 
     def check(self, cfg: DrafterConfig) -> None:
-        H, W, I, V = cfg.hidden_size, cfg.feature_width, cfg.intermediate_size, cfg.draft_vocab
+        H, W, FF, V = cfg.hidden_size, cfg.feature_width, cfg.intermediate_size, cfg.draft_vocab
         QW, KVW = cfg.num_heads * cfg.head_dim, cfg.num_kv_heads * cfg.head_dim
         want = dict(fc=(H, W), embed=(cfg.vocab_size, H), input_norm=(H,), hidden_norm=(H,), wq=(QW, 2 * H),
-                    wk=(KVW, 2 * H), wv=(KVW, 2 * H), wo=(H, QW), post_norm=(H,), w_gate=(I, H), w_up=(I, H),
-                    w_down=(H, I), final_norm=(H,), lm_head=(V, H), qkv_norm=(2 * H,))
+                    wk=(KVW, 2 * H), wv=(KVW, 2 * H), wo=(H, QW), post_norm=(H,), w_gate=(FF, H), w_up=(FF, H),
+                    w_down=(H, FF), final_norm=(H,), lm_head=(V, H), qkv_norm=(2 * H,))
         dev = self.fc.device
         for name, shape in want.items():
             t = getattr(self, name)
@@ -623,7 +623,7 @@ def profile_phases(cfg: DrafterConfig, bufs: Buffers) -> list[dict]:
         start = arr.max()
     # stamps inside phases (slots 100+, program 0, last step): microseconds since the previous stamp
     sub = [(i, float(t[0, i])) for i in range(100, PROFILE_SLOTS - 1) if t[0, i] > 0]
-    for (i, v), (_, prev) in zip(sub[1:], sub[:-1]):
+    for (i, v), (_, prev) in zip(sub[1:], sub[:-1], strict=True):
         out.append(dict(phase=f"stamp{i}", us=(v - prev) / 1e3, mean_us=(v - prev) / 1e3))
     return out
 

@@ -1,6 +1,7 @@
 """AITER-style tree helpers (seed 004), mapped onto eagle_triton's SGLang-compatible kernels.
 
-Every name here delegates to the one implementation in :mod:`eagle_triton.ops` / :mod:`eagle_triton.integrations.sglang`.
+Every name here delegates to the one implementation in :mod:`eagle_triton.ops` /
+:mod:`eagle_triton.integrations.sglang`.
 """
 
 from __future__ import annotations

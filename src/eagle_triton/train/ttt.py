@@ -145,7 +145,10 @@ def ttt_loss(head: Eagle3DraftHead, batch: TTTBatch, steps: int = 7, decay: floa
     outs = ttt_hidden_states(head, batch.features, batch.tokens, steps)
     used = torch.arange(head.draft_vocab_size, device=batch.tokens.device)
     used = head.draft_to_target(used)
-    in_vocab = head.t2d[batch.target_argmax] if head.has_vocab_map else torch.ones_like(batch.loss_mask, dtype=torch.bool)
+    if head.has_vocab_map:
+        in_vocab = head.t2d[batch.target_argmax]
+    else:
+        in_vocab = torch.ones_like(batch.loss_mask, dtype=torch.bool)
     total = batch.features.new_zeros((), dtype=torch.float32)
     losses, correct, count = [], [], []
     for s, h in enumerate(outs):

@@ -23,7 +23,8 @@ def _residual_chunk(probs_ptr, draft_ptr, row_off, start, V, use_draft, tried, h
     m = idx < V
     r = tl.load(probs_ptr + row_off + idx, mask=m, other=0.0)
     if RULE == 1:
-        d = tl.load(draft_ptr + row_off + idx, mask=(m.to(tl.int32) * use_draft) > 0, other=0.0)  # vector & scalar masks trip the interpreter
+        # the mask is built arithmetically: combining a vector and a scalar mask with & trips the interpreter
+        d = tl.load(draft_ptr + row_off + idx, mask=(m.to(tl.int32) * use_draft) > 0, other=0.0)
         r = r - d
     r = tl.maximum(r, 0.0)
     if RULE == 2:

@@ -114,8 +114,13 @@ def verify_tree_greedy_ref(predicts, accept_index, accept_token_num, candidates,
     an = accept_token_num.cpu().numpy().copy()
     nflat = bs * D
     for b in range(bs):
-        flat = lambda node: int(ri[b, node])  # noqa: E731
-        target_of = lambda node: int(tp[flat(node)]) if 0 <= flat(node) < nflat else -1  # noqa: E731
+        # the walk's callbacks read request b's rows; b is bound as a default so each closure keeps its own
+        def flat(node, b=b):
+            return int(ri[b, node])
+
+        def target_of(node, flat=flat):
+            return int(tp[flat(node)]) if 0 <= flat(node) < nflat else -1
+
         path, toks, last, _ = _walk("greedy", D, S1, cand[b], ri[b], nt[b], ns[b], target_of, None, None)
         ai[b, 0] = flat(0)
         for k in range(1, len(path)):
@@ -152,15 +157,22 @@ def tree_speculative_sampling_target_only_ref(
     ai = accept_index.cpu().numpy().copy()
     an = accept_token_num.cpu().numpy().copy()
     for b in range(bs):
-        flat = lambda node: int(ri[b, node])  # noqa: E731
-        probs_row = lambda node, tok: tprobs[b, node, tok] if 0 <= tok < V else _F(0.0)  # noqa: E731
+        # the walk's callbacks read request b's rows; b is bound as a default so each closure keeps its own
+        def flat(node, b=b):
+            return int(ri[b, node])
 
-        def on_reject(node, tok, p):
+        def probs_row(node, tok, b=b):
+            return tprobs[b, node, tok] if 0 <= tok < V else _F(0.0)
+
+        def coin_of(node, b=b):
+            return coins[b, node]
+
+        def on_reject(node, tok, p, b=b):
             if 0 <= tok < V:
                 dprobs[b, node, tok] = p
 
-        path, toks, last, _ = _walk("sgl", D, S1, cand[b], ri[b], nt[b], ns[b], None, probs_row,
-                                    lambda node: coins[b, node], threshold_single, thr_acc, on_reject)
+        path, toks, last, _ = _walk("sgl", D, S1, cand[b], ri[b], nt[b], ns[b], None, probs_row, coin_of,
+                                    threshold_single, thr_acc, on_reject)
         ai[b, 0] = flat(0)
         for k in range(1, len(path)):
             prev = flat(path[k - 1])
@@ -198,13 +210,21 @@ def verify_tree_ref(draft_tokens, retrieve_indices, target_logits=None, target_p
         coins = uniform_samples.cpu().numpy()
         coins_f = uniform_samples_for_final_sampling.cpu().numpy()
     for b in range(B):
+        # the walk's callbacks read request b's rows; b is bound as a default so each closure keeps its own
         if not sampling:
-            path, _, last, _ = _walk("greedy", N, C, cand[b], None, nt[b], ns[b], lambda x: int(tp[b, x]), None, None)
+            def target_of(node, b=b):
+                return int(tp[b, node])
+
+            path, _, last, _ = _walk("greedy", N, C, cand[b], None, nt[b], ns[b], target_of, None, None)
             bonus[b] = tp[b, last]
         else:
-            probs_row = lambda node, tok: tprobs[b, node, tok] if 0 <= tok < V else _F(0.0)  # noqa: E731
-            path, _, last, tried = _walk("eagle", N, C, cand[b], None, nt[b], ns[b], None, probs_row,
-                                         lambda node: coins[b, node])
+            def probs_row(node, tok, b=b):
+                return tprobs[b, node, tok] if 0 <= tok < V else _F(0.0)
+
+            def coin_of(node, b=b):
+                return coins[b, node]
+
+            path, _, last, tried = _walk("eagle", N, C, cand[b], None, nt[b], ns[b], None, probs_row, coin_of)
             r = np.maximum(tprobs[b, last], 0).astype(_F)
             for t in tried:
                 if 0 <= t < V:
