@@ -7,7 +7,7 @@ from torch import nn
 
 from .base import DraftHead
 from .config import DraftHeadConfig
-from .layers import MLP, Attention, RMSNorm, build_attention_mask
+from .layers import MLP, Attention, RMSNorm
 
 __all__ = ["Eagle3DraftHead", "eagle3_tap_layers"]
 
@@ -106,15 +106,9 @@ class Eagle3DraftHead(DraftHead):
         tree_mask: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor, tuple[tuple[torch.Tensor, torch.Tensor], ...]]:
         """One draft forward. Returns the un-normalised output ``[B, S, H]`` and the grown KV ``((k, v),)``."""
-        bsz, seq, width = hidden_states.shape
-        self._check_inputs(hidden_states, input_ids, allowed_widths=(self.feature_width, self.config.hidden_size))
-        past_len = 0 if past_key_values is None else past_key_values[0][0].shape[2]
-        position_ids = self._positions(position_ids, past_len, seq, hidden_states.device)
-        mask = build_attention_mask(seq, past_len, tree_mask, hidden_states.device)
-        with torch.no_grad():
-            emb = self.embed_tokens(input_ids)
-        emb = emb.to(hidden_states.dtype)
-        h = self.fc(hidden_states) if width != emb.shape[-1] else hidden_states
+        position_ids, mask, emb = self._forward_inputs(hidden_states, input_ids, position_ids, past_key_values,
+                                                       tree_mask, (self.feature_width, self.config.hidden_size))
+        h = self.fc(hidden_states) if hidden_states.shape[-1] != emb.shape[-1] else hidden_states
         past = None if past_key_values is None else past_key_values[0]
         h, present = self.midlayer(emb, h, position_ids, mask, past)
         return h, (present,)

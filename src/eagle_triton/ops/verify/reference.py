@@ -101,6 +101,17 @@ def _walk(rule, D, S1, cand, ri, nt, ns, target_of, probs_row, coin_of, thr_sing
     return path, toks, last, tried
 
 
+def _record_sgl_path(ai_row, pred, path, toks, flat) -> None:
+    """Write an accepted path in sgl-kernel's layout: the nodes' flat indices into ``ai_row`` (a row of
+    ``accept_index``) and each accepted token into ``pred`` at its parent's flat index."""
+    ai_row[0] = flat(0)
+    for k in range(1, len(path)):
+        prev = flat(path[k - 1])
+        if 0 <= prev < pred.shape[0]:
+            pred[prev] = toks[k - 1]
+        ai_row[k] = flat(path[k])
+
+
 def verify_tree_greedy_ref(predicts, accept_index, accept_token_num, candidates, retrive_index, retrive_next_token,
                            retrive_next_sibling, target_predict) -> None:
     """Reference of :func:`eagle_triton.ops.verify_tree_greedy` (same signature, same in-place writes)."""
@@ -122,12 +133,7 @@ def verify_tree_greedy_ref(predicts, accept_index, accept_token_num, candidates,
             return int(tp[flat(node)]) if 0 <= flat(node) < nflat else -1
 
         path, toks, last, _ = _walk("greedy", D, S1, cand[b], ri[b], nt[b], ns[b], target_of, None, None)
-        ai[b, 0] = flat(0)
-        for k in range(1, len(path)):
-            prev = flat(path[k - 1])
-            if 0 <= prev < pred.shape[0]:
-                pred[prev] = toks[k - 1]
-            ai[b, k] = flat(path[k])
+        _record_sgl_path(ai[b], pred, path, toks, flat)
         an[b] = len(path) - 1
         if 0 <= flat(last) < pred.shape[0]:
             pred[flat(last)] = target_of(last)
@@ -173,12 +179,7 @@ def tree_speculative_sampling_target_only_ref(
 
         path, toks, last, _ = _walk("sgl", D, S1, cand[b], ri[b], nt[b], ns[b], None, probs_row, coin_of,
                                     threshold_single, thr_acc, on_reject)
-        ai[b, 0] = flat(0)
-        for k in range(1, len(path)):
-            prev = flat(path[k - 1])
-            if 0 <= prev < pred.shape[0]:
-                pred[prev] = toks[k - 1]
-            ai[b, k] = flat(path[k])
+        _record_sgl_path(ai[b], pred, path, toks, flat)
         n = len(path) - 1
         an[b] = n
         q = tprobs[b, last]
