@@ -1,4 +1,5 @@
-"""Seed 004's eagle_utils / spec_utils helpers (thin maps onto the real kernels)."""
+"""The AITER-style tree and speculative-decoding helpers (old paths ``eagle_utils`` / ``spec_utils``), thin maps
+onto the real kernels."""
 
 import pytest
 import torch

@@ -1,4 +1,4 @@
-"""Seed 000's frontier API and the stub back end."""
+"""The frontier drafting API and the stub back end."""
 
 import pytest
 import torch

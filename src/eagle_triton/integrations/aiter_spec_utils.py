@@ -1,4 +1,5 @@
-"""AITER-style speculative-decoding utilities (seed 004), mapped onto eagle_triton's kernels."""
+"""AITER-style speculative-decoding utilities (the names of SGLang's ``spec_utils``), mapped onto eagle_triton's
+kernels."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""AITER-style tree helpers (seed 004), mapped onto eagle_triton's SGLang-compatible kernels.
+"""AITER-style tree helpers (the names of SGLang's ``eagle_utils``), mapped onto eagle_triton's SGLang-compatible
+kernels.
 
 Every name here delegates to the one implementation in :mod:`eagle_triton.ops` /
 :mod:`eagle_triton.integrations.sglang`.

@@ -1,8 +1,8 @@
-"""Entry points of the EAGLE-user seeds (001, 002), mapped onto the engine and drafters (no second algorithm).
+"""Entry points for SafeAILab EAGLE users, mapped onto the engine and drafters (no second algorithm).
 
-- :func:`optimize_eagle_with_triton` (seed 001): switch an engine, or an object in SafeAILab's layout, to the Triton
+- :func:`optimize_eagle_with_triton`: switch an engine, or an object in SafeAILab's layout, to the Triton
   drafter and kernels; returns the original methods so everything can be restored.
-- :func:`fused_draft_token_generation` (seed 002): generate with the fused drafter, EAGLE's ``eagenerate`` way
+- :func:`fused_draft_token_generation`: generate with the fused drafter, EAGLE's ``eagenerate`` way
   (sampling arguments with EAGLE's "0 disables" convention, output = prompt + new ids).
 """
 

@@ -1,5 +1,5 @@
-"""Seed entry points on the engine: EAGLEConfig/EAGLEInference (004), fused_draft_token_generation (002),
-optimize_eagle_with_triton (001), all on a tiny random target built in code."""
+"""Integration entry points on the engine: EAGLEConfig/EAGLEInference (AITER style), fused_draft_token_generation
+and optimize_eagle_with_triton (SafeAILab style), all on a tiny random target built in code."""
 
 import pytest
 import torch
