@@ -35,7 +35,7 @@ for s in $sections; do
   case $s in
     env)        run env 60 $PY -m eagle_triton env --json ;;
     tests)      run tests 200 $PY -m pytest -q -m gpu -p no:cacheprovider -rs tests/ops tests/engine ;;
-    fusedtest)  run fusedtest 300 $PY -m pytest -q -m gpu -p no:cacheprovider -rs -s tests/test_fused_drafter.py \
+    fusedtest)  run fusedtest 300 $PY -m pytest -q -m gpu -p no:cacheprovider -rs -s tests/fused/test_fused_drafter.py \
                   -k "${FUSED_K:-gpu}" ;;
     kernels)    run kernels 240 $PY bench/bench_kernels.py --out "$WORK" --budget-s 200 ;;
     engine)     run engine 180 $PY bench/bench_engine.py --num-prompts 20 --max-new-tokens 128 --time-budget 150 \

@@ -5,7 +5,7 @@ Row ``j`` of a sequence ``x`` pairs the target feature ``f[j]`` with the embeddi
 at row ``j`` together with the embedding of ``x[j+1+s]`` at position ``j+s``; its query attends causally to the
 step-0 keys (rows ``<= j``, true features) and, for steps ``1..s``, only to the key of the same row ``j`` (its
 simulated ancestors and itself). This is what the drafter computes along one tree path whose root row is ``j``
-(tested against the inference forward in ``tests/test_train.py``). Step ``s`` at row ``j`` predicts the target's
+(tested against the inference forward in ``tests/train/test_train.py``). Step ``s`` at row ``j`` predicts the target's
 distribution at position ``j+1+s`` (the token ``x[j+2+s]``).
 
 Loss per step (EAGLE-3): soft cross-entropy between ``softmax(target_logits restricted to the draft vocab)`` and
