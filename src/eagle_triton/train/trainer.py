@@ -294,7 +294,7 @@ def train_eagle3(target, tok, samples: list[Sample], cfg: TrainConfig, out_dir: 
         head.t2d.zero_()
         head.t2d[used] = True
     if state is not None:
-        missing, unexpected = head.load_state_dict(state["head"], strict=True)
+        missing, unexpected = head.load_state_dict(state["head"], strict=False)
         if unexpected or set(missing) - {"embed_tokens.weight"}:
             raise RuntimeError(f"trainer_state.pt does not fit the head: missing {missing}, unexpected {unexpected}")
     elif init_head is not None:
