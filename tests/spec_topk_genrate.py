@@ -226,3 +226,14 @@ class SpecDraftModel:
         if sampling:
             retrieve = sorted(retrieve, key=lambda row: [x if x >= 0 else T + 5 for x in row])
         return draft_tokens[None], torch.tensor(retrieve, dtype=torch.long), tree_mask, tree_position_ids
+
+
+def spec_standin(head, tree_cfg):
+    """:class:`eagle_triton.testing.SafeAILabStandIn` over a private copy of ``head`` whose ``topK_genrate`` is
+    this transcription, so that patched and unpatched SafeAILab-layout objects are compared against it."""
+    import copy
+
+    from eagle_triton.testing import SafeAILabStandIn
+
+    head = copy.deepcopy(head)
+    return SafeAILabStandIn(head, tree_cfg, spec=SpecDraftModel(head, tree_cfg))

@@ -1,4 +1,4 @@
-"""Integration check (seed 001's ``integration_test``): every piece against its reference, end to end.
+"""Integration check (``eagle-triton check``): every piece against its reference, end to end.
 
 Run it as ``eagle-triton check``. Without a GPU the kernels run under Triton's interpreter, which must be switched
 on before any kernel is defined, so the CLI re-runs this module in a subprocess with ``TRITON_INTERPRET=1``.
@@ -15,8 +15,9 @@ import traceback
 def _checks(gpu: bool):
     import torch
 
-    from . import TreeConfig, TreeDrafter, ops
-    from .drafter import available_draft_backends
+    from . import ops
+    from .config import TreeConfig
+    from .drafter import TreeDrafter, available_draft_backends
     from .testing import random_eagle3_head
 
     dev = "cuda" if gpu else "cpu"

@@ -148,7 +148,7 @@ def safeailab_config(head_config: DraftHeadConfig, style: str = "transformers"):
 class _EaLayer(torch.nn.Module):
     """SafeAILab's draft ``Model`` attribute layout around an eagle_triton head (weights shared, not copied)."""
 
-    def __init__(self, head, tree_config, config_style: str = "transformers"):
+    def __init__(self, head, tree_config, config_style: str = "transformers", spec=None):
         super().__init__()
         from .drafter import TreeDrafter
 
@@ -162,12 +162,18 @@ class _EaLayer(torch.nn.Module):
         self.top_k, self.depth = tree_config.top_k, tree_config.depth
         self.total_tokens = tree_config.total_tokens - 1  # SafeAILab stores total_token - 1
         self.stable_kv = None
-        self._drafter = TreeDrafter(head, tree_config)
+        self._drafter = TreeDrafter(head, tree_config) if spec is None else None
+        self._spec = spec
 
     def reset_kv(self):
         self.stable_kv = None
 
     def topK_genrate(self, hidden_states, input_ids, head, logits_processor):
+        if self._spec is not None:  # an independent transcription of SafeAILab's own topK_genrate
+            self._spec.stable_kv = self.stable_kv
+            out = self._spec.topK_genrate(hidden_states, input_ids, sampling=logits_processor is not None)
+            self.stable_kv = self._spec.stable_kv
+            return out
         if self.stable_kv is None:
             self._drafter.reset()
         tree = self._drafter.draft(hidden_states, input_ids, sampling=logits_processor is not None)
@@ -220,15 +226,20 @@ class SafeAILabStandIn(torch.nn.Module):
     also has ``base_model``, ``tokenizer`` (:class:`StandInTokenizer`), ``use_eagle3`` and greedy ``eagenerate`` /
     ``naivegenerate`` with SafeAILab's signature, stopping rules and return values, written over transformers'
     plain forward (every step recomputes the whole sequence; the tree is verified through a 4D mask).
+
+    ``topK_genrate`` drafts with the reference drafter, or with ``spec`` when given: an object with SafeAILab's
+    ``topK_genrate(hidden_states, input_ids, sampling)`` and a ``stable_kv`` attribute (the tests pass their
+    transcription of SafeAILab's code, so that patched and unpatched objects are compared against an independent
+    oracle). The head's weights are shared, not copied.
     """
 
     def __init__(self, head=None, tree_config=None, base_model=None, tokenizer=None,
-                 config_style: str = "transformers"):
+                 config_style: str = "transformers", spec=None):
         super().__init__()
         from .config import TreeConfig
 
         head = head if head is not None else random_eagle3_head(seed=0)
-        self.ea_layer = _EaLayer(head, tree_config or TreeConfig(20, 3, 4), config_style)
+        self.ea_layer = _EaLayer(head, tree_config or TreeConfig(20, 3, 4), config_style, spec)
         self.use_eagle3 = head.kind == "eagle3"
         if base_model is not None:
             self.base_model = base_model
@@ -240,7 +251,7 @@ class SafeAILabStandIn(torch.nn.Module):
                  tree_positions: torch.Tensor | None = None):
         """Logits and draft features of every row of ``ids``; the last ``T + 1`` rows are a tree when
         ``tree_mask`` is given (each sees the prefix and its ancestors, at position prefix + depth)."""
-        from .engine.target import eagle3_tap_layers
+        from .heads import eagle3_tap_layers
 
         S = ids.shape[1]
         dev, dtype = ids.device, next(self.base_model.parameters()).dtype

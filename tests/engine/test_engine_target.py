@@ -9,12 +9,12 @@ import pytest
 import torch
 from engine_testlib import tiny_llama
 
-from eagle_triton.drafter.tree import build_tree_buffers
 from eagle_triton.engine import LlamaTarget, StaticKVCache, eagle3_tap_layers
 from eagle_triton.engine.backend import (
     TorchOps,
     select_ops,
 )
+from eagle_triton.tree import build_tree_buffers
 
 ATOL = 2e-5  # fp32, different but equivalent op orders (fused q/k/v, manual attention vs SDPA)
 

@@ -56,7 +56,7 @@ def _tree_inputs(B, Tq, Hq, Hkv, D, Lmax, dtype, device, masked, gen):
 def _tree_attention_lowp(q, k, v, lens, mask, scale):
     """The same attention in the input dtype (scores and P.V in dtype, softmax in fp32): PyTorch's own error."""
     B, Tq, Hq, D = q.shape
-    Lmax, Hkv = k.shape[1], k.shape[2]
+    Hkv = k.shape[2]
     G = Hq // Hkv
     out = torch.empty_like(q)
     for b in range(B):

@@ -159,7 +159,7 @@ def test_gpu_matches_reference_real_vocab():
 @pytest.mark.gpu
 def test_gpu_cuda_graph_capture_replay():
     """Tree build + greedy verify + sampling ops captured in one CUDA graph; replays match eager runs."""
-    from eagle_triton.compat.sglang import simulate_eagle_draft
+    from eagle_triton.integrations.sglang import simulate_eagle_draft
     from eagle_triton.ops import build_tree_kernel_efficient, verify_tree_greedy
 
     g = torch.Generator().manual_seed(3)
@@ -201,5 +201,5 @@ def test_gpu_cuda_graph_capture_replay():
         got = (out.clone(), pred.clone(), ai.clone(), an.clone(), tm.clone(), pos.clone(), rb.clone())
         want_out = step()
         want = (want_out, pred, ai, an, tm, pos, rb)
-        for a, b in zip(got, want):
+        for a, b in zip(got, want, strict=True):
             assert torch.equal(a, b)

@@ -3,10 +3,10 @@
 import pytest
 import torch
 
-from eagle_triton.compat.sglang import simulate_eagle_draft
-from eagle_triton.drafter.tree import build_tree_buffers
+from eagle_triton.integrations.sglang import simulate_eagle_draft
 from eagle_triton.ops import build_tree_kernel_efficient, build_tree_kernel_efficient_ref
 from eagle_triton.ops.tree_build import tree_parents_ref
+from eagle_triton.tree import build_tree_buffers
 
 OPS = [build_tree_kernel_efficient, build_tree_kernel_efficient_ref]
 SHAPES = [(1, 4, 3, 8), (3, 4, 3, 16), (2, 3, 5, 13), (2, 1, 4, 5), (2, 4, 1, 4), (1, 2, 2, 2), (2, 10, 7, 60)]
@@ -106,7 +106,7 @@ def test_matches_cuda_transcription(bs, K, S, D, mode):
     want = _cuda_transcription(par, sel, L, K, S, D, mode)
     for fn in OPS:
         got = _run(fn, par, sel, L, K, S, D, mode)
-        for a, b in zip(got, want):
+        for a, b in zip(got, want, strict=True):
             assert torch.equal(a, b), fn.__name__
 
 
@@ -168,7 +168,7 @@ def test_links_not_written_where_absent():
     par, sel, L = _draft(2, 4, 3, 10, g)
     a = _run(build_tree_kernel_efficient, par, sel, L, 4, 3, 10, 2, fill=-7, mask_fill=0x55)
     b = _run(build_tree_kernel_efficient_ref, par, sel, L, 4, 3, 10, 2, fill=-7, mask_fill=0x55)
-    assert all(torch.equal(x, y) for x, y in zip(a, b))
+    assert all(torch.equal(x, y) for x, y in zip(a, b, strict=True))
     assert (a[2][1] == -7).any() and (a[2][2] == -7).any()
 
 
@@ -184,7 +184,7 @@ def test_invalid_tree_degrades_without_hang(fn):
     L = torch.tensor([5])
     tm, pos, rb = _run(fn, par_bad, sel, L, K, S, D, 1)
     want = _cuda_transcription(par_bad, sel, L, K, S, D, 1)
-    assert all(torch.equal(x, y) for x, y in zip((tm, pos, rb), want))
+    assert all(torch.equal(x, y) for x, y in zip((tm, pos, rb), want, strict=True))
     assert 3 not in rb[1, 0].tolist() and 3 not in rb[2, 0].tolist()  # node 3 unreachable
     assert int(pos[5]) == 5 + S  # the cycle walk stopped after `depth` nodes
 
@@ -206,7 +206,8 @@ def test_validation_errors():
         build_tree_kernel_efficient(*args[:11], 5)
     with pytest.raises(ValueError, match="D <= 32|draft_token_num <= 32"):
         _, p2, s2, _ = simulate_eagle_draft(1, 10, 4, 40, generator=g)
-        build_tree_kernel_efficient(p2, s2, L[:1], torch.zeros(40 * 4, dtype=torch.uint8), torch.empty(40, dtype=torch.long),
+        build_tree_kernel_efficient(p2, s2, L[:1], torch.zeros(40 * 4, dtype=torch.uint8),
+                                    torch.empty(40, dtype=torch.long),
                                     *torch.full((3, 1, 40), -1, dtype=torch.long), 10, 4, 40, 2)
     with pytest.raises(ValueError, match="bytes"):
         build_tree_kernel_efficient(*args[:3], torch.zeros(15, dtype=torch.uint8), *args[4:11], 2)
@@ -226,5 +227,5 @@ def test_gpu_matches_reference(mode):
         tm, pos, rb = _buffers(bs, D, L, mode)
         tm, pos, rb = tm.cuda(), pos.cuda(), rb.cuda()
         build_tree_kernel_efficient(*dev, tm, pos, rb[0], rb[1], rb[2], K, S, D, mode)
-        for a, b in zip((tm.view(-1).view(torch.uint8), pos, rb), cpu):
+        for a, b in zip((tm.view(-1).view(torch.uint8), pos, rb), cpu, strict=True):
             assert torch.equal(a.cpu(), b)

@@ -2,9 +2,9 @@
 
 import torch
 
-from eagle_triton.compat.sglang import TreeMaskMode, build_tree_kernel_efficient, simulate_eagle_draft
-from eagle_triton.drafter.tree import build_tree_buffers
+from eagle_triton.integrations.sglang import TreeMaskMode, build_tree_kernel_efficient, simulate_eagle_draft
 from eagle_triton.ops import verify_tree, verify_tree_greedy
+from eagle_triton.ops.tree_build import tree_parents_ref
 from eagle_triton.ops.tree_convert import (
     eagle_accept_to_sglang,
     eagle_to_sglang,
@@ -13,7 +13,7 @@ from eagle_triton.ops.tree_convert import (
     sglang_accept_to_eagle,
     sglang_to_eagle,
 )
-from eagle_triton.ops.tree_build import tree_parents_ref
+from eagle_triton.tree import build_tree_buffers
 
 
 def _sgl(bs, K, S, D, g, V=30):
@@ -21,7 +21,8 @@ def _sgl(bs, K, S, D, g, V=30):
     L = torch.randint(0, 9, (bs,), generator=g)
     tm, pos, ri, nt, ns, toks = build_tree_kernel_efficient(vid, par, sel, dt, L, int(L.sum()), K, S, D,
                                                             TreeMaskMode.QLEN_ONLY)
-    return toks.view(bs, D), tm.view(bs, D, D), pos.view(bs, D) - L.unsqueeze(1), ri, nt, ns, tree_parents_ref(par, sel, K)
+    parents = tree_parents_ref(par, sel, K)
+    return toks.view(bs, D), tm.view(bs, D, D), pos.view(bs, D) - L.unsqueeze(1), ri, nt, ns, parents
 
 
 def test_sglang_to_eagle_matches_builder():

@@ -4,8 +4,7 @@ import numpy as np
 import pytest
 import torch
 
-from eagle_triton.compat.sglang import TreeMaskMode, build_tree_kernel_efficient, simulate_eagle_draft
-from eagle_triton.drafter.tree import build_tree_buffers
+from eagle_triton.integrations.sglang import TreeMaskMode, build_tree_kernel_efficient, simulate_eagle_draft
 from eagle_triton.ops import (
     tree_speculative_sampling_target_only,
     tree_speculative_sampling_target_only_ref,
@@ -14,6 +13,7 @@ from eagle_triton.ops import (
     verify_tree_greedy_ref,
     verify_tree_ref,
 )
+from eagle_triton.tree import build_tree_buffers
 
 SHAPES = [(1, 4, 3, 8), (3, 4, 3, 16), (2, 3, 5, 13), (2, 1, 4, 5), (2, 10, 7, 60)]
 
@@ -31,7 +31,8 @@ def _dyadic_probs(shape, g, peak_tokens=None, peak=0):
     cnt = torch.randint(0, 8, shape, generator=g).float()
     cnt[..., 0] += 1
     if peak_tokens is not None:
-        cnt.scatter_add_(-1, peak_tokens.unsqueeze(-1), torch.full_like(peak_tokens, peak, dtype=torch.float).unsqueeze(-1))
+        peaks = torch.full_like(peak_tokens, peak, dtype=torch.float).unsqueeze(-1)
+        cnt.scatter_add_(-1, peak_tokens.unsqueeze(-1), peaks)
     total = cnt.sum(-1, keepdim=True)
     scale = 2.0 ** torch.ceil(torch.log2(total))
     cnt[..., -1:] += scale - total  # pad the last token so every row sums to a power of two
@@ -68,7 +69,7 @@ def test_greedy_matches_reference(bs, K, S, D, rate):
     for S1 in (S + 1, 2):  # accepted depth is capped by num_spec_step - 1
         a = _greedy(verify_tree_greedy, cand, ri, nt, ns, tp, S1)
         b = _greedy(verify_tree_greedy_ref, cand, ri, nt, ns, tp, S1)
-        assert all(torch.equal(x, y) for x, y in zip(a, b))
+        assert all(torch.equal(x, y) for x, y in zip(a, b, strict=True))
         pred, ai, an = a
         assert (an <= S1 - 1).all()
         for r in range(bs):  # structural invariants
@@ -123,7 +124,7 @@ def test_sampling_matches_reference(bs, K, S, D, thr):
         coins, cf = torch.rand(bs, D, generator=g), torch.rand(bs, generator=g)
         a = _sampling(tree_speculative_sampling_target_only, cand, ri, nt, ns, coins, cf, tprobs, S + 1, thr)
         b = _sampling(tree_speculative_sampling_target_only_ref, cand, ri, nt, ns, coins, cf, tprobs, S + 1, thr)
-        assert all(torch.equal(x, y) for x, y in zip(a, b))
+        assert all(torch.equal(x, y) for x, y in zip(a, b, strict=True))
         pred, ai, an, dp = a
         for r in range(bs):
             n = int(an[r])
@@ -271,7 +272,7 @@ def test_verify_tree_matches_reference_and_eagle(B, N, ML, V):
     boost = (child >= 0) & (torch.rand(B, N, generator=g) < 0.6)
     logits.scatter_add_(2, toks.gather(1, child.clamp(min=0)).unsqueeze(-1), boost.float().unsqueeze(-1) * 10)
     a = verify_tree(toks, retrieve, logits)
-    assert all(torch.equal(x, y) for x, y in zip(a, verify_tree_ref(toks, retrieve, logits)))
+    assert all(torch.equal(x, y) for x, y in zip(a, verify_tree_ref(toks, retrieve, logits), strict=True))
     for b in range(B):
         n, path, bonus = _eagle_greedy_oracle(toks[b], retrieve[b], logits[b])
         assert int(a[0][b]) == n and a[1][b, : n + 1].tolist() == path and int(a[2][b]) == bonus
@@ -281,7 +282,7 @@ def test_verify_tree_matches_reference_and_eagle(B, N, ML, V):
         u, uf = torch.rand(B, N, generator=g), torch.rand(B, generator=g)
         a = verify_tree(toks, retrieve, target_probs=pr, uniform_samples=u, uniform_samples_for_final_sampling=uf)
         b = verify_tree_ref(toks, retrieve, target_probs=pr, uniform_samples=u, uniform_samples_for_final_sampling=uf)
-        assert all(torch.equal(x, y) for x, y in zip(a, b))
+        assert all(torch.equal(x, y) for x, y in zip(a, b, strict=True))
 
 
 def test_verify_tree_eagle_rule_skips_duplicates_and_removes_rejected():
@@ -414,14 +415,16 @@ def test_gpu_matches_reference_real_shapes():
     tp = _biased_target(cand, nt, g, 0.7)
     a = _greedy(verify_tree_greedy, *(t.cuda() for t in (cand, ri, nt, ns, tp)), S + 1)
     b = _greedy(verify_tree_greedy_ref, cand, ri, nt, ns, tp, S + 1)
-    assert all(torch.equal(x.cpu(), y) for x, y in zip(a, b))
+    assert all(torch.equal(x.cpu(), y) for x, y in zip(a, b, strict=True))
     # dyadic target rows (2**-24 grid): exact in any summation order, so the draws match bit for bit
     cnt = torch.randint(0, 2 ** 8, (bs, D, V), generator=g).double()
-    cnt.scatter_add_(2, cand.gather(1, nt.clamp(min=0)).unsqueeze(-1), torch.full((bs, D, 1), 2.0 ** 21, dtype=torch.double))
+    first_child = cand.gather(1, nt.clamp(min=0)).unsqueeze(-1)
+    cnt.scatter_add_(2, first_child, torch.full((bs, D, 1), 2.0 ** 21, dtype=torch.double))
     cnt[..., -1] += 2.0 ** 24 - cnt.sum(-1)
     assert (cnt >= 0).all()
     tprobs = (cnt / 2 ** 24).float()
     coins, cf = torch.rand(bs, D, generator=g), torch.rand(bs, generator=g)
-    a = _sampling(tree_speculative_sampling_target_only, *(t.cuda() for t in (cand, ri, nt, ns, coins, cf, tprobs)), S + 1)
+    on_gpu = (t.cuda() for t in (cand, ri, nt, ns, coins, cf, tprobs))
+    a = _sampling(tree_speculative_sampling_target_only, *on_gpu, S + 1)
     b = _sampling(tree_speculative_sampling_target_only_ref, cand, ri, nt, ns, coins, cf, tprobs, S + 1)
-    assert all(torch.equal(x.cpu(), y) for x, y in zip(a, b))
+    assert all(torch.equal(x.cpu(), y) for x, y in zip(a, b, strict=True))

@@ -1,1 +1,2 @@
-"""Drop-in compatibility layers for other serving stacks (SGLang's EAGLE Python helpers: :mod:`.sglang`)."""
+"""Old home of the SGLang compatibility layer; :mod:`eagle_triton.compat.sglang` is an alias of
+:mod:`eagle_triton.integrations.sglang`."""

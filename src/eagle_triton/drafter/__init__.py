@@ -1,20 +1,29 @@
-"""Tree drafters: the PyTorch reference (``backend="torch"``) and registered faster back ends."""
+"""Tree drafters: :class:`TreeDrafter` over the back ends of :mod:`.backends` (the PyTorch reference
+``"torch"``, the fused kernel ``"triton"``, the multi-kernel ``"graph"``, the model-free ``"stub"``)."""
 
 from __future__ import annotations
-
-from typing import Callable
 
 import torch
 
 from ..config import TreeConfig
 from ..heads.base import DraftHead
-from .reference import TorchDraftBackend, check_draft_inputs
-from .tree import DraftTree, build_tree_buffers, rank_topk, select_tree_nodes, selected_parents
+from ..tree import DraftTree, build_tree_buffers, rank_topk, select_tree_nodes, selected_parents
+from .backends import (
+    BUILTIN_DRAFT_BACKENDS,
+    DraftBackend,
+    available_draft_backends,
+    register_draft_backend,
+    resolve_draft_backend,
+)
+from .reference import check_draft_inputs
 
 __all__ = [
+    "BUILTIN_DRAFT_BACKENDS",
+    "DraftBackend",
     "DraftTree",
     "TreeDrafter",
     "register_draft_backend",
+    "resolve_draft_backend",
     "available_draft_backends",
     "build_tree_buffers",
     "check_draft_inputs",
@@ -22,27 +31,6 @@ __all__ = [
     "select_tree_nodes",
     "selected_parents",
 ]
-
-_BACKENDS: dict[str, Callable] = {"torch": TorchDraftBackend}
-
-
-def register_draft_backend(name: str, factory: Callable) -> None:
-    """Register ``factory(head, tree_config, **options)`` as drafter back end ``name``."""
-    _BACKENDS[name] = factory
-
-
-def available_draft_backends() -> list[str]:
-    _load_builtin_backends()
-    return sorted(_BACKENDS)
-
-
-def _load_builtin_backends() -> None:
-    # The Triton back end registers itself on import; importing lazily keeps ``import eagle_triton`` light.
-    if "triton" not in _BACKENDS:
-        try:
-            from .. import fused  # noqa: F401
-        except ImportError:
-            pass
 
 
 class TreeDrafter:
@@ -52,7 +40,8 @@ class TreeDrafter:
     ----------
     head: an :class:`~eagle_triton.Eagle3DraftHead` or :class:`~eagle_triton.Eagle1DraftHead`.
     tree_config: the tree shape (``TreeConfig(60, 7, 10)`` by default).
-    backend: ``"torch"`` (the reference, the oracle) or ``"triton"`` (the fused kernel).
+    backend: a name from :mod:`eagle_triton.drafter.backends`: ``"torch"`` (the reference, the oracle),
+        ``"triton"`` (the fused kernel), ``"graph"`` (multi-kernel, CUDA graph) or ``"stub"`` (no model).
 
     Examples
     --------
@@ -67,12 +56,9 @@ class TreeDrafter:
             raise TypeError(f"head must be an EAGLE draft head, got {type(head).__name__}")
         self.head = head
         self.tree_config = tree_config or TreeConfig()
-        if backend not in _BACKENDS:
-            _load_builtin_backends()
-        if backend not in _BACKENDS:
-            raise ValueError(f"unknown drafter backend {backend!r}; available: {sorted(_BACKENDS)}")
+        factory = resolve_draft_backend(backend)
         self.backend = backend
-        self._impl = _BACKENDS[backend](head, self.tree_config, **options)
+        self._impl: DraftBackend = factory(head, self.tree_config, **options)
 
     def reset(self) -> None:
         """Forget the draft KV (call at the start of every generation)."""

@@ -12,7 +12,7 @@ import torch.nn.functional as F
 
 from ..config import TreeConfig
 from ..heads.base import DraftHead
-from .tree import DraftTree, rank_topk, select_tree_nodes
+from ..tree import DraftTree, frontier_parent_offset, rank_topk, select_tree_nodes
 
 __all__ = ["TorchDraftBackend", "check_draft_inputs"]
 
@@ -99,8 +99,7 @@ class TorchDraftBackend:
             out, kv = head(frontier_hidden, frontier_ids, position_ids=len_posi + zeros_k, past_key_values=kv,
                            tree_mask=tree_mask)
             len_posi += 1
-            # Parents as global candidate index + 1: level-1 block is K wide, later blocks K*K.
-            parents_list.append(frontier + (1 + K * K * max(0, i - 1) + (K if i > 0 else 0)))
+            parents_list.append(frontier + frontier_parent_offset(i, K))
             values, index = torch.topk(self._logp(out[0]), K, dim=-1)
             cu = values + scores[:, None]
             scores, frontier = rank_topk(cu.view(-1), K)

@@ -113,7 +113,7 @@ class EagleEngine:
 
     def _make_drafter(self, head: DraftHead, backend: str) -> TreeDrafter:
         # "auto": the fused drafter where it runs natively (EAGLE-3 head on CUDA). Its trees equal the reference's
-        # in fp32 with one program per SM (tests/test_fused_drafter.py, GPU), and on the H100 it drafts in ~0.7 ms
+        # in fp32 with one program per SM (tests/fused/test_fused_drafter.py, GPU), and on the H100 it drafts in ~0.7 ms
         # where the reference takes ~25 ms (bench/results/gpu_2026-11-22b). Elsewhere the reference drafter:
         # under no GPU the fused kernel would only run in Triton's interpreter.
         if backend == "auto":

@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import torch
 
-from .target import TargetModel, _eos_ids, eagle3_tap_layers
+from ..heads.eagle3 import eagle3_tap_layers
+from .target import TargetModel, _eos_ids
 
 __all__ = ["HFTarget"]
 

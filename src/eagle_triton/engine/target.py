@@ -32,6 +32,9 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
+from ..heads.eagle3 import eagle3_tap_layers
+from ..heads.layers import rms_norm as _rms_norm
+from ..heads.layers import rotate_half as _rotate_half
 from ..ops._utils import is_interpreter
 from .backend import TritonOps, select_ops
 from .cuda_graphs import GraphedStep
@@ -45,14 +48,6 @@ SUPPORTED_MODEL_TYPES = ("llama", "mistral", "qwen2", "qwen3")
 #: fills (the last chunk overlapping the previous one), each size replayed from its own CUDA graphs. Larger chunks
 #: read the weights fewer times; the kernels' results do not depend on the chunking (batch invariance).
 PREFILL_CHUNKS = (256, 64, 16)
-
-
-def eagle3_tap_layers(num_layers: int) -> tuple[int, int, int]:
-    """Layers whose *input* residual stream EAGLE-3 taps: ``2, L // 2, L - 3`` in ascending order (transformers'
-    ``output_hidden_states`` indices). Duplicates are kept for very shallow models so the width stays ``3 H``."""
-    if num_layers < 3:
-        raise ValueError(f"EAGLE-3 taps layers 2, L//2, L-3 and needs a target with >= 3 layers, got {num_layers}")
-    return tuple(sorted((2, num_layers // 2, num_layers - 3)))
 
 
 class TargetModel:
@@ -122,19 +117,6 @@ class TargetConfig:
             tie_word_embeddings=bool(getattr(cfg, "tie_word_embeddings", False)),
             sliding_window=int(window) if active else None,
         )
-
-
-def _rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
-    """transformers' LlamaRMSNorm: normalise in fp32, cast back, multiply by the weight in the input dtype."""
-    dtype = x.dtype
-    x32 = x.to(torch.float32)
-    x32 = x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + eps)
-    return weight * x32.to(dtype)
-
-
-def _rotate_half(x: torch.Tensor) -> torch.Tensor:
-    half = x.shape[-1] // 2
-    return torch.cat((-x[..., half:], x[..., :half]), dim=-1)
 
 
 class _Layer:

@@ -1,8 +1,11 @@
 """The fused persistent drafter (``backend="triton"``) and the multi-kernel CUDA-graph drafter (``"graph"``).
 
-Public API: :class:`DrafterConfig`, :class:`Weights`, :class:`Buffers`, :class:`DraftInputs`,
-:func:`launch_drafter` (one launch per draft) and :func:`launch_drafter_ref` (the PyTorch reference, per sequence).
-``AOT_SPECS`` lists ``(kernel, signature, constexprs)`` for the compile-only gate (sm_90, no GPU needed).
+Public API: :class:`DrafterConfig`, :class:`FusedDrafterWeights`, :class:`FusedDrafterBuffers` (old names
+``Weights`` and ``Buffers`` kept), :class:`DraftInputs`, :func:`launch_drafter` (one launch per draft) and
+:func:`launch_drafter_ref` (the PyTorch reference, per sequence). The drafter table
+(:mod:`eagle_triton.drafter.backends`) names :class:`FusedDraftBackend` (``"triton"``) and
+:class:`GraphDraftBackend` (``"graph"``); nothing registers on import. ``AOT_SPECS`` lists
+``(kernel, signature, constexprs)`` for the compile-only gate (sm_90, no GPU needed).
 
 Heads: any EAGLE-3 shape with a power-of-two head_dim >= 16 (64 and 128 in the published heads), any KV-head
 count, ``target_hidden_size`` different from ``hidden_size``, attention biases, and weight-only FP8 linear layers
@@ -13,13 +16,14 @@ before the launch (see :class:`DrafterConfig`).
 
 from __future__ import annotations
 
-from ..drafter import register_draft_backend
 from .host import (
     Buffers,
     DrafterConfig,
     DraftInputs,
     DraftOutput,
     FusedDraftBackend,
+    FusedDrafterBuffers,
+    FusedDrafterWeights,
     Weights,
     launch_drafter,
     launch_drafter_ref,
@@ -30,9 +34,6 @@ from .kernel import fused_drafter_kernel
 from .multikernel import GraphDraftBackend, MultiKernelDrafter, multikernel_draft
 from .specs import AOT_SPECS
 
-register_draft_backend("triton", FusedDraftBackend)
-register_draft_backend("graph", GraphDraftBackend)
-
 __all__ = [
     "AOT_SPECS",
     "Buffers",
@@ -40,6 +41,8 @@ __all__ = [
     "DraftOutput",
     "DrafterConfig",
     "FusedDraftBackend",
+    "FusedDrafterBuffers",
+    "FusedDrafterWeights",
     "GraphDraftBackend",
     "MultiKernelDrafter",
     "Weights",

@@ -9,7 +9,6 @@ no GPU or Triton is available).
 from __future__ import annotations
 
 import math
-import os
 import warnings
 from dataclasses import dataclass, field, fields, replace
 
@@ -17,12 +16,16 @@ import torch
 
 from ..config import TreeConfig
 from ..drafter.reference import TorchDraftBackend, check_draft_inputs
-from ..drafter.tree import DraftTree, lexicographic_row_order
 from ..heads.base import DraftHead
 from ..ops._utils import cdiv
+from ..ops._utils import is_interpreter as _interpreting
+from ..ops._utils import next_power_of_2 as _pow2
+from ..tree import DraftTree, lexicographic_row_order
 
 __all__ = [
     "DrafterConfig",
+    "FusedDrafterWeights",
+    "FusedDrafterBuffers",
     "Weights",
     "Buffers",
     "DraftInputs",
@@ -39,15 +42,6 @@ _SMEM_BUDGET = 180 * 1024  # bytes of pipeline buffers per program (an H100 SM h
 _FP8 = torch.float8_e4m3fn
 _MAX_VOCAB = 2**31 - 1  # the int64 ranking keys hold a 32-bit vocabulary index
 _TILE_KEY_ROWS = 65536  # the int32 keys of a program's lm_head tiles hold a 16-bit index within its tiles
-
-
-def _pow2(n: int) -> int:
-    n = int(n)
-    return 1 if n <= 1 else 1 << (n - 1).bit_length()
-
-
-def _interpreting() -> bool:
-    return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
 
 
 def triton_available(device: torch.device | str) -> tuple[bool, str]:
@@ -308,7 +302,7 @@ def streamk_max_sharing(n_tiles: int, chunks: int, nprog: int) -> int:
 
 # ------------------------------------------------------------------------------------------------ weights
 @dataclass
-class Weights:
+class FusedDrafterWeights:
     """The head's tensors in the layout the kernel reads (all contiguous, on one device).
 
     ``cos``/``sin`` are the head's fp32 RoPE tables ``[P, head_dim]`` (the kernel rounds them to the model dtype
@@ -461,7 +455,7 @@ class Weights:
 
 # ------------------------------------------------------------------------------------------------ buffers
 @dataclass
-class Buffers:
+class FusedDrafterBuffers:
     """Preallocated device memory of one drafter: the persistent draft KV and every scratch/output buffer.
 
     ``k_cache``/``v_cache``: ``[B, max_len, nkv, hd]`` post-RoPE rows (accepted rows first, then scratch tree
@@ -563,6 +557,11 @@ class DraftInputs:
     features: torch.Tensor
     input_ids: torch.Tensor
     num_new: torch.Tensor | None = None
+
+
+# The old, generic names of FusedDrafterWeights and FusedDrafterBuffers, kept for callers.
+Weights = FusedDrafterWeights
+Buffers = FusedDrafterBuffers
 
 
 class DraftOutput(tuple):

@@ -52,7 +52,7 @@ log-softmax result is rounded to the model dtype where the reference rounds it, 
 the same numbers up to summation order, and in bf16 up to one rounding of the differently ordered sums.
 
 Ranking uses packed int64 keys ``(order-preserving float bits << 32) | (2**32 - 1 - index)``: one integer sort
-gives (score descending, index ascending), the tie rule of :func:`eagle_triton.drafter.tree.rank_topk`. Inside one
+gives (score descending, index ascending), the tie rule of :func:`eagle_triton.tree.rank_topk`. Inside one
 program's lm_head tiles a 16-bit model's logits use int32 keys (the 16 value bits, the index within the program's
 tiles), in the same order, converted to int64 keys when stored.
 """

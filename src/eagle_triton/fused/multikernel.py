@@ -3,7 +3,7 @@ with static shapes and no host synchronisation, so that a whole draft can be cap
 
 It is the baseline the fused kernel must beat at every batch size, and a drafter back end of its own
 (``TreeDrafter(head, tree_config, backend="graph")``; on CUDA each ``(batch, rows)`` shape is captured once and
-replayed). It keeps its draft KV in the fused drafter's :class:`~eagle_triton.fused.Buffers` layout
+replayed). It keeps its draft KV in the fused drafter's :class:`~eagle_triton.fused.FusedDrafterBuffers` layout
 (``[B, max_len, nkv, hd]`` plus ``kv_len [B]``), and computes every value in the model dtype in the reference's
 operation order, batched over sequences.
 """
@@ -17,23 +17,14 @@ import torch.nn.functional as F
 
 from ..config import TreeConfig
 from ..drafter.reference import check_draft_inputs
-from ..drafter.tree import DraftTree, rank_topk, select_tree_nodes
 from ..heads.base import DraftHead
 from ..heads.fp8 import fp8_linear
+from ..heads.layers import apply_rope as _rope
+from ..heads.layers import rms_norm as _rms
+from ..tree import DraftTree, frontier_parent_offset, rank_topk, select_tree_nodes
 from .host import DrafterConfig, Weights
 
 __all__ = ["multikernel_draft", "GraphDraftBackend", "MultiKernelDrafter"]
-
-
-def _rms(x: torch.Tensor, w: torch.Tensor, eps: float) -> torch.Tensor:
-    x32 = x.float()
-    return w * (x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + eps)).to(x.dtype)
-
-
-def _rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-    half = x.shape[-1] // 2
-    rot = torch.cat((-x[..., half:], x[..., :half]), dim=-1)
-    return x * cos + rot * sin
 
 
 def _lin(w: Weights, name: str, x: torch.Tensor) -> torch.Tensor:
@@ -136,8 +127,7 @@ def multikernel_draft(cfg: DrafterConfig, w: Weights, features, input_ids, num_n
         km = (keys[None, None, :] < L[:, None, None]) | tv
         emb = w.embed[ids].to(hid.dtype)
         out = _layer(cfg, w, hid, emb, pos, k_cache, v_cache, slots, km)
-        bias = 1 + K * K * max(0, i - 1) + (K if i > 0 else 0)
-        parents_list.append(frontier + bias)
+        parents_list.append(frontier + frontier_parent_offset(i, K))
         lp, idx = torch.topk(_logp(cfg, w, out), K, dim=-1)  # [B, K, K]
         cu = lp + scores[:, :, None]
         scores, frontier = rank_topk(cu.view(B, -1), K)

@@ -4,7 +4,7 @@ from .base import DraftHead, detect_head_kind, load_draft_head
 from .checkpoint import CheckpointError
 from .config import DraftHeadConfig
 from .eagle1 import Eagle1DraftHead
-from .eagle3 import Eagle3DraftHead
+from .eagle3 import Eagle3DraftHead, eagle3_tap_layers
 from .fp8 import Fp8Linear, fp8_linear, quantize_fp8_weight
 
 __all__ = [
@@ -16,6 +16,7 @@ __all__ = [
     "Fp8Linear",
     "detect_head_kind",
     "fp8_linear",
+    "eagle3_tap_layers",
     "load_draft_head",
     "quantize_fp8_weight",
 ]

@@ -11,6 +11,7 @@ from torch import nn
 
 from .checkpoint import CheckpointError, check_state_dict, read_state_dict, write_state_dict
 from .config import DraftHeadConfig
+from .layers import build_attention_mask
 
 __all__ = ["DraftHead", "detect_head_kind", "load_draft_head"]
 
@@ -64,6 +65,20 @@ class DraftHead(nn.Module):
         if position_ids is None:
             return torch.arange(past_len, past_len + seq, dtype=torch.long, device=device).view(1, seq)
         return position_ids.view(-1, seq).long()
+
+    def _forward_inputs(self, hidden_states, input_ids, position_ids, past_key_values, tree_mask, allowed_widths):
+        """What every draft forward starts with: checked inputs, ``(position_ids, additive mask, embeddings)``.
+
+        The embeddings are looked up without gradient (they are the target's, frozen) and cast to the features'
+        dtype, as the reference does."""
+        self._check_inputs(hidden_states, input_ids, allowed_widths=allowed_widths)
+        seq = hidden_states.shape[1]
+        past_len = 0 if past_key_values is None else past_key_values[0][0].shape[2]
+        position_ids = self._positions(position_ids, past_len, seq, hidden_states.device)
+        mask = build_attention_mask(seq, past_len, tree_mask, hidden_states.device)
+        with torch.no_grad():
+            emb = self.embed_tokens(input_ids)
+        return position_ids, mask, emb.to(hidden_states.dtype)
 
     @property
     def device(self) -> torch.device:

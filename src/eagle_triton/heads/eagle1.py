@@ -7,7 +7,7 @@ from torch import nn
 
 from .base import DraftHead
 from .config import DraftHeadConfig
-from .layers import MLP, Attention, RMSNorm, build_attention_mask
+from .layers import MLP, Attention, RMSNorm
 
 __all__ = ["Eagle1DraftHead"]
 
@@ -80,14 +80,8 @@ class Eagle1DraftHead(DraftHead):
 
     def forward(self, hidden_states, input_ids, position_ids=None, past_key_values=None, tree_mask=None):
         """One draft forward. Returns the output ``[B, S, H]`` and the grown KV (one ``(k, v)`` per layer)."""
-        bsz, seq, _ = hidden_states.shape
-        self._check_inputs(hidden_states, input_ids, allowed_widths=(self.config.hidden_size,))
-        past_len = 0 if past_key_values is None else past_key_values[0][0].shape[2]
-        position_ids = self._positions(position_ids, past_len, seq, hidden_states.device)
-        mask = build_attention_mask(seq, past_len, tree_mask, hidden_states.device)
-        with torch.no_grad():
-            emb = self.embed_tokens(input_ids)
-        emb = emb.to(hidden_states.dtype)
+        position_ids, mask, emb = self._forward_inputs(hidden_states, input_ids, position_ids, past_key_values,
+                                                       tree_mask, allowed_widths=(self.config.hidden_size,))
         h = self.fc(torch.cat((emb, hidden_states), dim=-1))
         presents = []
         for i, layer in enumerate(self.layers):

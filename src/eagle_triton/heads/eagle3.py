@@ -8,9 +8,27 @@ from torch import nn
 from .base import DraftHead
 from .config import DraftHeadConfig
 from .fp8 import Fp8Linear, quantize_linears_fp8
-from .layers import MLP, Attention, RMSNorm, build_attention_mask
+from .layers import MLP, Attention, RMSNorm
 
-__all__ = ["Eagle3DraftHead"]
+__all__ = ["Eagle3DraftHead", "eagle3_tap_layers"]
+
+
+def eagle3_tap_layers(num_layers: int) -> tuple[int, int, int]:
+    """Target layers whose *input* residual stream EAGLE-3 feeds its head: ``2, L // 2, L - 3``, ascending.
+
+    These are transformers' ``output_hidden_states`` indices (0 = embeddings), concatenated ``[low, mid, high]``
+    into the ``3 * Ht`` features that ``fc`` expects. SafeAILab EAGLE records the states entering decoder layers
+    ``idx in {2, L // 2, L - 3}`` during its layer loop, so the order is ascending layer order
+    (reference/EAGLE_ALGORITHM.md 1.1); for ``L >= 7`` the three are distinct and already ascending. Shallower
+    targets (tests, toy models) make them collide or reverse: the reference's set would then give fewer than three
+    states and break ``fc``, so here duplicates are kept and the tuple is sorted, which keeps the width ``3 * Ht``
+    and the ascending-order rule. Training and serving both call this one function, so a head is always served with
+    the taps it was trained on.
+    """
+    if num_layers < 3:
+        raise ValueError(f"EAGLE-3 taps layers 2, L//2, L-3 and needs a target with >= 3 layers, got {num_layers}")
+    low, mid, high = sorted((2, num_layers // 2, num_layers - 3))
+    return low, mid, high
 
 
 class Eagle3DecoderLayer(nn.Module):
@@ -111,15 +129,9 @@ class Eagle3DraftHead(DraftHead):
         tree_mask: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor, tuple[tuple[torch.Tensor, torch.Tensor], ...]]:
         """One draft forward. Returns the un-normalised output ``[B, S, H]`` and the grown KV ``((k, v),)``."""
-        bsz, seq, width = hidden_states.shape
-        self._check_inputs(hidden_states, input_ids, allowed_widths=(self.feature_width, self.config.hidden_size))
-        past_len = 0 if past_key_values is None else past_key_values[0][0].shape[2]
-        position_ids = self._positions(position_ids, past_len, seq, hidden_states.device)
-        mask = build_attention_mask(seq, past_len, tree_mask, hidden_states.device)
-        with torch.no_grad():
-            emb = self.embed_tokens(input_ids)
-        emb = emb.to(hidden_states.dtype)
-        h = self.fc(hidden_states) if width != emb.shape[-1] else hidden_states
+        position_ids, mask, emb = self._forward_inputs(hidden_states, input_ids, position_ids, past_key_values,
+                                                       tree_mask, (self.feature_width, self.config.hidden_size))
+        h = self.fc(hidden_states) if hidden_states.shape[-1] != emb.shape[-1] else hidden_states
         past = None if past_key_values is None else past_key_values[0]
         h, present = self.midlayer(emb, h, position_ids, mask, past)
         return h, (present,)

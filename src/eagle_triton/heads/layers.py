@@ -14,7 +14,16 @@ from torch import nn
 
 from .config import DraftHeadConfig
 
-__all__ = ["RMSNorm", "RotaryEmbedding", "Attention", "MLP", "rotate_half", "apply_rope", "repeat_kv"]
+__all__ = ["RMSNorm", "RotaryEmbedding", "Attention", "MLP", "rms_norm", "rotate_half", "apply_rope", "repeat_kv"]
+
+
+def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+    """transformers' LlamaRMSNorm: normalise in fp32, cast back, multiply by the weight in the input dtype.
+
+    The one RMSNorm of the project: draft heads, the fast target and the multi-kernel drafter all call it, so they
+    round identically."""
+    x32 = x.to(torch.float32)
+    return weight * (x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + eps)).to(x.dtype)
 
 
 class RMSNorm(nn.Module):
@@ -26,13 +35,11 @@ class RMSNorm(nn.Module):
         self.eps = eps
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        dtype = x.dtype
-        x32 = x.to(torch.float32)
-        var = x32.pow(2).mean(-1, keepdim=True)
-        return self.weight * (x32 * torch.rsqrt(var + self.eps)).to(dtype)
+        return rms_norm(x, self.weight, self.eps)
 
 
 def rotate_half(x: torch.Tensor) -> torch.Tensor:
+    """``[x1, x2] -> [-x2, x1]`` over the last dim (the half-rotation form of RoPE)."""
     half = x.shape[-1] // 2
     return torch.cat((-x[..., half:], x[..., :half]), dim=-1)
 

@@ -1,4 +1,4 @@
-"""AITER-style high-level inference (seed 004): ``EAGLEConfig`` and ``EAGLEInference`` over :class:`EagleEngine`.
+"""AITER-style high-level inference: ``EAGLEConfig`` and ``EAGLEInference`` over :class:`EagleEngine`.
 
 Vocabulary mapping (SGLang/AITER -> EAGLE): ``topk`` -> ``top_k``; ``num_steps`` (draft steps = tree levels below
 the root) -> ``depth = num_steps - 1`` expansion forwards; ``num_draft_tokens`` (tree size including the root) ->

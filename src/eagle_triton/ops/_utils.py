@@ -41,7 +41,7 @@ def cdiv(a: int, b: int) -> int:
     return -(-int(a) // int(b))
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _num_sms(index: int) -> int:
     return torch.cuda.get_device_properties(index).multi_processor_count
 
@@ -89,7 +89,7 @@ def check_tensor(
     if ndim is not None and t.dim() != ndim:
         raise ValueError(f"{name} must have {ndim} dims, got shape {list(t.shape)}")
     if shape is not None:
-        if t.dim() != len(shape) or any(s is not None and int(s) != d for s, d in zip(shape, t.shape)):
+        if t.dim() != len(shape) or any(s is not None and int(s) != d for s, d in zip(shape, t.shape, strict=True)):
             want = "[" + ", ".join("*" if s is None else str(int(s)) for s in shape) + "]"
             raise ValueError(f"{name} must have shape {want}, got {list(t.shape)}")
     if dtypes is not None:

@@ -26,7 +26,7 @@ from typing import NamedTuple
 
 import torch
 
-from ..drafter.tree import build_tree_buffers
+from ..tree import build_tree_buffers
 
 __all__ = [
     "EagleTreeBuffers",
@@ -149,7 +149,8 @@ def sglang_to_eagle(
         ``max_levels + 1`` columns.
     sampling : order retrieve rows lexicographically (EAGLE's sampling order) instead of by leaf index.
     """
-    if candidates.dim() != 2 or retrive_next_token.shape != candidates.shape or retrive_next_sibling.shape != candidates.shape:
+    if (candidates.dim() != 2 or retrive_next_token.shape != candidates.shape
+            or retrive_next_sibling.shape != candidates.shape):
         raise ValueError(
             f"candidates and links must all be [B, D], got {list(candidates.shape)}, {list(retrive_next_token.shape)}, "
             f"{list(retrive_next_sibling.shape)}"

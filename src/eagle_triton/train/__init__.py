@@ -9,9 +9,9 @@ transformers is imported only when a target is loaded.
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
+from ..engine.default_model import DEFAULT_HEAD_DIR, default_draft_head_path
 from .data import (
     DataConfig,
     EvalPromptFilter,
@@ -66,7 +66,7 @@ __all__ = [
 
 def smollm2_head_path() -> Path:
     """Directory of the EAGLE-3 head shipped for SmolLM2-135M-Instruct (``assets/smollm2-eagle3``)."""
-    p = Path(__file__).resolve().parent.parent / "assets" / "smollm2-eagle3"
-    if not (p / "config.json").is_file():
-        raise FileNotFoundError(f"the shipped SmolLM2 head is missing at {p}")
+    p = default_draft_head_path()
+    if p is None:
+        raise FileNotFoundError(f"the shipped SmolLM2 head is missing at {DEFAULT_HEAD_DIR}")
     return p

@@ -188,7 +188,8 @@ def read_prompts_jsonl(path: str | os.PathLike, limit: int | None = None) -> lis
                                 text = m.get("content", m.get("value"))
                                 break
             if not isinstance(text, str) or not text.strip():
-                raise ValueError(f"{path}:{lineno}: no prompt found (keys: {sorted(rec) if isinstance(rec, dict) else rec})")
+                found = sorted(rec) if isinstance(rec, dict) else rec
+                raise ValueError(f"{path}:{lineno}: no prompt found (keys: {found})")
             out.append(text)
             if limit is not None and len(out) >= limit:
                 break
@@ -261,7 +262,7 @@ def _respond(model, tok, prompts: list[str], max_new_tokens: int, temperature: f
                          pad_token_id=pad, **kw)
     stop = _stop_ids(tok)
     samples = []
-    for c, row in zip(chats, out[:, width:].tolist()):
+    for c, row in zip(chats, out[:, width:].tolist(), strict=True):
         resp, _ = _truncate_at_stop(row, stop, keep_stop=True)
         if not resp:
             continue
@@ -345,7 +346,7 @@ def generate_dataset(model, tok, cfg: DataConfig, data_dir: str | os.PathLike, t
                                       cfg.prompt_top_p, seed=cfg.seed * 1_000_003 + 2 * b)
             # Drop empty or evaluation prompts; a placeholder keeps indices aligned (skipped below).
             new_rec = []
-            for i, p in zip(range(lo, hi), new):
+            for i, p in zip(range(lo, hi), new, strict=True):
                 if len(p) < 3 or p in filt:
                     dropped += 1
                     p = ""
@@ -395,7 +396,7 @@ def load_dataset(data_dir: str | os.PathLike) -> list[Sample]:
     shards.sort(key=lambda s: min(s["batches"]) if s["batches"] else -1)
     out = []
     for s in shards:
-        out += [Sample(ids=i.long(), resp_start=int(r)) for i, r in zip(s["ids"], s["resp_start"])]
+        out += [Sample(ids=i.long(), resp_start=int(r)) for i, r in zip(s["ids"], s["resp_start"], strict=True)]
     return out
 
 
@@ -432,7 +433,7 @@ def import_dataset(path: str | os.PathLike, data_dir: str | os.PathLike) -> int:
     seqs = list(torch.split(p["tokens"], p["lengths"].tolist()))
     starts = p["resp_start"].tolist()
     k = 0
-    for batches, count, temp in zip(p["batches"], p["counts"], p["temperature"]):
+    for batches, count, temp in zip(p["batches"], p["counts"], p["temperature"], strict=True):
         dest = root / f"shard_{min(batches):05d}.pt"
         if not dest.exists():
             torch.save({"batches": batches, "ids": [s.clone() for s in seqs[k:k + count]],

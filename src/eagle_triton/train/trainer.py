@@ -162,7 +162,7 @@ def prepare_batch(target, samples: list[Sample], used: torch.Tensor, max_len: in
     S = max(len(s) for s in seqs)
     tokens = torch.full((len(seqs), S), pad_id, dtype=torch.long)
     loss_mask = torch.zeros((len(seqs), S), dtype=torch.bool)
-    for i, (s, smp) in enumerate(zip(seqs, samples)):
+    for i, (s, smp) in enumerate(zip(seqs, samples, strict=True)):
         tokens[i, : len(s)] = s
         # position t predicts x[t+1]: a response token when resp_start <= t+1 < len
         lo = max(0, smp.resp_start - 1)
@@ -200,7 +200,7 @@ def validate(head, target, samples: list[Sample], cfg: TrainConfig, used, pad_id
             correct[s] += res.step_correct[s]
             count[s] += res.step_count[s]
     head.train(was_training)
-    acc = [c / max(1, n) for c, n in zip(correct, count)]
+    acc = [c / max(1, n) for c, n in zip(correct, count, strict=True)]
     return {"loss": loss_sum / max(1, n_batches), "acc": acc, "positions": count[0]}
 
 
@@ -372,7 +372,7 @@ def train_eagle3(target, tok, samples: list[Sample], cfg: TrainConfig, out_dir: 
         if bar is not None:
             bar.update(1)
         if step % cfg.log_every == 0 or step == cfg.max_steps:
-            acc = [c / max(1, n) for c, n in zip(window["correct"], window["count"])]
+            acc = [c / max(1, n) for c, n in zip(window["correct"], window["count"], strict=True)]
             rec = {"step": step, "epoch": meta["epoch"], "lr": lr, "loss": window["loss"] / window["n"],
                    "acc": [round(a, 4) for a in acc], "grad_norm": float(gnorm),
                    "tokens_per_s": window["tok"] / max(1e-9, time.time() - t_call)}

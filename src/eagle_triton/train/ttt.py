@@ -5,7 +5,7 @@ Row ``j`` of a sequence ``x`` pairs the target feature ``f[j]`` with the embeddi
 at row ``j`` together with the embedding of ``x[j+1+s]`` at position ``j+s``; its query attends causally to the
 step-0 keys (rows ``<= j``, true features) and, for steps ``1..s``, only to the key of the same row ``j`` (its
 simulated ancestors and itself). This is what the drafter computes along one tree path whose root row is ``j``
-(tested against the inference forward in ``tests/test_train.py``). Step ``s`` at row ``j`` predicts the target's
+(tested against the inference forward in ``tests/train/test_train.py``). Step ``s`` at row ``j`` predicts the target's
 distribution at position ``j+1+s`` (the token ``x[j+2+s]``).
 
 Loss per step (EAGLE-3): soft cross-entropy between ``softmax(target_logits restricted to the draft vocab)`` and
@@ -145,7 +145,10 @@ def ttt_loss(head: Eagle3DraftHead, batch: TTTBatch, steps: int = 7, decay: floa
     outs = ttt_hidden_states(head, batch.features, batch.tokens, steps)
     used = torch.arange(head.draft_vocab_size, device=batch.tokens.device)
     used = head.draft_to_target(used)
-    in_vocab = head.t2d[batch.target_argmax] if head.has_vocab_map else torch.ones_like(batch.loss_mask, dtype=torch.bool)
+    if head.has_vocab_map:
+        in_vocab = head.t2d[batch.target_argmax]
+    else:
+        in_vocab = torch.ones_like(batch.loss_mask, dtype=torch.bool)
     total = batch.features.new_zeros((), dtype=torch.float32)
     losses, correct, count = [], [], []
     for s, h in enumerate(outs):

@@ -53,6 +53,17 @@ def _prefix_blocks(
 
 
 @triton.jit
+def _program_rows(Hq, GROUP: tl.constexpr, BLOCK_M: tl.constexpr):
+    """Both attention kernels' grid ``(row blocks, B * Hkv, splits)``: ``(b, kv head, b as int64, split, rows)``;
+    row ``r`` stands for query (or node) ``r // GROUP`` and head ``kvh * GROUP + r % GROUP``."""
+    pid_bh = tl.program_id(1)
+    n_kv = Hq // GROUP
+    b = pid_bh // n_kv
+    offs_r = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
+    return b, pid_bh % n_kv, b.to(tl.int64), tl.program_id(2), offs_r
+
+
+@triton.jit
 def _split_range(seqlen, pid_s, NUM_SPLITS: tl.constexpr, BLOCK_N: tl.constexpr):
     """Key rows ``[lo, hi)`` of split ``pid_s``: the prefix's blocks dealt out evenly (computed on device)."""
     nb = tl.cdiv(seqlen, BLOCK_N)
@@ -97,15 +108,7 @@ def _tree_attn_fwd_kernel(
     Query ``i`` of sequence ``b`` sees cache rows ``[0, seqlen_b)`` and tree rows ``seqlen_b + j`` for which
     ``mask[b, i, j]`` (``HAS_MASK``) or ``j <= i`` (causal). The last split also handles the tree rows.
     """
-    pid_m = tl.program_id(0)
-    pid_bh = tl.program_id(1)
-    pid_s = tl.program_id(2)
-    n_kv = Hq // GROUP
-    b = pid_bh // n_kv
-    kvh = pid_bh % n_kv
-    b64 = b.to(tl.int64)
-
-    offs_r = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    b, kvh, b64, pid_s, offs_r = _program_rows(Hq, GROUP, BLOCK_M)
     row_mask = offs_r < Tq * GROUP
     qi = tl.where(row_mask, offs_r // GROUP, 0)
     h = kvh * GROUP + offs_r % GROUP
@@ -212,15 +215,7 @@ def _draft_attn_fwd_kernel(
     packed ancestors ``anc_k[b, n, :anc_len]`` and itself (``rope(k_new[b, n])``). The last split handles the
     ancestors and self, and its group-head-0 rows store ``rope(k_new)`` / ``v_new`` into slot ``anc_len[b, n]``.
     """
-    pid_m = tl.program_id(0)
-    pid_bh = tl.program_id(1)
-    pid_s = tl.program_id(2)
-    n_kv = Hq // GROUP
-    b = pid_bh // n_kv
-    kvh = pid_bh % n_kv
-    b64 = b.to(tl.int64)
-
-    offs_r = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    b, kvh, b64, pid_s, offs_r = _program_rows(Hq, GROUP, BLOCK_M)
     row_mask = offs_r < N * GROUP
     node = tl.where(row_mask, offs_r // GROUP, 0)
     hg = offs_r % GROUP

@@ -196,6 +196,11 @@ def draft_tree_attention(
 ) -> torch.Tensor:
     """Single-query attention of each frontier node over the prefix and its ancestors, RoPE in the kernel.
 
+    **Experimental: no production caller.** The drafters do not use it: the fused drafter attends inside its
+    persistent kernel, and the reference and multi-kernel drafters keep SafeAILab's dense draft-KV layout. It is kept,
+    tested against :func:`draft_tree_attention_ref` and in the sm_90 compile gate, as the building block of a
+    multi-kernel drafter with packed ancestor rows; its contract may change when one adopts it.
+
     **Packed ancestor layout.** Node ``n`` of sequence ``b`` owns the row ``anc_k[b, n]`` (``[A, Hkv, D]``, same for
     ``anc_v``): slots ``[0, anc_len[b, n])`` hold its ancestors' rotated keys in root-to-parent order, and the
     kernel writes the node's own rotated key (``rope(k_new[b, n])``) and ``v_new[b, n]`` into slot

@@ -11,6 +11,8 @@ import math
 
 import torch
 
+from ...heads.layers import rotate_half
+
 __all__ = ["tree_attention_ref", "draft_tree_attention_ref", "rope_ref"]
 
 
@@ -65,9 +67,7 @@ def rope_ref(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, position_ids
     c = cos.float()[position_ids.long()][:, :, None, :]
     s = sin.float()[position_ids.long()][:, :, None, :]
     x32 = x.float()
-    half = x.shape[-1] // 2
-    rot = torch.cat((-x32[..., half:], x32[..., :half]), dim=-1)
-    return x32 * c + rot * s
+    return x32 * c + rotate_half(x32) * s
 
 
 def draft_tree_attention_ref(

@@ -46,6 +46,11 @@ def lm_head_topk(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Top-``k`` log-probabilities of ``hidden @ weight.T (+ bias)`` per row, streaming the weight once.
 
+    **Experimental: no production caller.** The fused drafter selects its top-k inside its own kernel and the
+    PyTorch drafters keep the reference's ``log_softmax`` + ``topk`` (which the oracle needs bit for bit). It is
+    kept, tested against :func:`lm_head_topk_ref` and in the sm_90 compile gate, for drafters that would stream a
+    large draft vocabulary without materialising logits; its contract may change when one adopts it.
+
     No ``[M, V]`` logits tensor is created: vocabulary tiles are multiplied, folded into a running top-k and a
     running log-sum-exp per program (the vocabulary is split over programs), and a small second kernel merges
     the splits. Accumulation is fp32 (IEEE products for fp32 inputs).

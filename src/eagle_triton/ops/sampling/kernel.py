@@ -142,6 +142,14 @@ def _cdf_chunk_search(idx, m, r, u, carry, last_pos, V):
 
 
 @triton.jit
+def _cdf_search_start(coin, total):
+    """State of an inverse-CDF scan before its first chunk: ``(u, carry, found, last_pos)`` for a draw of ``coin``
+    times the mass whose per-lane partial sums are ``total``."""
+    u = coin * tl.sum(total, axis=0)
+    return u, tl.zeros([], dtype=tl.float32), tl.full([], -1, tl.int64), tl.full([], -1, tl.int64)
+
+
+@triton.jit
 def _sample_kernel(probs_ptr, coin_ptr, seed_ptr, offset_ptr, out_ptr, V, USE_SEED: tl.constexpr,
                    BLOCK_V: tl.constexpr):
     """Inverse-CDF draw of row ``program_id(0)``: first ``cumsum > coin * sum`` among ``p > 0``, else the last
@@ -157,10 +165,7 @@ def _sample_kernel(probs_ptr, coin_ptr, seed_ptr, offset_ptr, out_ptr, V, USE_SE
     for start in range(0, V, BLOCK_V):
         idx = start + tl.arange(0, BLOCK_V)
         total += tl.maximum(tl.load(base + idx, mask=idx < V, other=0.0), 0.0)
-    u = coin * tl.sum(total, axis=0)
-    carry = tl.zeros([], dtype=tl.float32)
-    found = tl.full([], -1, tl.int64)
-    last_pos = tl.full([], -1, tl.int64)
+    u, carry, found, last_pos = _cdf_search_start(coin, total)
     start = 0
     while (start < V) & (found < 0):
         idx = start + tl.arange(0, BLOCK_V)

@@ -43,6 +43,18 @@ def softmax_with_temperature(logits: torch.Tensor, temperature) -> torch.Tensor:
     return out
 
 
+def _renorm(probs: torch.Tensor, threshold, name: str) -> torch.Tensor:
+    """One launch of the renormalisation kernel: ``name`` is ``"top_k"`` (int per row) or ``"top_p"`` (float)."""
+    check_probs("probs", probs)
+    M, V = probs.shape
+    top_p = name == "top_p"
+    t = per_row(threshold, M, torch.float32 if top_p else torch.int64, probs.device, name)
+    out = torch.empty_like(probs)
+    if M:
+        _renorm_kernel[(M,)](probs, t, out, V, TOP_P=top_p, BLOCK_V=_block_v(V, 1024), num_warps=8)
+    return out
+
+
 def top_k_renorm_probs(probs: torch.Tensor, top_k) -> torch.Tensor:
     """Zero every probability below the row's ``k``-th largest and renormalise (ties at the threshold are kept).
 
@@ -55,13 +67,7 @@ def top_k_renorm_probs(probs: torch.Tensor, top_k) -> torch.Tensor:
     -------
     ``[M, V]`` float32.
     """
-    check_probs("probs", probs)
-    M, V = probs.shape
-    k = per_row(top_k, M, torch.int64, probs.device, "top_k")
-    out = torch.empty_like(probs)
-    if M:
-        _renorm_kernel[(M,)](probs, k, out, V, TOP_P=False, BLOCK_V=_block_v(V, 1024), num_warps=8)
-    return out
+    return _renorm(probs, top_k, "top_k")
 
 
 def top_p_renorm_probs(probs: torch.Tensor, top_p) -> torch.Tensor:
@@ -79,13 +85,7 @@ def top_p_renorm_probs(probs: torch.Tensor, top_p) -> torch.Tensor:
     -------
     ``[M, V]`` float32.
     """
-    check_probs("probs", probs)
-    M, V = probs.shape
-    p = per_row(top_p, M, torch.float32, probs.device, "top_p")
-    out = torch.empty_like(probs)
-    if M:
-        _renorm_kernel[(M,)](probs, p, out, V, TOP_P=True, BLOCK_V=_block_v(V, 1024), num_warps=8)
-    return out
+    return _renorm(probs, top_p, "top_p")
 
 
 def sampling_from_probs(probs: torch.Tensor, uniform_samples: torch.Tensor | None = None,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from ...compat.sglang import simulate_eagle_draft
+from ...integrations.sglang import simulate_eagle_draft
 from .op import build_tree_kernel_efficient
 from .reference import build_tree_kernel_efficient_ref
 

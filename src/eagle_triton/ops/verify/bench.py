@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import torch
 
-from ...compat.sglang import TreeMaskMode, build_tree_kernel_efficient, simulate_eagle_draft
 from ...drafter.tree import build_tree_buffers
+from ...integrations.sglang import TreeMaskMode, build_tree_kernel_efficient, simulate_eagle_draft
 from ..tree_convert import linked_lists_to_parents
 from .op import tree_speculative_sampling_target_only, verify_tree, verify_tree_greedy
 from .reference import tree_speculative_sampling_target_only_ref, verify_tree_greedy_ref, verify_tree_ref
@@ -15,7 +15,8 @@ from .reference import tree_speculative_sampling_target_only_ref, verify_tree_gr
 def _tree(bs, V, device, g, K=10, S=7, D=60):
     vid, par, sel, dt = simulate_eagle_draft(bs, K, S, D, vocab_size=V, generator=g, device=device)
     L = torch.full((bs,), 500, dtype=torch.long, device=device)
-    _, _, ri, nt, ns, toks = build_tree_kernel_efficient(vid, par, sel, dt, L, 500 * bs, K, S, D, TreeMaskMode.QLEN_ONLY)
+    _, _, ri, nt, ns, toks = build_tree_kernel_efficient(vid, par, sel, dt, L, 500 * bs, K, S, D,
+                                                         TreeMaskMode.QLEN_ONLY)
     return toks.view(bs, D), ri, nt, ns
 
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from ..sampling.kernel import _cdf_chunk_search
+from ..sampling.kernel import _cdf_chunk_search, _cdf_search_start
 
 
 @triton.jit
@@ -23,7 +23,8 @@ def _residual_chunk(probs_ptr, draft_ptr, row_off, start, V, use_draft, tried, h
     m = idx < V
     r = tl.load(probs_ptr + row_off + idx, mask=m, other=0.0)
     if RULE == 1:
-        d = tl.load(draft_ptr + row_off + idx, mask=(m.to(tl.int32) * use_draft) > 0, other=0.0)  # vector & scalar masks trip the interpreter
+        # the mask is built arithmetically: combining a vector and a scalar mask with & trips the interpreter
+        d = tl.load(draft_ptr + row_off + idx, mask=(m.to(tl.int32) * use_draft) > 0, other=0.0)
         r = r - d
     r = tl.maximum(r, 0.0)
     if RULE == 2:
@@ -156,10 +157,7 @@ def _tree_verify_kernel(
             _, _, r = _residual_chunk(probs_ptr, draft_ptr, row_off, start, V, use_draft, tried, has_tried,
                                       RULE, BLOCK_V)
             total += r
-        u = coin_f * tl.sum(total, axis=0)
-        carry = tl.zeros([], dtype=tl.float32)
-        found = tl.full([], -1, tl.int64)
-        last_pos = tl.full([], -1, tl.int64)
+        u, carry, found, last_pos = _cdf_search_start(coin_f, total)
         start = 0
         while (start < V) & (found < 0):
             idx, m, r = _residual_chunk(probs_ptr, draft_ptr, row_off, start, V, use_draft, tried, has_tried,

@@ -101,6 +101,17 @@ def _walk(rule, D, S1, cand, ri, nt, ns, target_of, probs_row, coin_of, thr_sing
     return path, toks, last, tried
 
 
+def _record_sgl_path(ai_row, pred, path, toks, flat) -> None:
+    """Write an accepted path in sgl-kernel's layout: the nodes' flat indices into ``ai_row`` (a row of
+    ``accept_index``) and each accepted token into ``pred`` at its parent's flat index."""
+    ai_row[0] = flat(0)
+    for k in range(1, len(path)):
+        prev = flat(path[k - 1])
+        if 0 <= prev < pred.shape[0]:
+            pred[prev] = toks[k - 1]
+        ai_row[k] = flat(path[k])
+
+
 def verify_tree_greedy_ref(predicts, accept_index, accept_token_num, candidates, retrive_index, retrive_next_token,
                            retrive_next_sibling, target_predict) -> None:
     """Reference of :func:`eagle_triton.ops.verify_tree_greedy` (same signature, same in-place writes)."""
@@ -114,15 +125,15 @@ def verify_tree_greedy_ref(predicts, accept_index, accept_token_num, candidates,
     an = accept_token_num.cpu().numpy().copy()
     nflat = bs * D
     for b in range(bs):
-        flat = lambda node: int(ri[b, node])  # noqa: E731
-        target_of = lambda node: int(tp[flat(node)]) if 0 <= flat(node) < nflat else -1  # noqa: E731
+        # the walk's callbacks read request b's rows; b is bound as a default so each closure keeps its own
+        def flat(node, b=b):
+            return int(ri[b, node])
+
+        def target_of(node, flat=flat):
+            return int(tp[flat(node)]) if 0 <= flat(node) < nflat else -1
+
         path, toks, last, _ = _walk("greedy", D, S1, cand[b], ri[b], nt[b], ns[b], target_of, None, None)
-        ai[b, 0] = flat(0)
-        for k in range(1, len(path)):
-            prev = flat(path[k - 1])
-            if 0 <= prev < pred.shape[0]:
-                pred[prev] = toks[k - 1]
-            ai[b, k] = flat(path[k])
+        _record_sgl_path(ai[b], pred, path, toks, flat)
         an[b] = len(path) - 1
         if 0 <= flat(last) < pred.shape[0]:
             pred[flat(last)] = target_of(last)
@@ -152,21 +163,23 @@ def tree_speculative_sampling_target_only_ref(
     ai = accept_index.cpu().numpy().copy()
     an = accept_token_num.cpu().numpy().copy()
     for b in range(bs):
-        flat = lambda node: int(ri[b, node])  # noqa: E731
-        probs_row = lambda node, tok: tprobs[b, node, tok] if 0 <= tok < V else _F(0.0)  # noqa: E731
+        # the walk's callbacks read request b's rows; b is bound as a default so each closure keeps its own
+        def flat(node, b=b):
+            return int(ri[b, node])
 
-        def on_reject(node, tok, p):
+        def probs_row(node, tok, b=b):
+            return tprobs[b, node, tok] if 0 <= tok < V else _F(0.0)
+
+        def coin_of(node, b=b):
+            return coins[b, node]
+
+        def on_reject(node, tok, p, b=b):
             if 0 <= tok < V:
                 dprobs[b, node, tok] = p
 
-        path, toks, last, _ = _walk("sgl", D, S1, cand[b], ri[b], nt[b], ns[b], None, probs_row,
-                                    lambda node: coins[b, node], threshold_single, thr_acc, on_reject)
-        ai[b, 0] = flat(0)
-        for k in range(1, len(path)):
-            prev = flat(path[k - 1])
-            if 0 <= prev < pred.shape[0]:
-                pred[prev] = toks[k - 1]
-            ai[b, k] = flat(path[k])
+        path, toks, last, _ = _walk("sgl", D, S1, cand[b], ri[b], nt[b], ns[b], None, probs_row, coin_of,
+                                    threshold_single, thr_acc, on_reject)
+        _record_sgl_path(ai[b], pred, path, toks, flat)
         n = len(path) - 1
         an[b] = n
         q = tprobs[b, last]
@@ -198,13 +211,21 @@ def verify_tree_ref(draft_tokens, retrieve_indices, target_logits=None, target_p
         coins = uniform_samples.cpu().numpy()
         coins_f = uniform_samples_for_final_sampling.cpu().numpy()
     for b in range(B):
+        # the walk's callbacks read request b's rows; b is bound as a default so each closure keeps its own
         if not sampling:
-            path, _, last, _ = _walk("greedy", N, C, cand[b], None, nt[b], ns[b], lambda x: int(tp[b, x]), None, None)
+            def target_of(node, b=b):
+                return int(tp[b, node])
+
+            path, _, last, _ = _walk("greedy", N, C, cand[b], None, nt[b], ns[b], target_of, None, None)
             bonus[b] = tp[b, last]
         else:
-            probs_row = lambda node, tok: tprobs[b, node, tok] if 0 <= tok < V else _F(0.0)  # noqa: E731
-            path, _, last, tried = _walk("eagle", N, C, cand[b], None, nt[b], ns[b], None, probs_row,
-                                         lambda node: coins[b, node])
+            def probs_row(node, tok, b=b):
+                return tprobs[b, node, tok] if 0 <= tok < V else _F(0.0)
+
+            def coin_of(node, b=b):
+                return coins[b, node]
+
+            path, _, last, tried = _walk("eagle", N, C, cand[b], None, nt[b], ns[b], None, probs_row, coin_of)
             r = np.maximum(tprobs[b, last], 0).astype(_F)
             for t in tried:
                 if 0 <= t < V:

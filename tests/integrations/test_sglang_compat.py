@@ -1,9 +1,9 @@
-"""eagle_triton.compat.sglang: SGLang's Python helpers and the drop-in op names."""
+"""eagle_triton.integrations.sglang: SGLang's Python helpers and the drop-in op names."""
 
 import pytest
 import torch
 
-from eagle_triton.compat import sglang as sg
+from eagle_triton.integrations import sglang as sg
 
 
 def test_fast_topk_keepdim():
@@ -16,7 +16,7 @@ def test_fast_topk_keepdim():
 
 def test_select_top_k_tokens_and_organize():
     g = torch.Generator().manual_seed(0)
-    bs, K, S, D, H = 2, 3, 3, 8, 4
+    bs, K, D, H = 2, 3, 8, 4
     hidden = torch.randn(bs, H, generator=g)
     p0 = torch.rand(bs, K, generator=g).sort(-1, True).values
     i0 = torch.randint(0, 100, (bs, K), generator=g)

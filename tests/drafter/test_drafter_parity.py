@@ -2,10 +2,10 @@
 
 import pytest
 import torch
+from spec_topk_genrate import SpecDraftModel
 
 from eagle_triton import TreeConfig, TreeDrafter
 from eagle_triton.testing import random_eagle1_head, random_eagle3_head
-from spec_topk_genrate import SpecDraftModel
 
 CONFIGS = [(60, 7, 10), (20, 3, 4), (48, 7, 8), (3, 2, 1), (4, 0, 4), (26, 5, 3)]
 
@@ -73,7 +73,7 @@ def test_bit_identical_to_topk_genrate(cfg, kind, peaked):
             assert_same_tree(tree, ref, sampling)
             compared += 1
         assert drafter.kv_len == ids.shape[1] - 1
-        for (k, v), (rk, rv) in zip(drafter.stable_kv, spec.stable_kv):
+        for (k, v), (rk, rv) in zip(drafter.stable_kv, spec.stable_kv, strict=True):
             assert torch.equal(k, rk) and torch.equal(v, rv)
         accepted = accept_some(tree, rng)
         new_root = torch.randint(0, V, (1, 1))

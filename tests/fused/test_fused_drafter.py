@@ -14,7 +14,6 @@ import triton
 import triton.language as tl
 
 from eagle_triton import TreeConfig, TreeDrafter
-from eagle_triton.drafter.tree import rank_topk
 from eagle_triton.fused import (
     Buffers,
     DrafterConfig,
@@ -30,6 +29,7 @@ from eagle_triton.testing import (
     random_eagle3_head,
     random_eagle3_head_on,
 )
+from eagle_triton.tree import rank_topk
 
 CUDA = torch.cuda.is_available()
 
@@ -129,7 +129,7 @@ def test_batched_launch_matches_per_sequence_reference(tree, batch):
         out = launch_drafter(cfg, X, w, bufs)
         ref = launch_drafter_ref(cfg, X, w, bufs_ref)
         assert not out.fallback
-        for a, b in zip(out, ref):
+        for a, b in zip(out, ref, strict=True):
             assert torch.equal(a, b)
         assert torch.equal(bufs.parents, bufs_ref.parents) and torch.equal(bufs.num_leaves, bufs_ref.num_leaves)
         assert torch.equal(bufs.kv_len, bufs_ref.kv_len)
@@ -211,7 +211,7 @@ def test_fallback_without_gpu_or_interpreter(monkeypatch):
         out = launch_drafter(cfg, X, w, bufs)
     assert out.fallback and "TRITON_INTERPRET" in out.reason
     ref = launch_drafter_ref(cfg, X, w, bufs_ref)
-    assert all(torch.equal(a, b) for a, b in zip(out, ref))
+    assert all(torch.equal(a, b) for a, b in zip(out, ref, strict=True))
     with pytest.raises(RuntimeError, match="unavailable"):
         launch_drafter(cfg, X, w, bufs, fallback=False)
     with pytest.warns(RuntimeWarning, match="reference drafter"):
@@ -345,7 +345,7 @@ def test_gpu_many_programs_fp32_identical_trees():
                             torch.randint(0, 1024, (3, 16), device="cuda"),
                             torch.tensor(num_new, dtype=torch.int32, device="cuda"))
             out, ref = launch_drafter(cfg, X, w, bufs), launch_drafter_ref(cfg, X, w, bufs_ref)
-            for a, b in zip(out, ref):
+            for a, b in zip(out, ref, strict=True):
                 assert torch.equal(a, b)
 
 
@@ -366,7 +366,7 @@ def test_gpu_cuda_graph_capture_replays_the_same_trees():
         launch_drafter(cfg, X, w, bufs)
     bufs.kv_len.zero_()
     g.replay()
-    for a, b in zip(eager, (bufs.draft_tokens, bufs.retrieve, bufs.tree_mask, bufs.positions)):
+    for a, b in zip(eager, (bufs.draft_tokens, bufs.retrieve, bufs.tree_mask, bufs.positions), strict=True):
         assert torch.equal(a, b)
     assert int(bufs.kv_len[0]) == 8
 
@@ -580,7 +580,7 @@ def test_gpu_tile_widths_match_reference_under_the_interpreter(lm_warp_rank):
         X = DraftInputs(torch.randn(2, 8, head.feature_width), torch.randint(0, V, (2, 8)),
                         torch.tensor(num_new, dtype=torch.int32))
         out, ref = launch_drafter(cfg, X, w, bufs), launch_drafter_ref(cfg, X, w, bufs_ref)
-        for a, b in zip(out, ref):
+        for a, b in zip(out, ref, strict=True):
             assert torch.equal(a, b)
         for b in range(2):
             n = int(bufs.kv_len[b])

@@ -2,15 +2,15 @@
 
 import pytest
 import torch
+from spec_topk_genrate import spec_standin
 
 from eagle_triton import TreeConfig
 from eagle_triton.integrations.safeailab import head_from_ea_layer, patch_ea_model_with_triton_drafter
 from eagle_triton.testing import random_eagle3_head
-from safeailab_standin import EaModelStandIn
 
 
 def test_head_shares_the_ea_layer_weights():
-    model = EaModelStandIn(random_eagle3_head(), TreeConfig(20, 3, 4))
+    model = spec_standin(random_eagle3_head(), TreeConfig(20, 3, 4))
     head = head_from_ea_layer(model.ea_layer)
     assert head.fc.weight is model.ea_layer.fc.weight
     assert head.midlayer.mlp.down_proj.weight is model.ea_layer.midlayer.mlp.down_proj.weight
@@ -21,7 +21,7 @@ def test_head_shares_the_ea_layer_weights():
 def test_patched_drafting_equals_original_over_a_generation(cfg):
     base = random_eagle3_head()
     tc = TreeConfig(*cfg)
-    orig, patched = EaModelStandIn(base, tc), EaModelStandIn(base, tc)
+    orig, patched = spec_standin(base, tc), spec_standin(base, tc)
     with pytest.warns(RuntimeWarning, match="PyTorch reference"):
         patch_ea_model_with_triton_drafter(patched)
     W = base.feature_width
@@ -32,9 +32,9 @@ def test_patched_drafting_equals_original_over_a_generation(cfg):
     for step in range(3):
         a = orig.ea_layer.topK_genrate(feats, ids, None, None if step != 1 else object())
         b = patched.ea_layer.topK_genrate(feats, ids, None, None if step != 1 else object())
-        for x, y in zip(a, b):
+        for x, y in zip(a, b, strict=True):
             assert torch.equal(x, y) and x.device == y.device
-        for (k, v), (k2, v2) in zip(orig.ea_layer.stable_kv, patched.ea_layer.stable_kv):
+        for (k, v), (k2, v2) in zip(orig.ea_layer.stable_kv, patched.ea_layer.stable_kv, strict=True):
             assert torch.equal(k, k2) and torch.equal(v, v2)
         row = a[1][0]
         acc = a[0][0, row[row >= 0][1:2]]
@@ -50,7 +50,7 @@ def test_patched_drafting_equals_original_over_a_generation(cfg):
 
 
 def test_use_triton_false_restores_the_original():
-    model = EaModelStandIn(random_eagle3_head(), TreeConfig(20, 3, 4))
+    model = spec_standin(random_eagle3_head(), TreeConfig(20, 3, 4))
     bound = model.ea_layer.topK_genrate
     with pytest.warns(RuntimeWarning):
         patch_ea_model_with_triton_drafter(model)
@@ -69,11 +69,11 @@ def test_eagle1_layout_uses_the_target_head_argument():
 
     base = random_eagle1_head()
     tc = TreeConfig(20, 3, 4)
-    orig, patched = EaModelStandIn(base, tc), EaModelStandIn(base, tc)
+    orig, patched = spec_standin(base, tc), spec_standin(base, tc)
     patch_ea_model_with_triton_drafter(patched, backend="torch")
     ids = torch.randint(0, 256, (1, 6))
     feats = torch.randn(1, 5, base.feature_width)
     a = orig.ea_layer.topK_genrate(feats, ids, base.target_lm_head, None)
     b = patched.ea_layer.topK_genrate(feats, ids, base.target_lm_head, None)
-    for x, y in zip(a, b):
+    for x, y in zip(a, b, strict=True):
         assert torch.equal(x, y)

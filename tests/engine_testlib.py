@@ -7,7 +7,7 @@ import random
 import torch
 
 from eagle_triton import TreeConfig
-from eagle_triton.drafter.tree import DraftTree, build_tree_buffers
+from eagle_triton.tree import DraftTree, build_tree_buffers
 
 
 def tiny_llama(vocab=128, hidden=64, layers=8, heads=4, kv_heads=2, seed=0, std=0.15, model="llama", **extra):

@@ -1,12 +1,12 @@
-"""Seed 000's frontier API and the stub back end."""
+"""The frontier drafting API and the stub back end."""
 
 import pytest
 import torch
+from spec_topk_genrate import SpecDraftModel
 
 from eagle_triton import TreeConfig, TreeDrafter
-from eagle_triton.frontier import FrontierConfig, frontier_generate, register_triton_backend
+from eagle_triton.integrations.frontier import FrontierConfig, frontier_generate, register_triton_backend
 from eagle_triton.testing import random_eagle3_head
-from spec_topk_genrate import SpecDraftModel
 
 
 @pytest.mark.parametrize("cfg", [(60, 7, 10), (20, 3, 4), (3, 2, 1)])

@@ -1,21 +1,21 @@
-"""Seed entry points on the engine: EAGLEConfig/EAGLEInference (004), fused_draft_token_generation (002),
-optimize_eagle_with_triton (001), all on a tiny random target built in code."""
+"""Integration entry points on the engine: EAGLEConfig/EAGLEInference (AITER style), fused_draft_token_generation
+and optimize_eagle_with_triton (SafeAILab style), all on a tiny random target built in code."""
 
 import pytest
 import torch
 from engine_testlib import hf_greedy
+from spec_topk_genrate import spec_standin
 
 from eagle_triton import TreeConfig
 from eagle_triton.engine import EagleEngine, LlamaTarget
 from eagle_triton.integrations.aiter import EAGLEConfig, EAGLEInference
-from eagle_triton.integrations.seeds import (
+from eagle_triton.integrations.optimize import (
     GPUAssertionError,
     fused_draft_token_generation,
     optimize_eagle_with_triton,
     restore_eagle,
 )
 from eagle_triton.testing import random_eagle3_head
-from safeailab_standin import EaModelStandIn
 
 V = 128
 
@@ -79,7 +79,7 @@ def test_optimize_engine_and_restore(tiny_model):
 
 
 def test_optimize_safeailab_layout_and_restore():
-    model = EaModelStandIn(random_eagle3_head(), TreeConfig(20, 3, 4))
+    model = spec_standin(random_eagle3_head(), TreeConfig(20, 3, 4))
     calls = []
 
     def evaluate_posterior(logits, candidates, logits_processor):

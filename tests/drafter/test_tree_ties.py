@@ -94,5 +94,5 @@ def test_build_tree_buffers_batched_matches_per_sequence(B):
     batched = build_tree_buffers(parents, max_levels=T)
     for b in range(B):
         single = build_tree_buffers(parents[b:b + 1], max_levels=T)
-        for x, y in zip(batched, single):
+        for x, y in zip(batched, single, strict=True):
             assert torch.equal(x[b:b + 1], y)

@@ -1,11 +1,12 @@
-"""Seed 004's eagle_utils / spec_utils helpers (thin maps onto the real kernels)."""
+"""The AITER-style tree and speculative-decoding helpers (old paths ``eagle_utils`` / ``spec_utils``), thin maps
+onto the real kernels."""
 
 import pytest
 import torch
 
-from eagle_triton import eagle_utils as eu
-from eagle_triton import spec_utils as su
-from eagle_triton.compat import sglang
+from eagle_triton.integrations import aiter_spec_utils as su
+from eagle_triton.integrations import aiter_tree_utils as eu
+from eagle_triton.integrations import sglang
 
 
 def test_token_bitmask_round_trip():

@@ -1,0 +1,54 @@
+"""A model-free drafter back end (``backend="stub"``): correctly shaped, self-consistent trees without weights."""
+
+from __future__ import annotations
+
+import torch
+
+from ..config import TreeConfig
+from ..heads.base import DraftHead
+from ..tree import DraftTree, frontier_parent_offset, select_tree_nodes
+from .reference import check_draft_inputs
+
+__all__ = ["StubDraftBackend"]
+
+
+class StubDraftBackend:
+    """A model-free drafter: every level's frontier is the first ``top_k`` children, scores fall with the
+    candidate index, tokens are ``(root + index + 1) mod vocab``. Shapes, tree buffers and draft-KV bookkeeping
+    behave exactly like a real back end's, so engines and integrations can be tested without weights."""
+
+    name = "stub"
+
+    def __init__(self, head: DraftHead, tree_config: TreeConfig):
+        self.head, self.cfg = head, tree_config
+        self._kv_len = 0
+
+    @property
+    def kv_len(self) -> int:
+        return self._kv_len
+
+    @property
+    def stable_kv(self):
+        return None
+
+    def reset(self) -> None:
+        self._kv_len = 0
+
+    def draft(self, hidden_states: torch.Tensor, input_ids: torch.Tensor, sampling: bool = False) -> DraftTree:
+        check_draft_inputs(self.head, hidden_states, input_ids, self._kv_len)
+        K, D, T = self.cfg.top_k, self.cfg.depth, self.cfg.num_draft_nodes
+        B, dev = input_ids.shape[0], input_ids.device
+        n = self.cfg.num_candidates
+        g = torch.arange(n, device=dev)
+        scores = (-g.to(torch.float32)).expand(B, n)
+        # parents_flat as the drafter records them, with frontier = arange(K) at every level
+        blocks = [torch.zeros(1, dtype=torch.long, device=dev)]
+        for i in range(D):
+            blocks.append(torch.arange(K, device=dev) + frontier_parent_offset(i, K))
+        parents_flat = torch.cat(blocks).expand(B, -1)
+        root = input_ids[:, -1]
+        vocab = self.head.config.vocab_size
+        tokens = (root[:, None] + g[None] + 1) % vocab
+        selected = select_tree_nodes(scores, T)
+        self._kv_len = input_ids.shape[1] - 1
+        return DraftTree.from_selection(root, tokens, selected, parents_flat, K, D + 1, sampling)
