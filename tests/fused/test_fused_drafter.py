@@ -412,7 +412,7 @@ def test_gpu_llama8b_bf16_separated_trees_identical():
     """At the 8B shape in bf16: every tree whose reference decisions are separated by more than 4 ulps
     (:func:`reference_margins`) is identical to the reference's. 60/7/10 trees are never separated (710 bf16
     candidate scores always hold near-ties): their match rate is reported. The assertion is decided on a
-    10/2/4 tree with a sharper head (lm_head x 48), where separated trees occur (bench/FUSED_NOTES.md)."""
+    10/2/4 tree with a sharper head (lm_head x 48), where separated trees occur (docs/fused_drafter.md)."""
     for peaked in (True, False):
         n, same, sep, same_sep = match_rate_8b(8, peaked)
         print(f"8B bf16 60/7/10 peaked={peaked}: {same}/{n} identical, {sep} separated at 4 ulps, "

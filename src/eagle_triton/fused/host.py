@@ -217,7 +217,7 @@ class DrafterConfig:
         bn = self.block_n or (16 if interp else min(64, self.head_dim))
         # q/k/v tiles of 128 features (a whole head) for up to 32 rows: the inline RMSNorm of a chunk is shared by
         # twice the weight bytes, as in gate/up (two 64-wide tiles) and lm_head (128-wide tiles); q/k/v 51 -> 43 us
-        # per step at batch 1 (bench/FUSED_NOTES.md, session 5). 64 features for more rows (8.4 -> 8.8 ms at batch
+        # per step at batch 1 (docs/fused_drafter.md, levers table). 64 features for more rows (8.4 -> 8.8 ms at batch
         # 16 with 128) and for the 128-row root tiles of long prompts (BNQR).
         bnq = self.block_n_qkv or (16 if interp else min(128 if bm <= 32 else 64, self.head_dim))
         bnqr = self.block_n_qkv or (16 if interp else min(64, self.head_dim))

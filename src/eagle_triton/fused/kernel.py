@@ -353,7 +353,7 @@ def _linear_tiles(x_rows, row_ok, w, out_rows, res_rows, ss_rows, pid, sc, bias,
     product's rounding with FP8 scales ``sc`` and ``bias``: :func:`_epi`).
     Each tile ``t`` also stores its rows' sums of squares of the stored values at ``ss_rows + t``: the consumer's
     RMSNorm statistics (:func:`_rstd_parts`). Whole tiles, not stream-K: for o and down (64 tiles on 132 SMs)
-    stream-K measured no faster (down 46 us either way, o 16 -> 18.5 us per step; bench/FUSED_NOTES.md)."""
+    stream-K measured no faster (down 46 us either way, o 16 -> 18.5 us per step; docs/fused_drafter.md)."""
     DT: tl.constexpr = out_rows.dtype.element_ty
     BM: tl.constexpr = row_ok.shape[0]
     offn = tl.arange(0, BN)
@@ -746,7 +746,7 @@ def _lm_phase(s, hbuf, hss, g_norm, wlm, lm_key, lm_ms, lm_scr, sc_lm, B, MCAP, 
     - ``LMW`` (few rows): the pipelined product loop only parks each tile's keys in this program's slot of
       ``lm_scr`` (a barrier or a load inside the loop would stop Triton from pipelining it) and
       :func:`_lm_select` ranks them after the loop with warp-level reductions. At 16 rows the cost was the block
-      barriers of reductions across warps: LM 100 -> 94 us per step at the 8B shape (bench/FUSED_NOTES.md
+      barriers of reductions across warps: LM 100 -> 94 us per step at the 8B shape (docs/fused_drafter.md
       session 6).
     - otherwise each tile is merged into a running top-k inside the loop, in the product's layout: at 64-128 rows
       the element work dominates, and half of it hides under the next tile's loads (ranked by warps there: batch 4
