@@ -154,8 +154,10 @@ class LlamaTarget(TargetModel):
     linear_configs: tile configurations of the weight products by name (``"qkv"``, ``"o"``, ``"gate_up"``,
         ``"down"``, ``"lm_head"``), default :func:`eagle_triton.ops.target_linear.default_config` per shape.
     inline_norm: fused forward only: apply the input/post-attention RMSNorm in the q/k/v and gate/up products'
-        prologue (default) or as a separate per-row kernel before them (one launch more, no per-program
-        normalisation of the row tile; both are batch-invariant and round alike up to the sum-of-squares order).
+        prologue, or (default) as a separate per-row kernel before them. Both are batch-invariant and round alike
+        up to the sum-of-squares order; the separate kernel is faster on the H100 (the prologue normalises the row
+        tile in every program: +7.6 / +12 us per q/k/v / gate-up product at 1 row, +21 / +72 us at 60 rows,
+        ``bench/results/target_forward_2026-11-24/``).
     cuda_graphs: capture the decode and verify steps on CUDA (default: on for CUDA).
     eos_token_ids: end-of-sequence ids (the engine's default stop tokens).
     """
@@ -163,7 +165,7 @@ class LlamaTarget(TargetModel):
     def __init__(self, config: TargetConfig, state_dict: dict[str, torch.Tensor], inv_freq: torch.Tensor,
                  attention_scaling: float = 1.0, device=None, dtype: torch.dtype | None = None, ops: str = "auto",
                  cuda_graphs: bool | None = None, eos_token_ids=None, fused_forward: bool | None = None,
-                 linear_configs: dict | None = None, inline_norm: bool = True):
+                 linear_configs: dict | None = None, inline_norm: bool = False):
         self.config = c = config
         first = state_dict["model.embed_tokens.weight"]
         self.device = torch.device(device) if device is not None else first.device

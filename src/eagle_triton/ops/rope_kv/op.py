@@ -84,7 +84,7 @@ def target_rope_kv(
         v_cache.stride(1), v_cache.stride(2), cos.stride(0), float(eps),
         HQ=num_heads, HKV=num_kv_heads, HEAD_DIM=D, BLOCK_HQ=next_power_of_2(num_heads),
         BLOCK_HKV=next_power_of_2(num_kv_heads), BLOCK_D=max(2, next_power_of_2(D)),
-        HAS_NORM=q_norm is not None, num_warps=4,
+        HAS_NORM=q_norm is not None, num_warps=4, enable_fp_fusion=False,
     )
     return q
 
@@ -100,7 +100,7 @@ def _aot_specs():
         const = dict(HQ=32, HKV=8, HEAD_DIM=128, BLOCK_HQ=32, BLOCK_HKV=8, BLOCK_D=128, HAS_NORM=norm)
         sig.update({k: "constexpr" for k in const})
         div = [n for n in _rope_kv_kernel.arg_names if n.startswith("stride_") or n == "Lmax"]
-        specs.append((_rope_kv_kernel, sig, const, {"num_warps": 4, "div16": div}))
+        specs.append((_rope_kv_kernel, sig, const, {"num_warps": 4, "enable_fp_fusion": False, "div16": div}))
     return specs
 
 

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import torch
 
-from .._utils import cdiv, check_tensor, is_interpreter, next_power_of_2, num_sms
+from .._utils import cdiv, check_tensor, is_interpreter, next_power_of_2
 from .kernel import _bi_linear_kernel, _rms_norm_kernel
 
 __all__ = ["target_linear", "target_rms_norm", "LinearConfig", "default_config", "AOT_SPECS"]
@@ -34,25 +34,32 @@ class LinearConfig:
 
 def default_config(N: int, K: int, device: torch.device | str | None = None,
                    dtype: torch.dtype = torch.bfloat16) -> LinearConfig:
-    """The tile configuration for an ``[N, K]`` weight (independent of ``M`` by construction).
+    """The tile configuration for an ``[N, K]`` weight (``N`` output columns; independent of ``M`` by construction).
 
-    GPU defaults (to be tuned on the H100): ``BM = 64`` (the wgmma M of one warp group, so a 60-row verify reads
-    the weight once), ``BK = 128`` and 4 stages (64 KiB of weight loads in flight per program at ``BN = 64``),
-    ``BN`` the largest of 64/32/16 that still gives at least two waves' worth of programs, so that a few
-    hundred programs pull the weight from every SM. fp32 (IEEE dots on FMA units) halves the tiles.
-    Interpreter (and CPU tensors): ``64 x 64 x 64`` tiles, few programs (the interpreter's cost is per program).
+    GPU, 16-bit (measured on the H100 at the Llama-3.1-8B shapes, ``bench/probes/target_linear_tune.py``, results in
+    ``bench/results/target_forward_2026-11-24/``): ``BM = 64`` always (one wgmma M: a 60-row verify reads the weight
+    once and a 1-row decode runs the same instruction shape); then by output width ``N``:
+
+    - ``N <= 4096`` (o, down): ``BN = 32``, ``BK = 256``, 4 stages (21.8 / 56.1 us at M = 1, cuBLAS 23.2 / 56.3);
+    - ``N <= 8192`` (q/k/v): ``BN = 64``, ``BK = 256``, 3 stages (29.3 us, cuBLAS 30.3);
+    - ``N < 65536`` (gate/up): ``BN = 64``, ``BK = 128``, 4 stages (94.6 us, cuBLAS 95.4);
+    - larger (lm_head): ``BN = 128``, ``BK = 128``, 3 stages (355.8 us, 2.95 TB/s; cuBLAS 389.1).
+
+    The narrow tiles of the small products keep enough programs (and bytes in flight) on 132 SMs. fp32 (IEEE dots
+    on FMA units) uses small tiles. Interpreter (and CPU tensors): ``64 x 64 x 64`` tiles, few programs (the
+    interpreter's cost is per program).
     """
     if is_interpreter() or (device is not None and torch.device(device).type == "cpu"):
         return LinearConfig(block_m=64, block_n=64, block_k=64, num_warps=4, num_stages=1)
-    sms = num_sms(device)
-    block_n = 16
-    for bn in (64, 32):
-        if cdiv(N, bn) >= 2 * sms:
-            block_n = bn
-            break
     if dtype == torch.float32:
-        return LinearConfig(block_m=32, block_n=min(block_n, 32), block_k=32, num_warps=4, num_stages=3)
-    return LinearConfig(block_m=64, block_n=block_n, block_k=128, num_warps=4, num_stages=4)
+        return LinearConfig(block_m=32, block_n=32, block_k=32, num_warps=4, num_stages=3)
+    if N <= 4096:
+        return LinearConfig(block_m=64, block_n=32, block_k=256, num_warps=4, num_stages=4)
+    if N <= 8192:
+        return LinearConfig(block_m=64, block_n=64, block_k=256, num_warps=4, num_stages=3)
+    if N < 65536:
+        return LinearConfig(block_m=64, block_n=64, block_k=128, num_warps=4, num_stages=4)
+    return LinearConfig(block_m=64, block_n=128, block_k=128, num_warps=4, num_stages=3)
 
 
 def _precision(dtype: torch.dtype) -> str:
@@ -138,8 +145,11 @@ def target_rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6, *,
     y = torch.empty_like(x, memory_format=torch.contiguous_format)
     if M == 0:
         return y
-    bk = block_k or (min(64, next_power_of_2(K)) if is_interpreter() else min(1024, next_power_of_2(K)))
-    _rms_norm_kernel[(M,)](x, weight, y, M, K, x.stride(0), y.stride(0), float(eps), BK=bk, num_warps=4)
+    # On the GPU the whole row in one chunk (up to 8192): the two passes are then two loads, not 2 * K / 1024
+    # dependent round trips, which is what a 1-row decode waits for.
+    bk = block_k or (min(64, next_power_of_2(K)) if is_interpreter() else min(8192, next_power_of_2(K)))
+    _rms_norm_kernel[(M,)](x, weight, y, M, K, x.stride(0), y.stride(0), float(eps), BK=bk,
+                           num_warps=8 if bk >= 2048 else 4)
     return y
 
 
