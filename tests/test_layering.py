@@ -26,7 +26,7 @@ import pytest
 SRC = Path(__file__).resolve().parents[1] / "src" / "eagle_triton"
 
 LAYERS: dict[str, int] = {
-    "config": 0, "tree": 0, "heads": 0,
+    "config": 0, "tree": 0, "heads": 0, "fileio": 0,
     "drafter": 1, "ops": 1,
     "fused": 2, "engine": 2,
     "integrations": 3, "train": 3, "compat": 3, "frontier": 3, "eagle_utils": 3, "spec_utils": 3,
