@@ -28,6 +28,8 @@ def target_rope_kv_ref(
     q_norm: torch.Tensor | None = None,
     k_norm: torch.Tensor | None = None,
     eps: float = 1e-6,
+    *,
+    out: torch.Tensor | None = None,
     **_: object,
 ) -> torch.Tensor:
     """Reference of :func:`~eagle_triton.ops.rope_kv.target_rope_kv` (same contract and side effect)."""
@@ -47,4 +49,6 @@ def target_rope_kv_ref(
     rows = cache_seqlens.to(qkv.device).long()[0] + torch.arange(M, device=qkv.device)
     k_cache[0, rows] = k.to(k_cache.dtype)
     v_cache[0, rows] = v.to(v_cache.dtype)
+    if out is not None:
+        return out.copy_(q)
     return q.contiguous()
