@@ -258,7 +258,8 @@ class LlamaTarget(TargetModel):
         unknown = set(self._linear_overrides) - set(shapes)
         if unknown:
             raise ValueError(f"linear_configs has unknown names {sorted(unknown)}; use {sorted(shapes)}")
-        return {name: self._linear_overrides.get(name) or default_config(n, k, self.device, self.dtype)
+        return {name: self._linear_overrides.get(name)
+                or default_config(n, k, self.device, self.dtype, silu_mul=name == "gate_up")
                 for name, (n, k) in shapes.items()}
 
     @classmethod

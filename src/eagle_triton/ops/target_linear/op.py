@@ -33,7 +33,7 @@ class LinearConfig:
 
 
 def default_config(N: int, K: int, device: torch.device | str | None = None,
-                   dtype: torch.dtype = torch.bfloat16) -> LinearConfig:
+                   dtype: torch.dtype = torch.bfloat16, silu_mul: bool = False) -> LinearConfig:
     """The tile configuration for an ``[N, K]`` weight (``N`` output columns; independent of ``M`` by construction).
 
     GPU, 16-bit (measured on the H100 at the Llama-3.1-8B shapes, ``bench/probes/target_linear_tune.py``, results in
@@ -45,7 +45,9 @@ def default_config(N: int, K: int, device: torch.device | str | None = None,
     - ``N < 65536`` (gate/up): ``BN = 64``, ``BK = 128``, 4 stages (94.6 us, cuBLAS 95.4);
     - larger (lm_head): ``BN = 128``, ``BK = 128``, 3 stages (355.8 us, 2.95 TB/s; cuBLAS 389.1).
 
-    The narrow tiles of the small products keep enough programs (and bytes in flight) on 132 SMs. fp32 (IEEE dots
+    The narrow tiles of the small products keep enough programs (and bytes in flight) on 132 SMs. ``silu_mul``
+    streams two weight tiles per step (gate and up): the stages are cut to what fits the shared-memory budget.
+    fp32 (IEEE dots
     on FMA units) uses small tiles. Interpreter (and CPU tensors): ``64 x 64 x 64`` tiles, few programs (the
     interpreter's cost is per program).
     """
@@ -54,12 +56,20 @@ def default_config(N: int, K: int, device: torch.device | str | None = None,
     if dtype == torch.float32:
         return LinearConfig(block_m=32, block_n=32, block_k=32, num_warps=4, num_stages=3)
     if N <= 4096:
-        return LinearConfig(block_m=64, block_n=32, block_k=256, num_warps=4, num_stages=4)
-    if N <= 8192:
-        return LinearConfig(block_m=64, block_n=64, block_k=256, num_warps=4, num_stages=3)
-    if N < 65536:
-        return LinearConfig(block_m=64, block_n=64, block_k=128, num_warps=4, num_stages=4)
-    return LinearConfig(block_m=64, block_n=128, block_k=128, num_warps=4, num_stages=3)
+        bn, bk, stages = 32, 256, 4
+    elif N <= 8192:
+        bn, bk, stages = 64, 256, 3
+    elif N < 65536:
+        bn, bk, stages = 64, 128, 4
+    else:
+        bn, bk, stages = 128, 128, 3
+    stage_bytes = (64 + (2 if silu_mul else 1) * bn) * bk * torch.tensor([], dtype=dtype).element_size()
+    stages = max(2, min(stages, _SMEM_BUDGET // stage_bytes))
+    return LinearConfig(block_m=64, block_n=bn, block_k=bk, num_warps=4, num_stages=stages)
+
+
+# Pipeline buffers per program: an H100 SM has 227 KiB of shared memory; leave room for the epilogue's scratch.
+_SMEM_BUDGET = 200 * 1024
 
 
 def _precision(dtype: torch.dtype) -> str:
@@ -119,7 +129,7 @@ def target_linear(
         if out is not None:
             check_tensor("out", out, shape=(M, N), dtypes=(x.dtype,), device=dev, last_dim_contiguous=True)
     M, K = x.shape
-    cfg = config or default_config(N, K, x.device, x.dtype)
+    cfg = config or default_config(N, K, x.device, x.dtype, silu_mul=bool(silu_mul))
     y = out if out is not None else torch.empty(M, N, device=x.device, dtype=x.dtype)
     if M == 0 or N == 0:
         return y
