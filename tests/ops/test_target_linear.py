@@ -69,10 +69,10 @@ def test_linear_row_is_batch_invariant(cfg, dtype, device):
 
 
 def test_default_config_ignores_the_row_count():
-    """The launcher's tile choice is a function of (N, K) alone: its signature has no M."""
+    """The launcher's tile choice is a function of the weight (N, K, the fused epilogue) alone: no M."""
     import inspect
 
-    assert list(inspect.signature(default_config).parameters) == ["N", "K", "device", "dtype"]
+    assert list(inspect.signature(default_config).parameters) == ["N", "K", "device", "dtype", "silu_mul"]
     assert default_config(4096, 4096) == default_config(4096, 4096)
 
 
