@@ -103,16 +103,18 @@ def prompt_token_ids(tokenizer, prompt: str, chat_template: bool) -> list[int]:
 def build_engine(args, tree, plain: bool = False):
     """The engine the model options describe: ``(engine, tokenizer, target_source, draft_source)``.
 
-    Without ``--target`` it is SmolLM2-135M-Instruct with the shipped head (plain decoding, said on stderr, when no
-    head is shipped or ``plain`` is set and no ``--draft`` is given)."""
-    from ..engine.default_model import default_draft_head_path, smollm2_gguf_path
+    Without ``--target`` (or with ``--target smollm2``) it is SmolLM2-135M-Instruct, from its cached converted copy,
+    with the shipped head (plain decoding, said on stderr, when no head is shipped or ``plain`` is set and no
+    ``--draft`` is given)."""
+    from ..engine.default_model import default_draft_head_path, default_target_source, is_default_target_name
     from ..engine.engine import EagleEngine
     from ..engine.loading import load_head, load_target, load_tokenizer, resolve_device
 
     target_src = args.target
     draft_src = args.draft
-    if target_src is None:
-        target_src = str(smollm2_gguf_path())
+    if is_default_target_name(target_src):
+        # the cached transformers-format copy of the GGUF (converted on first use): loads in about a second
+        target_src = str(default_target_source())
         if draft_src is None and not plain:
             head_dir = default_draft_head_path()
             if head_dir is None:
