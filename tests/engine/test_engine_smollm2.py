@@ -14,7 +14,7 @@ from numerics import assert_close_to_reference
 from eagle_triton import TreeConfig
 from eagle_triton.cli import main
 from eagle_triton.commands.generate import prompt_token_ids
-from eagle_triton.engine import EagleEngine, LlamaTarget
+from eagle_triton.engine import EagleEngine, LlamaTarget, default_model
 from eagle_triton.engine import loading as loading_mod
 from eagle_triton.testing import random_eagle3_head
 
@@ -93,6 +93,8 @@ def cli_models(smollm2, monkeypatch):
         return LlamaTarget.from_hf(model)
 
     monkeypatch.setattr(loading_mod, "load_target", fake_target)
+    # the default's cached conversion is covered by test_model_cache.py; here the CLI only has to ask for it
+    monkeypatch.setattr(default_model, "default_target_source", lambda log=None: "cached-default-smollm2")
     monkeypatch.setattr(loading_mod, "load_tokenizer", lambda source, gguf_file=None: tok)
     return model, tok, seen
 
@@ -102,7 +104,7 @@ def test_cli_generate_default_json(cli_models, capsys):
     rc = main(["generate", "--json", "--max-new-tokens", "9", "--prompt", "Tell me a joke."])
     out, err = capsys.readouterr()
     assert rc == 0
-    assert seen["target"].endswith("SmolLM2-135M-Instruct.Q4_1.gguf")
+    assert seen["target"] == "cached-default-smollm2"
     res = json.loads(out)
     ids = prompt_token_ids(tok, "Tell me a joke.", True)
     assert res["prompt_token_ids"] == ids
