@@ -11,7 +11,14 @@ import sys
 import time
 from pathlib import Path
 
-from .generate import DEFAULT_PROMPT, add_model_arguments, add_tree_arguments, build_engine, prompt_token_ids
+from .generate import (
+    DEFAULT_PROMPT,
+    add_model_arguments,
+    add_tree_arguments,
+    build_engine,
+    prompt_token_ids,
+    tree_from_args,
+)
 
 PHASES = ("prefill_s", "draft_s", "verify_s", "accept_s")
 
@@ -72,13 +79,12 @@ def _plot(result: dict, path: Path) -> None:
 def run(args) -> int:
     import torch
 
-    from ..config import TreeConfig
 
     if args.num_runs < 1:
         print("eagle-triton bench: error: --num-runs must be >= 1", file=sys.stderr)
         return 2
     try:
-        tree = TreeConfig(args.total_tokens, args.depth, args.draft_top_k)
+        tree = tree_from_args(args)
         engine, tok, target_src, draft_src = build_engine(args, tree)
         prompts = [prompt_token_ids(tok, p, not args.no_chat_template) for p in _prompts(args)]
     except (OSError, ValueError, TypeError) as e:

@@ -60,12 +60,38 @@ def add_model_arguments(p) -> None:
     m.add_argument("--max-length", type=int, default=2048, help="longest prompt + generation (default 2048)")
 
 
+# The default draft tree per device type (total tokens incl. the root, depth, top-k). On CUDA a wide tree is
+# verified in about the time of one decode step; on the CPU verifying costs about a decode step per few tree tokens,
+# so a small tree is the one where speculation is not slower than plain decoding for the shipped head
+# (bench/bench_cpu_tree.py measures it).
+DEFAULT_TREES = {"cuda": (60, 7, 10), "cpu": (16, 3, 4)}
+
+
 def add_tree_arguments(p) -> None:
-    """Draft-tree options shared by ``generate`` and ``bench``."""
-    t = p.add_argument_group("draft tree")
-    t.add_argument("--total-tokens", type=int, default=60, help="tree size including the root (default 60)")
-    t.add_argument("--depth", type=int, default=7, help="draft expansion steps (default 7)")
-    t.add_argument("--draft-top-k", type=int, default=10, help="branching factor of the draft tree (default 10)")
+    """Draft-tree options shared by ``generate`` and ``bench`` (defaults depend on the device: see DEFAULT_TREES)."""
+    cuda, cpu = ("/".join(map(str, DEFAULT_TREES[d])) for d in ("cuda", "cpu"))
+    t = p.add_argument_group(
+        "draft tree", f"defaults depend on the device: {cuda} (total/depth/top-k) on CUDA, {cpu} on the CPU, where "
+        "larger trees cost more to verify than they save")
+    t.add_argument("--total-tokens", type=int, default=None,
+                   help=f"tree size including the root (default {DEFAULT_TREES['cuda'][0]} on CUDA, "
+                   f"{DEFAULT_TREES['cpu'][0]} on the CPU)")
+    t.add_argument("--depth", type=int, default=None,
+                   help=f"draft expansion steps (default {DEFAULT_TREES['cuda'][1]} on CUDA, "
+                   f"{DEFAULT_TREES['cpu'][1]} on the CPU)")
+    t.add_argument("--draft-top-k", type=int, default=None,
+                   help=f"branching factor of the draft tree (default {DEFAULT_TREES['cuda'][2]} on CUDA, "
+                   f"{DEFAULT_TREES['cpu'][2]} on the CPU)")
+
+
+def tree_from_args(args):
+    """The :class:`TreeConfig` the tree options ask for, each unset one taken from the device's default tree."""
+    from ..config import TreeConfig
+    from ..engine.loading import resolve_device
+
+    defaults = DEFAULT_TREES["cuda" if resolve_device(args.device).type == "cuda" else "cpu"]
+    given = (args.total_tokens, args.depth, args.draft_top_k)
+    return TreeConfig(*(d if g is None else g for g, d in zip(given, defaults, strict=True)))
 
 
 def _error(msg: str) -> int:
@@ -137,13 +163,12 @@ def build_engine(args, tree, plain: bool = False):
 
 
 def run(args) -> int:
-    from ..config import TreeConfig
     from ..engine.default_model import MissingDefaultModel
     from ..engine.loading import ModelLoadError
     from ..heads import CheckpointError
 
     try:
-        tree = TreeConfig(args.total_tokens, args.depth, args.draft_top_k)
+        tree = tree_from_args(args)
         if args.max_new_tokens < 0:
             raise ValueError(f"--max-new-tokens must be >= 0, got {args.max_new_tokens}")
         t0 = time.perf_counter()
