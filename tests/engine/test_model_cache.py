@@ -200,3 +200,26 @@ def test_cached_default_model_generates_like_the_gguf(smollm2, tmp_path, monkeyp
         b = EagleEngine(gguf_target, None, max_length=256).generate(input_ids=ids, max_new_tokens=12)[0]
         assert a == b
         assert fast_tok.decode(a, skip_special_tokens=True) == tok.decode(b, skip_special_tokens=True)
+
+
+def test_plain_fast_tokenizer_loads_like_autotokenizer(tmp_path):
+    from tokenizers import Tokenizer, models, pre_tokenizers, trainers
+    from transformers import AutoTokenizer, PreTrainedTokenizerFast
+
+    from eagle_triton.engine.loading import _plain_fast_tokenizer, load_tokenizer
+
+    raw = Tokenizer(models.BPE(unk_token="<unk>"))
+    raw.pre_tokenizer = pre_tokenizers.Whitespace()
+    raw.train_from_iterator(["the quick brown fox", "jumps over the lazy dog"] * 20,
+                            trainers.BpeTrainer(vocab_size=80, special_tokens=["<unk>", "<s>", "</s>"]))
+    PreTrainedTokenizerFast(tokenizer_object=raw, bos_token="<s>", eos_token="</s>",
+                            unk_token="<unk>").save_pretrained(tmp_path)
+    (tmp_path / "config.json").write_text(json.dumps({"model_type": "llama"}))  # a model folder, as loading expects
+    assert _plain_fast_tokenizer(str(tmp_path))
+    fast, auto = load_tokenizer(tmp_path), AutoTokenizer.from_pretrained(str(tmp_path))
+    assert type(fast) is type(auto)
+    text = "the lazy fox jumps"
+    assert fast(text)["input_ids"] == auto(text)["input_ids"]
+    ids = auto(text)["input_ids"]
+    assert fast.decode(ids, skip_special_tokens=True) == auto.decode(ids, skip_special_tokens=True)
+    assert (fast.bos_token, fast.eos_token) == (auto.bos_token, auto.eos_token)
