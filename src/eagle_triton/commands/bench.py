@@ -79,7 +79,6 @@ def _plot(result: dict, path: Path) -> None:
 def run(args) -> int:
     import torch
 
-
     if args.num_runs < 1:
         print("eagle-triton bench: error: --num-runs must be >= 1", file=sys.stderr)
         return 2
