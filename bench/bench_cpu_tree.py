@@ -8,7 +8,7 @@ token against the plain one. The JSON (device, date, versions, commit, the exact
 ``best_tree`` is the tree with the highest speedup (total tokens / total median seconds) among those with identical
 outputs, the value the CLI's CPU default should take.
 
-Example (the full measurement; about 25 minutes on a quiet 2-core machine)::
+Example (the full measurement; about 20 minutes on a quiet 2-core machine)::
 
     python bench/bench_cpu_tree.py bench/results/cpu_tree/cpu_tree.json --num-prompts 8 --max-new-tokens 64 \\
         --repeats 3
@@ -28,7 +28,7 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
-DEFAULT_TREES = "60/7/10,32/5/6,16/3/4,12/4/2,8/3/2,6/5/1"
+DEFAULT_TREES = "60/7/10,32/5/6,16/3/4,12/4/2,8/3/2,6/5/1,10/2/4,8/2/3,6/1/5,4/1/3"
 
 
 def parse_tree(text: str):
