@@ -60,11 +60,12 @@ def add_model_arguments(p) -> None:
     m.add_argument("--max-length", type=int, default=2048, help="longest prompt + generation (default 2048)")
 
 
-# The default draft tree per device type (total tokens incl. the root, depth, top-k). On CUDA a wide tree is
-# verified in about the time of one decode step; on the CPU verifying costs about a decode step per few tree tokens,
-# so a small tree is the one where speculation is not slower than plain decoding for the shipped head
-# (bench/bench_cpu_tree.py measures it).
-DEFAULT_TREES = {"cuda": (60, 7, 10), "cpu": (16, 3, 4)}
+# The default draft tree per device type (total tokens incl. the root, depth, top-k). On CUDA a wide, deep tree is
+# drafted and verified in about the time of a few decode steps. On the CPU every draft level (a head forward and a
+# top-k) and every verified token cost real time, so the shallow 8/1/4 is the tree where speculation is not slower
+# than plain decoding for the shipped head: 1.13x on a 2-core CPU, where 16/3/4 gave 0.93x and 60/7/10 0.57x
+# (bench/bench_cpu_tree.py, 4 MT-bench prompts on a shared machine: provisional until re-run on a quiet one).
+DEFAULT_TREES = {"cuda": (60, 7, 10), "cpu": (8, 1, 4)}
 
 
 def add_tree_arguments(p) -> None:
@@ -72,7 +73,7 @@ def add_tree_arguments(p) -> None:
     cuda, cpu = ("/".join(map(str, DEFAULT_TREES[d])) for d in ("cuda", "cpu"))
     t = p.add_argument_group(
         "draft tree", f"defaults depend on the device: {cuda} (total/depth/top-k) on CUDA, {cpu} on the CPU, where "
-        "larger trees cost more to verify than they save")
+        "deeper and larger trees cost more to draft and verify than they save")
     t.add_argument("--total-tokens", type=int, default=None,
                    help=f"tree size including the root (default {DEFAULT_TREES['cuda'][0]} on CUDA, "
                    f"{DEFAULT_TREES['cpu'][0]} on the CPU)")
