@@ -1,7 +1,10 @@
 """Test configuration: Triton's interpreter on CPU-only machines, GPU markers, one torch thread, shared model
 fixtures (the tiny random Llama and SmolLM2, loaded once per worker)."""
 
+import atexit
 import os
+import shutil
+import tempfile
 
 try:
     import torch
@@ -16,6 +19,11 @@ except Exception:  # pragma: no cover
 # Must be set before any @triton.jit decorator runs, i.e. before eagle_triton is imported.
 if not _HAS_CUDA:
     os.environ.setdefault("TRITON_INTERPRET", "1")
+
+# Tests never write into the user's cache: a converted default model goes to a folder of this session's own.
+_CACHE = tempfile.mkdtemp(prefix="eagle-triton-test-cache-")
+os.environ["EAGLE_TRITON_CACHE"] = _CACHE
+atexit.register(shutil.rmtree, _CACHE, True)
 
 import pytest  # noqa: E402
 

@@ -99,8 +99,11 @@ def _assets() -> dict[str, Any]:
         p = Path(list(spec.submodule_search_locations)[0]) / "SmolLM2-135M-Instruct.Q4_1.gguf"
         gguf = str(p) if p.is_file() else None
     head = Path(__file__).parent / "assets" / "smollm2-eagle3"
+    from .engine.default_model import default_cache_status
+
     return {
         "default_target_gguf": gguf,
+        "default_target_cache": default_cache_status(),
         "default_draft_head": str(head) if (head / "config.json").is_file() else None,
     }
 
@@ -157,6 +160,9 @@ def format_env(env: dict[str, Any]) -> str:
     lines.append(f"Triton interpreter: {'on' if t['interpreter'] else 'off'}")
     a = env["assets"]
     lines.append(f"default target: {a['default_target_gguf'] or 'not installed'}")
+    c = a["default_target_cache"]
+    lines.append(f"default target cache: {c['dir'] or c['root']} (" + ("built" if c["built"] else (
+        f"not built: {c['problem']}" if c["problem"] else "not built yet: the first generate converts the GGUF")) + ")")
     lines.append(f"default draft head: {a['default_draft_head'] or 'not shipped'}")
     lines.append("")
     if env["problems"]:

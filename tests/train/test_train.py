@@ -1,10 +1,12 @@
 """EAGLE-3 training pipeline on a tiny random Llama target built in code (CPU, fp32, no downloads)."""
 
 import argparse
+import copy
 import json
 
 import pytest
 import torch
+from numerics import assert_close_to_reference
 
 from eagle_triton import Eagle3DraftHead, TreeConfig, load_draft_head
 from eagle_triton.testing import random_eagle3_head
@@ -204,7 +206,9 @@ def test_prepare_batch_masks_and_features(tiny):
     assert b.loss_mask[0].tolist() == [False] * 3 + [True] * 5 + [False]
     assert b.loss_mask[1].tolist() == [True] * 4 + [False] * 5
     ref = target_forward(model, samples[0].ids[None])
-    torch.testing.assert_close(b.features[0], ref.features[0], atol=1e-5, rtol=1e-5)
+    ref64 = target_forward(copy.deepcopy(model).double(), samples[0].ids[None])
+    # batched (padded) vs single-row forward: other matmul shapes, which the CPU BLAS may round differently
+    assert_close_to_reference(b.features[0], ref.features[0], ref64.features[0], what="batched features")
     torch.testing.assert_close(b.target_logp[0].exp().sum(-1), torch.ones(9), atol=1e-5, rtol=1e-5)
     assert torch.equal(b.target_argmax[0], ref.logits[0].argmax(-1))
 

@@ -63,12 +63,39 @@ def add_model_arguments(p) -> None:
     m.add_argument("--max-length", type=int, default=2048, help="longest prompt + generation (default 2048)")
 
 
+# The default draft tree per device type (total tokens incl. the root, depth, top-k). On CUDA a wide, deep tree is
+# drafted and verified in about the time of a few decode steps. On the CPU every draft level (a head forward and a
+# top-k) and every verified token cost real time, so the shallow 8/1/4 is the tree where speculation is not slower
+# than plain decoding for the shipped head: 1.13x on a 2-core CPU, where 16/3/4 gave 0.93x and 60/7/10 0.57x
+# (bench/bench_cpu_tree.py, 4 MT-bench prompts on a shared machine: provisional until re-run on a quiet one).
+DEFAULT_TREES = {"cuda": (60, 7, 10), "cpu": (8, 1, 4)}
+
+
 def add_tree_arguments(p) -> None:
-    """Draft-tree options shared by ``generate`` and ``bench``."""
-    t = p.add_argument_group("draft tree")
-    t.add_argument("--total-tokens", type=int, default=60, help="tree size including the root (default 60)")
-    t.add_argument("--depth", type=int, default=7, help="draft expansion steps (default 7)")
-    t.add_argument("--draft-top-k", type=int, default=10, help="branching factor of the draft tree (default 10)")
+    """Draft-tree options shared by ``generate`` and ``bench`` (defaults depend on the device: see DEFAULT_TREES)."""
+    cuda, cpu = ("/".join(map(str, DEFAULT_TREES[d])) for d in ("cuda", "cpu"))
+    t = p.add_argument_group(
+        "draft tree", f"defaults depend on the device: {cuda} (total/depth/top-k) on CUDA, {cpu} on the CPU, where "
+        "deeper and larger trees cost more to draft and verify than they save")
+    t.add_argument("--total-tokens", type=int, default=None,
+                   help=f"tree size including the root (default {DEFAULT_TREES['cuda'][0]} on CUDA, "
+                   f"{DEFAULT_TREES['cpu'][0]} on the CPU)")
+    t.add_argument("--depth", type=int, default=None,
+                   help=f"draft expansion steps (default {DEFAULT_TREES['cuda'][1]} on CUDA, "
+                   f"{DEFAULT_TREES['cpu'][1]} on the CPU)")
+    t.add_argument("--draft-top-k", type=int, default=None,
+                   help=f"branching factor of the draft tree (default {DEFAULT_TREES['cuda'][2]} on CUDA, "
+                   f"{DEFAULT_TREES['cpu'][2]} on the CPU)")
+
+
+def tree_from_args(args):
+    """The :class:`TreeConfig` the tree options ask for, each unset one taken from the device's default tree."""
+    from ..config import TreeConfig
+    from ..engine.loading import resolve_device
+
+    defaults = DEFAULT_TREES["cuda" if resolve_device(args.device).type == "cuda" else "cpu"]
+    given = (args.total_tokens, args.depth, args.draft_top_k)
+    return TreeConfig(*(d if g is None else g for g, d in zip(given, defaults, strict=True)))
 
 
 DEFAULT_TARGET_NAME = "smollm2"
@@ -89,7 +116,6 @@ def check_model_args(args, tree_needed: bool):
     from pathlib import Path
 
     from ..cli import UsageError
-    from ..config import TreeConfig
     from ..engine.loading import _split_source, resolve_device, resolve_dtype
 
     if args.threads is not None and args.threads < 1:
@@ -115,7 +141,7 @@ def check_model_args(args, tree_needed: bool):
     if not tree_needed:
         return None
     try:
-        return TreeConfig(args.total_tokens, args.depth, args.draft_top_k)
+        return tree_from_args(args)
     except (TypeError, ValueError) as e:
         raise UsageError(f"draft tree (--total-tokens/--depth/--draft-top-k): {e}") from e
 
@@ -171,10 +197,11 @@ def prompt_token_ids(tokenizer, prompt: str, chat_template: bool) -> list[int]:
 def build_engine(args, tree, plain: bool = False, check_tokenizer=None):
     """The engine the model options describe: ``(engine, tokenizer, target_source, draft_source)``.
 
-    Without ``--target`` (or with ``--target smollm2``) it is SmolLM2-135M-Instruct with the shipped head (plain
-    decoding, said on stderr, when no head is shipped or ``plain`` is set and no ``--draft`` is given).
-    ``check_tokenizer(tokenizer)`` runs after the tokenizer loads and before the weights do (prompt checks)."""
-    from ..engine.default_model import default_draft_head_path
+    Without ``--target`` (or with ``--target smollm2``) it is SmolLM2-135M-Instruct, from its cached converted copy,
+    with the shipped head (plain decoding, said on stderr, when no head is shipped or ``plain`` is set and no
+    ``--draft`` is given). ``check_tokenizer(tokenizer)`` runs after the tokenizer loads and before the weights do
+    (prompt checks)."""
+    from ..engine.default_model import default_draft_head_path, default_target_source
     from ..engine.engine import EagleEngine
     from ..engine.loading import load_head, load_target, load_tokenizer, resolve_device
     from ..heads.fp8 import apply_draft_dtype
@@ -185,6 +212,8 @@ def build_engine(args, tree, plain: bool = False, check_tokenizer=None):
     draft_src = args.draft
     note = None  # said once the inputs are known to be good, so it never precedes an error
     if default_target:
+        # the cached transformers-format copy of the GGUF (converted on first use): loads in about a second
+        target_src = str(default_target_source())
         if draft_src is None and not plain:
             head_dir = default_draft_head_path()
             if head_dir is None:

@@ -62,11 +62,34 @@ def _split_source(source: str | os.PathLike, gguf_file: str | None) -> tuple[str
     return str(source), gguf_file, False  # a Hugging Face hub id
 
 
-def load_tokenizer(source: str | os.PathLike, gguf_file: str | None = None):
-    from transformers import AutoTokenizer
+# tokenizer_config.json classes that AutoTokenizer maps to transformers' plain fast tokenizer (``TokenizersBackend``
+# in transformers 5, ``PreTrainedTokenizerFast`` before): loading that class directly skips ~1 s of AutoTokenizer's
+# imports (its processor and model-code modules), with the same tokenizer as a result.
+_PLAIN_FAST_TOKENIZERS = ("TokenizersBackend", "PreTrainedTokenizerFast")
 
-    where, gguf, _ = _split_source(source, gguf_file)
+
+def _plain_fast_tokenizer(where: str) -> bool:
+    import json
+
+    root = Path(where)
+    if not (root / "tokenizer.json").is_file():
+        return False
     try:
+        cfg = json.loads((root / "tokenizer_config.json").read_text())
+    except (OSError, ValueError):
+        return False
+    return isinstance(cfg, dict) and cfg.get("tokenizer_class") in _PLAIN_FAST_TOKENIZERS
+
+
+def load_tokenizer(source: str | os.PathLike, gguf_file: str | None = None):
+    where, gguf, local = _split_source(source, gguf_file)
+    try:
+        if local and gguf is None and _plain_fast_tokenizer(where):
+            from transformers import PreTrainedTokenizerFast
+
+            return PreTrainedTokenizerFast.from_pretrained(where)
+        from transformers import AutoTokenizer
+
         return AutoTokenizer.from_pretrained(where, **({"gguf_file": gguf} if gguf else {}))
     except Exception as e:  # transformers raises many types for missing/corrupt tokenizer files
         raise ModelLoadError(f"cannot load a tokenizer from {source}: {type(e).__name__}: {e}") from e

@@ -284,12 +284,20 @@ class LlamaTarget(TargetModel):
     def from_pretrained(cls, path, device=None, dtype=None, **kwargs) -> LlamaTarget:
         """Read a transformers-format checkpoint directory (``config.json`` + safetensors, sharded or not)."""
         from safetensors.torch import load_file
-        from transformers import AutoConfig
+
+        from .fast_config import read_simple_llama_config
 
         root = Path(path)
         if not (root / "config.json").is_file():
             raise FileNotFoundError(f"{root} has no config.json (not a transformers checkpoint directory)")
-        cfg = AutoConfig.from_pretrained(str(root))
+        simple = read_simple_llama_config(root)  # plain Llama configs skip ~2 s of transformers imports
+        if simple is not None:
+            cfg, inv_freq, scaling = simple
+        else:
+            from transformers import AutoConfig
+
+            cfg = AutoConfig.from_pretrained(str(root))
+            inv_freq, scaling = _rotary_from_config(cfg, "cpu")
         tcfg = TargetConfig.from_hf(cfg)
         index = root / "model.safetensors.index.json"
         if index.is_file():
@@ -307,7 +315,6 @@ class LlamaTarget(TargetModel):
             except Exception as e:  # safetensors raises its own error type for corrupt headers
                 raise ValueError(f"cannot read safetensors file {root / f}: {e}") from e
         dtype = dtype or _config_dtype(cfg) or torch.float32
-        inv_freq, scaling = _rotary_from_config(cfg, "cpu")
         eos = _as_list(getattr(cfg, "eos_token_id", None))
         gen = root / "generation_config.json"
         if gen.is_file():
