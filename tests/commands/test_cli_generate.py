@@ -224,6 +224,8 @@ def test_generate_accepts_target_smollm2(capsys, tiny_models, monkeypatch, tmp_p
 
     seen = []
     monkeypatch.setattr(default_model, "smollm2_gguf_path", lambda: tmp_path / "SmolLM2.gguf")
+    # the CLI loads the default model from its cached converted copy (here: the stubbed source itself)
+    monkeypatch.setattr(default_model, "default_target_source", lambda: tmp_path / "SmolLM2.gguf")
     import eagle_triton.engine.loading as loading
 
     real = loading.load_target

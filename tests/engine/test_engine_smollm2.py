@@ -135,7 +135,7 @@ def test_cli_generate_with_draft_head(cli_models, tmp_path, capsys):
     assert main(common + ["--draft", str(tmp_path / "head"), "--target", "unused", "--draft-kind", "eagle1"]) == 2
     assert "EAGLE-3 head but Eagle1DraftHead" in capsys.readouterr().err
     assert main(common[:-6] + ["--target", "unused", "--max-length", "4"]) == 2
-    assert "max_length is 4" in capsys.readouterr().err
+    assert "--max-length is 4" in capsys.readouterr().err
     assert main(common[:-6] + ["--target", "unused", "--prompt", ""]) == 2
     assert "empty" in capsys.readouterr().err
 

@@ -8,7 +8,7 @@ import torch
 from eagle_triton.testing import random_eagle3_head
 from eagle_triton.train import TrainConfig
 
-SHIPPED = Path(__file__).resolve().parents[1] / "src" / "eagle_triton" / "assets" / "smollm2-eagle3"
+SHIPPED = Path(__file__).resolve().parents[2] / "src" / "eagle_triton" / "assets" / "smollm2-eagle3"
 
 # The keys of SafeAILab's ``cnets.Model`` that a checkpoint provides (its embedding comes from the target).
 EAGLE3_KEYS = {

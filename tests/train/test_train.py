@@ -173,7 +173,7 @@ def test_prompts_from_target_resumable_and_deterministic(tmp_path, tiny):
     again = load_dataset(tmp_path / "d")
     assert [s.ids.tolist() for s in again] == [s.ids.tolist() for s in full]
     # A different config in the same directory is refused.
-    with pytest.raises(ValueError, match="different DataConfig"):
+    with pytest.raises(ValueError, match="started with other data settings"):
         generate_dataset(model, tok, DataConfig(num_prompts=7, batch_size=2), tmp_path / "d", progress=False)
     # Export/import round trip.
     export_dataset(tmp_path / "d", tmp_path / "pack.pt")
@@ -331,9 +331,9 @@ def test_shipped_smollm2_head_loads_strictly():
     used = head.draft_to_target(torch.arange(head.draft_vocab_size))
     assert torch.all(used[1:] > used[:-1]) and torch.equal(head.t2d.nonzero().view(-1), used)
     assert 2 in used.tolist()  # <|im_end|>, the stop token, is always in the draft vocabulary
-    shards = sorted(path.glob("*.safetensors"))
-    assert shards and all(f.stat().st_size < 16 * 2**20 for f in shards)
-    with safe_open(str(shards[0]), "pt") as f:
+    files = sorted(path.glob("*.safetensors"))
+    assert [f.name for f in files] == ["model.safetensors"]  # one file, as SafeAILab's loader expects
+    with safe_open(str(files[0]), "pt") as f:
         assert f.get_tensor("lm_head.weight").dtype == torch.bfloat16
     meta = json.loads((path / "train_meta.json").read_text())
     assert meta["complete"] and meta["step"] == meta["train_config"]["max_steps"]
