@@ -1,0 +1,88 @@
+"""Probe: tile configurations of the batch-invariant target linear at the Llama-3.1-8B shapes (GPU only).
+
+For each weight shape and each config, times ``target_linear`` at M = 1 (decode) and M = 60 (verify) with the
+median of ``triton.testing.do_bench``, rotating over enough weight copies that L2 (50 MB) cannot hold them, next
+to ``F.linear`` (cuBLAS) on the same data. Prints weight TB/s; writes JSON to ``--out``.
+
+    python bench/probes/target_linear_tune.py --out /tmp/tune.json [--quick]
+"""
+
+import argparse
+import itertools
+import json
+import sys
+import time
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+from triton.testing import do_bench
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "src"))
+from eagle_triton.ops.target_linear import LinearConfig, target_linear  # noqa: E402
+
+SHAPES = {  # name: (N rows of W, K, flags)
+    "qkv": (6144, 4096, dict(norm=True)),
+    "o": (4096, 4096, dict(res=True)),
+    "gate_up": (28672, 4096, dict(norm=True, silu=True)),
+    "down": (4096, 14336, dict(res=True)),
+    "lm_head": (128256, 4096, {}),
+}
+
+
+def main():
+    p = argparse.ArgumentParser()
+    p.add_argument("--out", required=True)
+    p.add_argument("--quick", action="store_true")
+    p.add_argument("--shapes", default=",".join(SHAPES))
+    a = p.parse_args()
+    dev, dt = "cuda", torch.bfloat16
+    grid = list(itertools.product((16, 64), (32, 64, 128), (128, 256), (3, 4), (4,)))
+    if a.quick:
+        grid = [(64, 32, 128, 4, 4), (64, 64, 256, 4, 4), (16, 64, 256, 4, 4)]
+    rows = []
+    for name in a.shapes.split(","):
+        N, K, fl = SHAPES[name]
+        copies = max(2, int(150e6 // (N * K * 2)) + 1)
+        ws = [torch.randn(N, K, device=dev, dtype=dt) * 0.02 for _ in range(copies)]
+        nw = torch.rand(K, device=dev, dtype=dt) + 0.5 if fl.get("norm") else None
+        n_out = N // 2 if fl.get("silu") else N
+        for M in (1, 60):
+            x = torch.randn(M, K, device=dev, dtype=dt)
+            res = torch.randn(M, n_out, device=dev, dtype=dt) if fl.get("res") else None
+            it = itertools.cycle(ws)
+            t = do_bench(lambda: F.linear(x, next(it)), warmup=25, rep=100, return_mode="median")
+            rows.append(dict(shape=name, M=M, variant="cublas", us=t * 1e3, TBps=N * K * 2 / t / 1e9))
+            print(f"{name:8s} M={M:3d} cublas {t*1e3:8.1f} us {N*K*2/t/1e9:5.2f} TB/s", flush=True)
+            for bm, bn, bk, st, nwp in grid:
+                cfg = LinearConfig(block_m=bm, block_n=bn, block_k=bk, num_stages=st, num_warps=nwp)
+                for norm in ([True, False] if fl.get("norm") else [False]):
+                    def fn(cfg=cfg, norm=norm):
+                        return target_linear(x, next(it), norm_weight=nw if norm else None, residual=res,
+                                             silu_mul=bool(fl.get("silu")), config=cfg, validate=False)
+                    try:
+                        t = do_bench(fn, warmup=25, rep=100, return_mode="median")
+                    except Exception as e:  # a config over the shared-memory budget
+                        print(f"{name} M={M} {cfg} norm={norm}: {type(e).__name__}", flush=True)
+                        continue
+                    tb = N * K * 2 / t / 1e9
+                    rows.append(dict(shape=name, M=M, variant=f"bm{bm} bn{bn} bk{bk} st{st} w{nwp}", norm=norm,
+                                     us=t * 1e3, TBps=tb))
+                    print(f"{name:8s} M={M:3d} bm{bm:3d} bn{bn:3d} bk{bk:3d} st{st} w{nwp} norm={int(norm)} "
+                          f"{t*1e3:8.1f} us {tb:5.2f} TB/s", flush=True)
+        del ws
+        torch.cuda.empty_cache()
+    Path(a.out).write_text(json.dumps(dict(device=torch.cuda.get_device_name(), date=time.strftime("%F %T"),
+                                           torch=torch.__version__, command=" ".join(sys.argv), rows=rows),
+                                      indent=1))
+    best = {}
+    for r in rows:
+        k = (r["shape"], r["M"], r.get("norm"))
+        if k not in best or r["us"] < best[k]["us"]:
+            best[k] = r
+    for k, r in sorted(best.items(), key=lambda kv: str(kv[0])):
+        print("BEST", k, r["variant"], f"{r['us']:.1f} us {r['TBps']:.2f} TB/s")
+
+
+if __name__ == "__main__":
+    main()
