@@ -22,12 +22,12 @@ DRAFTER_ROWS = ([("60/7/10", "decode", b) for b in (1, 2, 4, 8, 16)]
                    ("60/5/10", "prefill", 16)])
 # the engine runs (the README's engine table): (source, drafter as printed, name suffix, commit, note)
 ENGINE_RUNS = [
-    ("gpu_2026-11-22b/bench_engine_fused_drafter.json", "fused (`triton`)", "", "22978ea",
-     "measured at commit 5a29b43, with an earlier version of the fused kernel; "
-     "commit: the commit that added the source"),
+    ("gpu_2026-11-25/bench_engine.json", "fused (`triton`)", "", "80a77ea",
+     "fused drafter and the batch-invariant fused target forward; commit: the code measured", "2026-11-25"),
     ("gpu_2026-11-22/bench_engine.json", "reference (`torch`)", "_reference_drafter", "fd4b59a",
-     "an earlier run (session 1), reference drafter"),
+     "an earlier run (session 1), reference drafter, previous target forward", "2026-11-22"),
 ]
+S7 = "gpu_2026-11-25/"  # session 7's result set (bench/results/gpu_2026-11-25/README.md)
 
 
 def resolve(doc, path):
@@ -43,7 +43,8 @@ def resolve(doc, path):
     return doc
 
 
-def entry(name, unit, source, path, decimals, device, commit, readme, ref_path=None, ref_kind=None, note=None):
+def entry(name, unit, source, path, decimals, device, commit, readme, ref_path=None, ref_kind=None, note=None,
+          date="2026-11-22"):
     doc = json.loads((ROOT / RESULTS / source).read_text())
     raw = resolve(doc, path)
     e = {"name": name, "value": round(raw, decimals), "unit": unit}
@@ -51,7 +52,7 @@ def entry(name, unit, source, path, decimals, device, commit, readme, ref_path=N
         raw_ref = resolve(doc, ref_path)
         e[ref_kind] = round(raw_ref, decimals)
         e["ratio"] = round(raw / raw_ref, 3)
-    e.update(device=device, date="2026-11-22", commit=commit, source=RESULTS + source, source_path=path)
+    e.update(device=device, date=date, commit=commit, source=RESULTS + source, source_path=path)
     if ref_kind:
         e[ref_kind + "_source_path"] = ref_path
     e["readme"] = readme
@@ -95,20 +96,22 @@ def drafter_entries() -> list[dict]:
 
 def engine_entries() -> list[dict]:
     out = []
-    for source, drafter, label, commit, note in ENGINE_RUNS:
+    for source, drafter, label, commit, note, date in ENGINE_RUNS:
         for dtype, short in (("bfloat16", "bf16"), ("float32", "fp32")):
             row, sel = [short, drafter], {"dtype": dtype}
             plain = ["runs", sel, "plain_tokens_per_second"]
             out.append(entry(f"smollm2_plain_tok_s_{short}{label}", "tok/s", source, plain, 1, H100, commit,
-                             [{"row": row, "column": "plain tok/s", "field": "value"}], note=note))
+                             [{"row": row, "column": "plain tok/s", "field": "value"}], note=note, date=date))
             out.append(entry(f"smollm2_spec_tok_s_{short}{label}", "tok/s", source,
                              ["runs", sel, "speculative_tokens_per_second"], 1, H100, commit,
                              [{"row": row, "column": "speculative tok/s", "field": "value"},
                               {"row": row, "column": "plain tok/s", "field": "baseline"},
-                              {"row": row, "column": "speedup", "field": "ratio"}], plain, "baseline", note))
+                              {"row": row, "column": "speedup", "field": "ratio"}], plain, "baseline", note,
+                             date=date))
             out.append(entry(f"smollm2_accepted_length_{short}{label}", "tokens per step", source,
                              ["runs", sel, "mean_accepted_length"], 2, H100, commit,
-                             [{"row": row, "column": "mean accepted length", "field": "value"}], note=note))
+                             [{"row": row, "column": "mean accepted length", "field": "value"}], note=note,
+                             date=date))
     out.append(entry("smollm2_accepted_length_bf16_mtbench_256", "tokens per step", "gpu_2026-11-22/acceptance.json",
                      ["engine", "runs", {"dataset": "mtbench", "mode": "spec", "tree": "60/7/10"},
                       "mean_accepted_length"], 2, H100, "fd4b59a",
@@ -132,12 +135,78 @@ def engine_entries() -> list[dict]:
     return out
 
 
+def session7_entries() -> list[dict]:
+    """The figures the issues name, from session 7's result set (each printed in the README's prose)."""
+    def s7(name, unit, source, path, decimals, commit, text, printed, ref_path=None, ref_kind=None, ref_printed=None,
+           ratio_printed=None, note=None):
+        readme = [{"text": text, "printed": printed}]
+        if ref_printed:
+            readme.append({"text": text, "printed": ref_printed, "field": ref_kind})
+        if ratio_printed:
+            readme.append({"text": text, "printed": ratio_printed, "field": "ratio"})
+        return entry(name, unit, S7 + source, path, decimals, H100, commit, readme, ref_path, ref_kind, note,
+                     date="2026-11-25")
+
+    t8 = ["parts", "8b"]
+    floor8 = t8 + ["floor_all_params_ms"]
+    sm = ["parts", "smollm2", "new"]
+    fused = {"llama31-8b": "fused_drafter_8b.json"}
+
+    def drafter(name, shape, weights, batch, text, printed, ref_printed=None, ratio_printed=None):
+        sel = {"shape": shape, "weights": weights, "batch": batch, "tree": "60/7/10", "scenario": "decode"}
+        src = fused.get(shape, "fused_drafter_shapes.json")
+        commit = "fb3e113" if shape == "llama31-8b" else "80a77ea"
+        return s7(name, "ms", src, ["rows", sel, "fused_ms"], 3, commit, text, printed,
+                  ["rows", sel, "floor_ms"] if ref_printed else None, "floor" if ref_printed else None,
+                  ref_printed, ratio_printed)
+
+    return [
+        s7("target_8b_plain_step", "ms", "target_8b.json", t8 + ["new", "decode_step_ms"], 2, "1a6e9d1",
+           "plain decode step 6.04 ms against a floor of 5.32 ms (1.13x;", "6.04", floor8, "floor", "5.32", "1.13"),
+        s7("target_8b_verify60", "ms", "target_8b.json", t8 + ["new", "verify_ms"], 2, "1a6e9d1",
+           "60-row verify forward 7.09 ms (1.33x the same floor)", "7.09", floor8, "floor", None, "1.33"),
+        s7("target_8b_plain_step_previous_path", "ms", "target_8b.json", t8 + ["old", "decode_step_ms"], 2,
+           "1a6e9d1", "previous path: 7.86 and 9.44 ms", "7.86"),
+        s7("target_8b_bf16_identical", "prompts of 20", "target_8b.json", ["parts", "8b-identical", "identical"], 0,
+           "1a6e9d1", "identical to plain greedy output on 20 of 20 random prompts", "20"),
+        s7("smollm2_plain_tok_s", "tok/s", "bench_engine.json", ["runs", {"dtype": "bfloat16"},
+                                                                  "plain_tokens_per_second"], 1, "80a77ea",
+           "plain decoding 794.2 tok/s", "794.2",
+           note="the engine benchmark (20 MT-bench prompts x 128 tokens); the target benchmark's 5-prompt run "
+                "measured 629.9 tok/s (target_smollm2.json)"),
+        s7("smollm2_prefill_1k", "ms", "target_smollm2.json", sm + ["prefill_1000_ms"], 2, "80a77ea",
+           "a 1,000-token prefill takes 5.26 ms", "5.26"),
+        s7("smollm2_bf16_identical", "prompts of 20", "target_smollm2.json",
+           ["parts", "smollm2-identical", "identical"], 0, "80a77ea",
+           "bf16 speculative output is identical to plain on 20 of 20 MT-bench prompts", "20"),
+        drafter("draft_8b_fp8_60_7_10_b1", "llama31-8b", "fp8", 1, "FP8 weights 2.21 ms (floor 1.02 ms)", "2.21",
+                "1.02"),
+        drafter("draft_8b_60_7_10_b1_rerun", "llama31-8b", "bf16", 1, "re-measured after the moves: 2.508 ms",
+                "2.508"),
+        drafter("draft_qwen3_8b_60_7_10_b1", "qwen3-8b", "bf16", 1, "Qwen3-8B head shape 2.39 ms (floor 1.90 ms)",
+                "2.39", "1.90"),
+        drafter("draft_70b_60_7_10_b1", "llama33-70b", "bf16", 1, "Llama-3.3-70B head shape 7.10 ms (floor 6.53 ms)",
+                "7.10", "6.53"),
+        s7("safeailab_8b_step_unpatched", "ms", "bench_safeailab.json",
+           ["results", "headline", "safeailab_8b_step_unpatched"], 1, "80a77ea",
+           "`eagenerate` step: 79.2 ms unpatched", "79.2"),
+        s7("safeailab_8b_step_optimized", "ms", "bench_safeailab.json",
+           ["results", "headline", "safeailab_8b_step_optimized"], 1, "80a77ea",
+           "11.8 ms after `optimize_eagle_with_triton`", "11.8"),
+        s7("safeailab_8b_topk_call_patched", "ms", "bench_safeailab.json",
+           ["results", "headline", "safeailab_8b_topk_call_patched"], 2, "80a77ea",
+           "`topK_genrate` with the drafter patch 3.36 ms per call", "3.36"),
+        s7("spec_step_8b_60_7_10", "ms", "bench_safeailab.json", ["results", "headline", "spec_step_8b_60_7_10"], 1,
+           "80a77ea", "our engine's own speculative step at that shape, 11.5 ms", "11.5"),
+    ]
+
+
 def main() -> None:
     doc = {"about": "The figures the project README quotes, one entry each. value, floor/baseline: copied from "
                     "`source` at `source_path`, rounded; ratio = value / floor (or baseline); commit: the commit that "
                     "added the source file; readme: where the README prints the figure (tests/test_headline.py "
                     "checks all of it). Written by bench/make_headline.py.",
-           "entries": drafter_entries() + engine_entries()}
+           "entries": drafter_entries() + engine_entries() + session7_entries()}
     path = ROOT / RESULTS / "headline.json"
     path.write_text(json.dumps(doc, indent=1) + "\n")
     print(f"wrote {len(doc['entries'])} entries to {path.relative_to(ROOT)}")
