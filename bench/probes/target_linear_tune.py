@@ -51,13 +51,13 @@ def main():
             x = torch.randn(M, K, device=dev, dtype=dt)
             res = torch.randn(M, n_out, device=dev, dtype=dt) if fl.get("res") else None
             it = itertools.cycle(ws)
-            t = do_bench(lambda: F.linear(x, next(it)), warmup=25, rep=100, return_mode="median")
+            t = do_bench(lambda x=x, it=it: F.linear(x, next(it)), warmup=25, rep=100, return_mode="median")
             rows.append(dict(shape=name, M=M, variant="cublas", us=t * 1e3, TBps=N * K * 2 / t / 1e9))
             print(f"{name:8s} M={M:3d} cublas {t*1e3:8.1f} us {N*K*2/t/1e9:5.2f} TB/s", flush=True)
             for bm, bn, bk, st, nwp in grid:
                 cfg = LinearConfig(block_m=bm, block_n=bn, block_k=bk, num_stages=st, num_warps=nwp)
                 for norm in ([True, False] if fl.get("norm") else [False]):
-                    def fn(cfg=cfg, norm=norm):
+                    def fn(cfg=cfg, norm=norm, x=x, it=it, nw=nw, res=res, fl=fl):
                         return target_linear(x, next(it), norm_weight=nw if norm else None, residual=res,
                                              silu_mul=bool(fl.get("silu")), config=cfg, validate=False)
                     try:
