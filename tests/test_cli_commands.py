@@ -62,3 +62,30 @@ def test_usage_errors_are_one_line(capsys, argv):
     assert e.value.code == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "error:" in err[0] and "--help" in err[0], err
+
+
+def test_a_closed_pipe_ends_quietly():
+    """`eagle-triton ... | head`: the reader closing stdout is no error of ours (exit 141, nothing on stderr)."""
+    import subprocess
+    import sys
+
+    code = """
+import sys
+from eagle_triton import cli
+
+def closed_pipe(args):
+    raise BrokenPipeError(32, "Broken pipe")
+
+build = cli.build_parser
+
+def parser_with_a_writer_whose_reader_left():
+    parser = build()
+    parser.set_defaults(func=closed_pipe, command="generate", debug=False)
+    return parser
+
+cli.build_parser = parser_with_a_writer_whose_reader_left
+sys.exit(cli.main([]))
+"""
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 141, out.stderr
+    assert out.stderr == ""

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 
 __all__ = ["COMMANDS", "DefaultsHelpFormatter", "UsageError", "build_parser", "main"]
@@ -89,6 +90,12 @@ def main(argv: list[str] | None = None) -> int:
             raise
         print(f"{prog}: interrupted (Ctrl-C)", file=sys.stderr)
         return 130
+    except BrokenPipeError:
+        # the reader went away (`eagle-triton generate | head`): not an error of ours. Point stdout at devnull so
+        # the interpreter's final flush does not raise again, and exit like a process killed by SIGPIPE.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return 141
     except Exception as e:
         if args.debug:
             raise
