@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import torch
 
-__all__ = ["assert_close_to_reference", "roundoff"]
+__all__ = ["assert_close_to_reference", "assert_close_lowp", "roundoff"]
 
 
 def roundoff(reference: torch.Tensor, dtype: torch.dtype, ulps: float = 4.0) -> float:
@@ -34,3 +34,18 @@ def assert_close_to_reference(actual: torch.Tensor, baseline: torch.Tensor, refe
     bound = factor * base + roundoff(ref, actual.dtype)
     assert err <= bound, (f"{what}: max error {err:.3g} against the float64 reference exceeds {factor} x the "
                           f"baseline's {base:.3g} + roundoff ({bound:.3g})")
+
+
+def assert_close_lowp(out: torch.Tensor, ref32: torch.Tensor, lowp: torch.Tensor, dtype: torch.dtype) -> None:
+    """A kernel's output against an fp32 reference: fp32 within 1e-5; half types at most 2x the same-dtype PyTorch
+    computation's error (``lowp``) plus a rounding floor (flash-attention's ``+0.3 - 0.3`` trick, STYLE.md)."""
+    out, ref32 = out.float(), ref32.float()
+    assert torch.isfinite(out).all(), "non-finite output"
+    if dtype == torch.float32:
+        torch.testing.assert_close(out, ref32, atol=1e-5, rtol=1e-5)
+        return
+    r = ref32.to(dtype)
+    floor = 2 * (r + 0.3 - 0.3 - r).abs().max().item()
+    err = (out - ref32).abs().max().item()
+    torch_err = (lowp.float() - ref32).abs().max().item()
+    assert err <= 2 * torch_err + floor, f"max error {err:.3e} > 2 x torch {torch_err:.3e} + floor {floor:.3e}"

@@ -5,6 +5,7 @@ import math
 
 import pytest
 import torch
+from numerics import assert_close_lowp as _close
 
 from eagle_triton.heads.config import DraftHeadConfig
 from eagle_triton.heads.layers import Attention, build_attention_mask
@@ -18,19 +19,6 @@ from eagle_triton.ops.attention import (
 CPU_DTYPES = [torch.float32, torch.float16]
 GPU_DTYPES = [torch.float16, torch.bfloat16]
 
-
-def _close(out, ref32, lowp, dtype):
-    """fp32: atol=rtol=1e-5. Half types: the STYLE.md rule, error <= 2 x the same-dtype PyTorch error + floor."""
-    out, ref32 = out.float(), ref32.float()
-    assert torch.isfinite(out).all(), "non-finite output"
-    if dtype == torch.float32:
-        torch.testing.assert_close(out, ref32, atol=1e-5, rtol=1e-5)
-        return
-    r = ref32.to(dtype)
-    floor = 2 * (r + 0.3 - 0.3 - r).abs().max().item()
-    err = (out - ref32).abs().max().item()
-    torch_err = (lowp.float() - ref32).abs().max().item()
-    assert err <= 2 * torch_err + floor, f"max error {err:.3e} > 2 x torch {torch_err:.3e} + floor {floor:.3e}"
 
 
 def _tree_inputs(B, Tq, Hq, Hkv, D, Lmax, dtype, device, masked, gen):

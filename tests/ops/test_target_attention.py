@@ -10,6 +10,7 @@ import math
 
 import pytest
 import torch
+from numerics import assert_close_lowp as _close
 
 from eagle_triton.ops.target_attention import (
     key_positions_ref,
@@ -20,19 +21,6 @@ from eagle_triton.ops.target_attention import (
 
 CPU_DTYPES = [torch.float32, torch.float16]
 
-
-def _close(out, ref32, lowp, dtype):
-    """fp32: atol=rtol=1e-5. Half types: error <= 2 x the same-dtype PyTorch error + a rounding floor (STYLE.md)."""
-    out, ref32 = out.float(), ref32.float()
-    assert torch.isfinite(out).all(), "non-finite output"
-    if dtype == torch.float32:
-        torch.testing.assert_close(out, ref32, atol=1e-5, rtol=1e-5)
-        return
-    r = ref32.to(dtype)
-    floor = 2 * (r + 0.3 - 0.3 - r).abs().max().item()
-    err = (out - ref32).abs().max().item()
-    torch_err = (lowp.float() - ref32).abs().max().item()
-    assert err <= 2 * torch_err + floor, f"max error {err:.3e} > 2 x torch {torch_err:.3e} + floor {floor:.3e}"
 
 
 def _lowp(q, k, v, lens, mask, scale):

@@ -98,3 +98,22 @@ def check_tensor(
         raise ValueError(f"{name} is on {t.device} but the other inputs are on {device}")
     if last_dim_contiguous and t.dim() > 0 and t.shape[-1] > 1 and t.stride(-1) != 1:
         raise ValueError(f"{name} must be contiguous in its last dim (stride {t.stride(-1)})")
+
+
+def check_attention_cache(q, k_cache, v_cache, dtypes, name_q: str = "q") -> tuple[int, int, int, int]:
+    """Check ``q [B, S, Hq, D]`` against one layer's cache ``[B, Lmax, Hkv, D]`` (same dtype and device, GQA heads,
+    ``1 <= D <= 256``); returns ``(B, Hq, Hkv, D)``. Raises ``ValueError``/``TypeError`` naming the argument."""
+    check_tensor(name_q, q, ndim=4, dtypes=dtypes, last_dim_contiguous=True)
+    dev = q.device
+    B, _, Hq, D = q.shape
+    check_tensor("k_cache", k_cache, ndim=4, dtypes=(q.dtype,), device=dev, last_dim_contiguous=True)
+    check_tensor("v_cache", v_cache, shape=tuple(k_cache.shape), dtypes=(q.dtype,), device=dev,
+                 last_dim_contiguous=True)
+    if k_cache.shape[0] != B or k_cache.shape[3] != D:
+        raise ValueError(f"k_cache must be [B={B}, Lmax, Hkv, D={D}], got {list(k_cache.shape)}")
+    Hkv = k_cache.shape[2]
+    if Hkv == 0 or Hq % Hkv != 0:
+        raise ValueError(f"query heads ({Hq}) must be a multiple of KV heads ({Hkv})")
+    if D < 1 or D > 256:
+        raise ValueError(f"head_dim must be in [1, 256], got {D}")
+    return B, Hq, Hkv, D

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 import torch
 
-from .._utils import cdiv, check_tensor, is_capturing, is_interpreter, next_power_of_2, num_sms
+from .._utils import cdiv, check_attention_cache, check_tensor, is_capturing, is_interpreter, next_power_of_2, num_sms
 from .kernel import LOG2E, _attn_combine_kernel, _draft_attn_fwd_kernel, _tree_attn_fwd_kernel
 
 __all__ = ["tree_attention", "draft_tree_attention", "AOT_SPECS"]
@@ -80,21 +80,6 @@ def _combine(o_part, lse_part, out, Tq, Hq, head_dim, cfg):
     )
 
 
-def _check_cache(q, k_cache, v_cache, name_q="q"):
-    dev = q.device
-    check_tensor(name_q, q, ndim=4, dtypes=_FLOATS, last_dim_contiguous=True)
-    B, _, Hq, D = q.shape
-    check_tensor("k_cache", k_cache, ndim=4, dtypes=(q.dtype,), device=dev, last_dim_contiguous=True)
-    check_tensor("v_cache", v_cache, shape=tuple(k_cache.shape), dtypes=(q.dtype,), device=dev,
-                 last_dim_contiguous=True)
-    if k_cache.shape[0] != B or k_cache.shape[3] != D:
-        raise ValueError(f"k_cache must be [B={B}, Lmax, Hkv, D={D}], got {list(k_cache.shape)}")
-    Hkv = k_cache.shape[2]
-    if Hkv == 0 or Hq % Hkv != 0:
-        raise ValueError(f"query heads ({Hq}) must be a multiple of KV heads ({Hkv})")
-    if D > 256:
-        raise ValueError(f"head_dim {D} > 256 is not supported")
-    return B, Hq, Hkv, D
 
 
 def tree_attention(
@@ -129,7 +114,7 @@ def tree_attention(
     -------
     out : Tensor ``[B, Tq, Hq, D]``, dtype of ``q``. A query with no visible key gets zeros.
     """
-    B, Hq, Hkv, D = _check_cache(q, k_cache, v_cache)
+    B, Hq, Hkv, D = check_attention_cache(q, k_cache, v_cache, _FLOATS)
     dev = q.device
     Tq, Lmax = q.shape[1], k_cache.shape[1]
     check_tensor("cache_seqlens", cache_seqlens, shape=(B,), dtypes=_INTS, device=dev)
@@ -231,7 +216,7 @@ def draft_tree_attention(
     -------
     out : Tensor ``[B, N, Hq, D]``, dtype of ``q``. Side effect: slot ``anc_len[b, n]`` of ``anc_k``/``anc_v``.
     """
-    B, Hq, Hkv, D = _check_cache(q, k_cache, v_cache)
+    B, Hq, Hkv, D = check_attention_cache(q, k_cache, v_cache, _FLOATS)
     dev = q.device
     N, Lmax = q.shape[1], k_cache.shape[1]
     if D % 2:

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import torch
 
-from .._utils import cdiv, check_tensor, is_capturing, is_interpreter, next_power_of_2, num_sms
+from .._utils import cdiv, check_attention_cache, check_tensor, is_capturing, is_interpreter, next_power_of_2, num_sms
 from .kernel import LOG2E, _combine_kernel, _shared_kernel, _tree_kernel
 
 __all__ = ["target_attention", "TargetAttentionConfig", "target_attention_config", "AOT_SPECS"]
@@ -76,19 +76,8 @@ def _precision(dtype: torch.dtype) -> str:
 
 
 def _check(q, k_cache, v_cache, cache_seqlens, tree_mask, softmax_scale):
-    check_tensor("q", q, ndim=4, dtypes=_FLOATS, last_dim_contiguous=True)
-    dev = q.device
-    B, S, Hq, D = q.shape
-    check_tensor("k_cache", k_cache, ndim=4, dtypes=(q.dtype,), device=dev, last_dim_contiguous=True)
-    check_tensor("v_cache", v_cache, shape=tuple(k_cache.shape), dtypes=(q.dtype,), device=dev,
-                 last_dim_contiguous=True)
-    if k_cache.shape[0] != B or k_cache.shape[3] != D:
-        raise ValueError(f"k_cache must be [B={B}, Lmax, Hkv, D={D}], got {list(k_cache.shape)}")
-    Hkv = k_cache.shape[2]
-    if Hkv == 0 or Hq % Hkv != 0:
-        raise ValueError(f"query heads ({Hq}) must be a multiple of KV heads ({Hkv})")
-    if D < 1 or D > 256:
-        raise ValueError(f"head_dim must be in [1, 256], got {D}")
+    B, Hq, Hkv, D = check_attention_cache(q, k_cache, v_cache, _FLOATS)
+    dev, S = q.device, q.shape[1]
     check_tensor("cache_seqlens", cache_seqlens, shape=(B,), dtypes=_INTS, device=dev)
     if tree_mask is not None:
         check_tensor("tree_mask", tree_mask, shape=(B, S, S), dtypes=(torch.bool,), device=dev)
