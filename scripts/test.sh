@@ -3,5 +3,5 @@
 # Triton's interpreter when there is no GPU.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-python -m ruff check src tests
+python -m ruff check src tests bench
 exec python -m pytest -q -n "${PYTEST_WORKERS:-2}" --durations=15 "$@"
