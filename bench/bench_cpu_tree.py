@@ -27,6 +27,8 @@ import sys
 import time
 from pathlib import Path
 
+from bench_engine import load_prompts  # the scripts of bench/ run with bench/ on sys.path
+
 REPO = Path(__file__).resolve().parent.parent
 DEFAULT_TREES = "60/7/10,32/5/6,16/3/4,12/4/2,8/3/2,6/5/1,10/2/4,8/2/3,6/1/5,4/1/3"
 
@@ -39,16 +41,6 @@ def parse_tree(text: str):
     except ValueError:
         raise argparse.ArgumentTypeError(f"a tree is TOTAL/DEPTH/TOP_K, e.g. 16/3/4, got {text!r}") from None
     return TreeConfig(total, depth, top_k)
-
-
-def load_prompts(path: Path, n: int) -> list[tuple[int, str]]:
-    out = []
-    with open(path) as f:
-        for line in f:
-            if line.strip():
-                q = json.loads(line)
-                out.append((q["question_id"], q["turns"][0]))
-    return out[:n]
 
 
 def git_commit() -> str | None:

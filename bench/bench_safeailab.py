@@ -52,7 +52,6 @@ import argparse
 import datetime as _dt
 import json
 import os
-import platform
 import shutil
 import statistics
 import subprocess
@@ -63,6 +62,7 @@ import types
 from pathlib import Path
 
 import torch
+from bench_engine import versions  # the scripts of bench/ run with bench/ on sys.path
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -237,18 +237,6 @@ def per_call(call, reset, make_inputs, device: str, calls: int) -> dict:
             if rep:
                 times.append(1e3 * (time.perf_counter() - t0))
     return dict(ms=statistics.median(times), min_ms=min(times), calls=len(times))
-
-
-def versions() -> dict:
-    import transformers
-    import triton
-
-    info = {"torch": torch.__version__, "triton": triton.__version__, "transformers": transformers.__version__,
-            "python": platform.python_version()}
-    if torch.cuda.is_available():
-        info["device_name"] = torch.cuda.get_device_name()
-        info["cuda"] = torch.version.cuda
-    return info
 
 
 def main(argv=None) -> dict:

@@ -279,21 +279,25 @@ class SafeAILabStandIn(torch.nn.Module):
             return True
         return bool(new_token > self._max_new_tokens) or input_ids.shape[1] > limit
 
+    def _begin(self, name, input_ids, temperature, max_new_tokens, max_length, is_llama3):
+        """What both of SafeAILab's loops do first: ``(input_ids copy, prompt length, step limit, stop id)``."""
+        if temperature > 1e-5:
+            raise ValueError(f"the stand-in's {name} decodes greedily only (a test double): pass temperature=0")
+        self._max_new_tokens = max_new_tokens
+        self.ea_layer.reset_kv()
+        stop_token_id = self.tokenizer.convert_tokens_to_ids("<|eot_id|>") if is_llama3 else None
+        limit = max_length - self.ea_layer.total_tokens - 10
+        return input_ids.clone(), input_ids.shape[1], limit, stop_token_id
+
     @torch.no_grad()
     def eagenerate(self, input_ids, temperature=0.0, top_p=0.0, top_k=0.0, max_new_tokens=512, max_length=2048,
                    log=False, is_llama3=False):
-        if temperature > 1e-5:
-            raise NotImplementedError("the stand-in's eagenerate decodes greedily only")
-        stop_token_id = self.tokenizer.convert_tokens_to_ids("<|eot_id|>") if is_llama3 else None
-        self._max_new_tokens = max_new_tokens
-        input_ids = input_ids.clone()
-        self.ea_layer.reset_kv()
-        input_len = input_ids.shape[1]
+        input_ids, input_len, limit, stop_token_id = self._begin("eagenerate", input_ids, temperature,
+                                                                 max_new_tokens, max_length, is_llama3)
         logits, feats = self._forward(input_ids)
         token = logits[0, -1].argmax()[None, None]
         tree = self.ea_layer.topK_genrate(feats, torch.cat([input_ids, token], 1), self.base_model.lm_head, None)
         new_token = 0
-        limit = max_length - self.ea_layer.total_tokens - 10
         for idx in range(limit):  # noqa: B007 - SafeAILab returns the last step index
             draft_tokens, retrieve_indices, tree_mask, tree_positions = tree
             L = input_ids.shape[1]
@@ -319,15 +323,9 @@ class SafeAILabStandIn(torch.nn.Module):
     @torch.no_grad()
     def naivegenerate(self, input_ids, temperature=0.0, top_p=0.0, top_k=0.0, max_new_tokens=512, max_length=2048,
                       log=False, is_llama3=False):
-        if temperature > 1e-5:
-            raise NotImplementedError("the stand-in's naivegenerate decodes greedily only")
-        stop_token_id = self.tokenizer.convert_tokens_to_ids("<|eot_id|>") if is_llama3 else None
-        self._max_new_tokens = max_new_tokens
-        input_ids = input_ids.clone()
-        self.ea_layer.reset_kv()
-        input_len = input_ids.shape[1]
+        input_ids, input_len, limit, stop_token_id = self._begin("naivegenerate", input_ids, temperature,
+                                                                 max_new_tokens, max_length, is_llama3)
         new_token = 0
-        limit = max_length - self.ea_layer.total_tokens - 10
         for idx in range(limit):  # noqa: B007
             logits, _ = self._forward(input_ids)
             input_ids = torch.cat([input_ids, logits[:, -1:].argmax(-1)], 1)
