@@ -93,3 +93,24 @@ class OracleDrafter:
         return DraftTree(draft_tokens=torch.tensor([tokens], device=dev), tree_mask=mask.unsqueeze(1).float(),
                          positions=positions, parents=parents_t, retrieve_indices_padded=retrieve,
                          num_leaves=num_leaves, max_depth=max_depth, sampling=sampling)
+
+
+class OracleRowsDrafter(OracleDrafter):
+    """:class:`OracleDrafter` in the device-paced form (``draft_rows``): it rebuilds the accepted sequence from the
+    rows the engine hands it, so the engine runs its queued, device-paced steps (the test drafter itself reads the
+    row count on the host, which costs nothing on the CPU)."""
+
+    drafts_rows = True
+
+    def reset(self) -> None:
+        self._seq: list[int] | None = None
+
+    def reserve(self, max_len: int, max_new_rows: int) -> None:
+        pass
+
+    def draft_rows(self, features, new_ids, num_new=None, sampling: bool = False) -> DraftTree:
+        n = new_ids.shape[1] if num_new is None else int(num_new[0])
+        if self._seq is None:  # the first draft gets the prompt's rows: prompt[1:] + root
+            self._seq = self.sequence[:1]
+        self._seq += new_ids[0, :n].tolist()
+        return self.draft(features, torch.tensor([self._seq], device=new_ids.device), sampling)

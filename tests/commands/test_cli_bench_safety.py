@@ -76,7 +76,7 @@ def test_bench_json_fields_and_overwrite(tmp_path, capsys, tiny_argv):
     assert result["command"].startswith("eagle-triton bench --out ")
     assert set(result["modes"]) == {"plain", "speculative"} and result["identical_greedy_output"] is True
     phases = result["modes"]["speculative"]["phases_ms_per_token"]
-    assert set(phases) == {"prefill_ms", "draft_ms", "verify_ms", "accept_ms"}  # milliseconds say so
+    assert set(phases) == {"prefill_ms", "step_ms"}  # milliseconds say so
     capsys.readouterr()
     assert main(argv) == 2  # the second run does not silently replace the first one's results
     assert main(argv + ["--overwrite"]) == 0

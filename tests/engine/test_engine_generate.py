@@ -7,7 +7,7 @@ import json
 
 import pytest
 import torch
-from engine_testlib import OracleDrafter, hf_greedy, tiny_llama
+from engine_testlib import OracleDrafter, OracleRowsDrafter, hf_greedy, tiny_llama
 from scipy.stats import chi2
 
 from eagle_triton import CheckpointError, TreeConfig
@@ -78,16 +78,22 @@ def test_generic_target_other_architecture():
     assert eng.generate(input_ids=prompt, max_new_tokens=25, eos_token_id=None)[0] == hf_greedy(m, prompt, 25)
 
 
-def _oracle_engine(tiny_model, target, prompt, tree, n_ref=60, seed=0):
+def _oracle_engine(tiny_model, target, prompt, tree, n_ref=60, seed=0, oracle=OracleDrafter):
     ref = hf_greedy(tiny_model, prompt, n_ref)
-    drafter = OracleDrafter(prompt + ref, tree, V, seed=seed)
+    drafter = oracle(prompt + ref, tree, V, seed=seed)
     return EagleEngine(target, drafter=drafter, max_length=256), ref
 
 
+# OracleDrafter runs the host-paced steps, OracleRowsDrafter the device-paced ones (queued ahead of the read)
+ORACLES = [OracleDrafter, OracleRowsDrafter]
+
+
+@pytest.mark.parametrize("oracle", ORACLES)
 @pytest.mark.parametrize("tree", [TreeConfig(12, 4, 3), TreeConfig(7, 6, 2)])
-def test_long_accepted_chunks_and_awkward_caps(tiny_model, target, tree):
+def test_long_accepted_chunks_and_awkward_caps(tiny_model, target, tree, oracle):
     prompt = _prompt(11, 6)
-    eng, ref = _oracle_engine(tiny_model, target, prompt, tree)
+    eng, ref = _oracle_engine(tiny_model, target, prompt, tree, oracle=oracle)
+    assert eng._runner(True).device_paced == (oracle is OracleRowsDrafter)
     out, stats = eng.generate(input_ids=prompt, max_new_tokens=60)
     assert out == ref
     deepest = max(i for i, c in enumerate(stats.accept_length_histogram) if c)
@@ -97,7 +103,8 @@ def test_long_accepted_chunks_and_awkward_caps(tiny_model, target, tree):
         assert out == ref[:cap] and stats.new_tokens == cap and stats.stop_reason == "max_new_tokens"
 
 
-def test_eos_inside_an_accepted_chunk(tiny_model, target):
+@pytest.mark.parametrize("oracle", ORACLES)
+def test_eos_inside_an_accepted_chunk(tiny_model, target, oracle):
     prompt = _prompt(12, 5)
     tree = TreeConfig(12, 5, 3)
     ref = hf_greedy(tiny_model, prompt, 60)
@@ -110,7 +117,7 @@ def test_eos_inside_an_accepted_chunk(tiny_model, target):
     assert want == ref[:j + 1]
     cut_inside = False
     for seed in range(4):
-        drafter = OracleDrafter(prompt + ref, tree, V, seed=seed, p_full=1.0)
+        drafter = oracle(prompt + ref, tree, V, seed=seed, p_full=1.0)
         eng = EagleEngine(target, drafter=drafter, max_length=256)
         out, stats = eng.generate(input_ids=prompt, max_new_tokens=60, eos_token_id=eos)
         assert out == want and stats.stop_reason == "eos"

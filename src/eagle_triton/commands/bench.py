@@ -26,7 +26,7 @@ from .generate import (
     prompt_token_ids,
 )
 
-PHASES = ("prefill", "draft", "verify", "accept")  # GenerationStats fields <phase>_s
+PHASES = ("prefill", "step")  # GenerationStats fields <phase>_s
 
 
 def register(subparsers) -> None:

@@ -85,3 +85,24 @@ class TreeDrafter:
             leaf index (greedy).
         """
         return self._impl.draft(hidden_states, input_ids, sampling=sampling)
+
+    @property
+    def drafts_rows(self) -> bool:
+        """Whether the back end drafts from device-counted rows (:meth:`draft_rows`), with no host reads."""
+        return hasattr(self._impl, "draft_rows") and not getattr(self._impl, "fallback_reason", "")
+
+    def reserve(self, max_len: int, max_new_rows: int) -> None:
+        """Preallocate for :meth:`draft_rows` (``max_len`` accepted rows, ``max_new_rows`` new rows per draft)."""
+        if hasattr(self._impl, "reserve"):
+            self._impl.reserve(max_len, max_new_rows)
+
+    def draft_rows(self, features: torch.Tensor, new_ids: torch.Tensor, num_new: torch.Tensor | None = None,
+                   sampling: bool = False) -> DraftTree:
+        """Draft one tree from ``features [1, S, W]`` of rows not yet in the draft KV, ``num_new [1]`` int32 of
+        them valid (``None``: all), ``new_ids [1, S]`` the token after each row (the last valid one is the root).
+        Lengths stay on the device: no host synchronisation (the engine's step graphs). Back ends with
+        :attr:`drafts_rows` only."""
+        if not self.drafts_rows:
+            raise NotImplementedError(f"the {self.backend!r} drafter back end drafts from host-known lengths only "
+                                      "(use draft())")
+        return self._impl.draft_rows(features, new_ids, num_new, sampling=sampling)

@@ -36,8 +36,22 @@ class StubDraftBackend:
 
     def draft(self, hidden_states: torch.Tensor, input_ids: torch.Tensor, sampling: bool = False) -> DraftTree:
         check_draft_inputs(self.head, hidden_states, input_ids, self._kv_len)
+        self._kv_len = input_ids.shape[1] - 1
+        return self._tree(input_ids[:, -1], sampling)
+
+    def draft_rows(self, features: torch.Tensor, new_ids: torch.Tensor, num_new: torch.Tensor | None = None,
+                   sampling: bool = False) -> DraftTree:
+        """The device-paced form (see :meth:`eagle_triton.fused.host.FusedDraftBackend.draft_rows`): the root is
+        ``new_ids[b, num_new[b] - 1]``, gathered on the device."""
+        if num_new is None:
+            root = new_ids[:, -1]
+        else:
+            root = new_ids.gather(1, (num_new.long() - 1).view(-1, 1)).view(-1)
+        return self._tree(root, sampling)
+
+    def _tree(self, root: torch.Tensor, sampling: bool) -> DraftTree:
         K, D, T = self.cfg.top_k, self.cfg.depth, self.cfg.num_draft_nodes
-        B, dev = input_ids.shape[0], input_ids.device
+        B, dev = root.shape[0], root.device
         n = self.cfg.num_candidates
         g = torch.arange(n, device=dev)
         scores = (-g.to(torch.float32)).expand(B, n)
@@ -46,9 +60,7 @@ class StubDraftBackend:
         for i in range(D):
             blocks.append(torch.arange(K, device=dev) + frontier_parent_offset(i, K))
         parents_flat = torch.cat(blocks).expand(B, -1)
-        root = input_ids[:, -1]
         vocab = self.head.config.vocab_size
         tokens = (root[:, None] + g[None] + 1) % vocab
         selected = select_tree_nodes(scores, T)
-        self._kv_len = input_ids.shape[1] - 1
         return DraftTree.from_selection(root, tokens, selected, parents_flat, K, D + 1, sampling)

@@ -25,7 +25,7 @@ import torch
 
 from ..ops.verify import verify_tree, verify_tree_ref
 from ..tree import build_tree_buffers
-from .sampling import SamplingParams, probs_from_logits
+from .sampling import SamplingParams, draw_uniform, probs_from_logits
 
 __all__ = ["AcceptResult", "accept_greedy", "accept_sampling", "accept_tree", "accept_with_kernel"]
 
@@ -84,9 +84,9 @@ def _accept_by_verify_rule(verify, draft_tokens: torch.Tensor, retrieve_indices:
     else:
         probs = probs_from_logits(logits, params).float().contiguous()
         if coins is None:
-            coins = torch.rand(B, N, generator=generator, device=dev)
+            coins = draw_uniform(generator, B, N, device=dev)
         if final_coins is None:
-            final_coins = torch.rand(B, generator=generator, device=dev)
+            final_coins = draw_uniform(generator, B, device=dev)
         accept_len, path, bonus = verify(draft_tokens, retrieve_indices, target_probs=probs,
                                          uniform_samples=coins.to(device=dev, dtype=torch.float32),
                                          uniform_samples_for_final_sampling=final_coins.to(dev, torch.float32))

@@ -25,10 +25,10 @@ from ..config import TreeConfig
 from ..drafter import TreeDrafter
 from ..heads import DraftHead
 from ..heads.fp8 import apply_draft_dtype
-from .accept import accept_tree
 from .loading import load_head, load_target, load_tokenizer
-from .sampling import SamplingParams, probs_from_logits, sample_from_probs
+from .sampling import SamplingParams
 from .stats import GenerationStats, PhaseTimer
+from .step import StepRunner
 from .target import TargetModel
 
 __all__ = ["EagleEngine"]
@@ -83,6 +83,7 @@ class EagleEngine:
         self.feature_mode = feature_mode
         self._capacity = max_length + self.tree_config.total_tokens + 1
         target.setup(self._capacity, feature_mode)
+        self._runners: dict[bool, StepRunner] = {}
 
     # -- construction ------------------------------------------------------------------------------------------
     def _fit_head(self, head: DraftHead, expect_kind: str | None) -> DraftHead:
@@ -252,97 +253,99 @@ class EagleEngine:
         if max_new_tokens == 0:
             stats.stop_reason = "max_new_tokens"
             return [], stats
-        gen = torch.Generator(device=dev)
-        gen.manual_seed(int(seed) if seed is not None else int(torch.randint(0, 2**62, (1,)).item()))
-        timer = PhaseTimer(dev)
-        if dev.type == "cuda":
-            torch.cuda.synchronize(dev)
+        if seed is None:
+            seed = int(torch.randint(0, 2**62, (1,)).item())  # a CPU draw: no device read
         t0 = time.perf_counter()
-
-        if t.feature_mode != self.feature_mode or t.capacity < self._capacity:  # target shared with another engine
-            t.setup(self._capacity, self.feature_mode)
-        t.reset()
-        if speculative:
-            self.drafter.reset()
-        seq = torch.zeros(1, N + budget + self.tree_config.total_tokens + 2, dtype=torch.long, device=dev)
-        prompt_t = torch.tensor([ids], dtype=torch.long, device=dev)
-        seq[:, :N] = prompt_t
-
+        run = self._runner(speculative)
+        timer = PhaseTimer(dev)
         timer.start("prefill")
+        prompt_t = self._upload(ids)
         logits, feats = t.prefill(prompt_t)
-        root = self._pick(logits, params, gen)  # [1]
-        seq[0, N] = root[0]
+        root = run.pick(logits, params, run.rng.manual_seed(int(seed)))
+        pending = run.begin(prompt_t, root, feats)
         timer.stop()
-        out = [int(root.item())]
-        emitted = 0
-        L = N  # tokens in the target KV; seq[L] is the pending root
-
-        def stop_reason(new: list[int]) -> str | None:
-            for j, tok in enumerate(new):
-                if tok in eos:
-                    del new[j + 1:]
-                    return "eos"
-            return None
-
-        reason = stop_reason(out)
-        if on_tokens is not None:
-            on_tokens(list(out))
-        hidden = feats
-        while reason is None and len(out) < budget:
-            if speculative:
-                timer.start("draft")
-                tree = self.drafter.draft(hidden, seq[:, :L + 1], sampling=not params.greedy)
-                timer.stop()
-                timer.start("verify")
-                logits, tfeats = t.verify(tree.draft_tokens, tree.positions, tree.tree_mask[:, 0] > 0.5)
-                timer.stop()
-                timer.start("accept")
-                res = accept_tree(tree, logits, params, gen)
-                host = torch.cat([res.accept_len.view(1), res.tokens[0]]).tolist()  # the step's one sync
-                a = int(host[0])
-                new = [int(x) for x in host[1:a + 2]]
-                t.commit(res.accept_index, res.accept_len, a)
-                if tfeats is not None:
-                    hidden = tfeats[:, res.accept_index[0, :a + 1]]
-                seq[0, L + 1:L + a + 2] = res.tokens[0, :a + 1]
-                L += a + 1
-                timer.stop()
-                stats.record_step(a)
-                emitted += a + 1
-            else:
-                timer.start("verify")
-                logits, _ = t.decode(seq[:, L:L + 1])
-                timer.stop()
-                timer.start("accept")
-                tok = self._pick(logits, params, gen)
-                seq[0, L + 1] = tok[0]
-                new = [int(tok.item())]  # the step's one sync
-                L += 1
-                timer.stop()
-                stats.record_step(0)
-                emitted += 1
-            reason = stop_reason(new)
-            del new[budget - len(out):]  # an EOS past the cap is cut too
+        step = run.speculative_step if speculative else run.plain_step
+        most = self.tree_config.max_levels + 1 if speculative else 1  # tokens one step can emit
+        out: list[int] = []
+        reason = None
+        emitted = 0  # tokens the steps produced, before the stop cuts
+        unread = 1  # queued results the host has not read (bounds the rows the queued steps touch)
+        timer.start("steps")
+        while True:
+            # queue the next step before reading this one, unless this one may exhaust the budget
+            ahead = None
+            if len(out) + (1 if not out else most) < budget and run.device_paced:
+                ahead = step(params, self._kv_bound(run, unread, most))
+                unread += 1
+            a, new = pending.result()
+            unread -= 1
+            if out:  # the root is not a step
+                stats.record_step(a if speculative else 0)
+                run.committed(a + 1)
+                emitted += len(new)
+            reason = self._cut(new, eos, budget - len(out))
             out.extend(new)
             if on_tokens is not None and new:
                 on_tokens(list(new))
-        if not (reason == "eos" and out[-1] in eos):
+            if reason is not None or len(out) >= budget:
+                break  # a queued step is dropped: its tokens are never emitted
+            pending = ahead if ahead is not None else step(params, self._kv_bound(run, unread, most))
+            if ahead is None:
+                unread += 1
+        timer.stop()
+        if reason is None:
             reason = "max_new_tokens" if budget == max_new_tokens else "max_length"
         phases = timer.totals()
         stats.total_s = time.perf_counter() - t0
-        stats.prefill_s, stats.draft_s = phases["prefill"], phases["draft"]
-        stats.verify_s, stats.accept_s = phases["verify"], phases["accept"]
+        stats.prefill_s, stats.step_s = phases["prefill"], phases["steps"]
         stats.new_tokens = len(out)
         stats.stop_reason = reason
         stats.finalize(emitted)
         return out, stats
 
+    # -- generation parts --------------------------------------------------------------------------------------
+    def _runner(self, speculative: bool) -> StepRunner:
+        """The step runner of this kind of decoding (buffers and CUDA graphs live across calls)."""
+        t = self.target
+        if t.feature_mode != self.feature_mode or t.capacity < self._capacity:  # target shared with another engine
+            t.setup(self._capacity, self.feature_mode)
+        t.reset()
+        key = bool(speculative)
+        run = self._runners.get(key)
+        if run is None:
+            run = StepRunner(t, self.drafter if speculative else None, self.tree_config.max_levels + 1,
+                             self.max_length, self._capacity)
+            self._runners[key] = run
+        if speculative:
+            self.drafter.reset()
+            if run.device_paced:
+                self.drafter.reserve(self._capacity, max(self.max_length, run.C))
+        return run
+
+    def _upload(self, ids: list[int]) -> torch.Tensor:
+        """The prompt on the target's device, through pinned memory (no synchronous copy)."""
+        host = torch.tensor([ids], dtype=torch.long)
+        if self.target.device.type != "cuda":
+            return host.to(self.target.device)
+        return host.pin_memory().to(self.target.device, non_blocking=True)
+
+    def _kv_bound(self, run: StepRunner, unread: int, most: int) -> int:
+        """An upper bound on the cache rows the next queued step reads (exact shortcut of eager CPU attention)."""
+        return self.target.length + unread * most + self.tree_config.total_tokens + 1
+
     @staticmethod
-    def _pick(logits: torch.Tensor, params: SamplingParams, gen: torch.Generator) -> torch.Tensor:
-        """Next token from ``[1, V]`` logits: argmax (greedy) or a sample of the processed distribution."""
-        if params.greedy:
-            return logits.argmax(dim=-1)
-        return sample_from_probs(probs_from_logits(logits, params), gen)
+    def _cut(new: list[int], eos: set[int], room: int) -> str | None:
+        """Cut ``new`` in place after its first stop token and to ``room`` tokens; the stop reason or ``None``."""
+        reason = None
+        for j, tok in enumerate(new):
+            if tok in eos:
+                del new[j + 1:]
+                reason = "eos"
+                break
+        if len(new) > room:
+            del new[room:]
+            reason = None  # an EOS past the cap is cut too
+        return reason
 
     def decode(self, token_ids: list[int], skip_special_tokens: bool = True) -> str:
         if self.tokenizer is None:

@@ -59,7 +59,8 @@ class StaticKVCache:
                 f"KV cache capacity exceeded: {self.host_len} rows held + {n} new > {self.max_length} allocated"
             )
 
-    def compact(self, ops, accept_index: torch.Tensor, accept_len: torch.Tensor, accept_len_host: int) -> None:
+    def compact(self, ops, accept_index: torch.Tensor, accept_len: torch.Tensor,
+                accept_len_host: int | None) -> None:
         """Keep root + accepted path of the verified tree (``accept_len`` drafts) and commit them.
 
         ``seqlens`` is set explicitly to ``old + accept_len + 1`` afterwards, whatever the back end's op does to it.
@@ -67,4 +68,5 @@ class StaticKVCache:
         new_len = self.seqlens + (accept_len.to(torch.int32) + 1)
         ops.compact_kv_cache(self.k, self.v, self.seqlens, accept_index, accept_len)
         self.seqlens.copy_(new_len)
-        self.host_len += int(accept_len_host) + 1
+        if accept_len_host is not None:  # None: the caller advances host_len once it has read the length
+            self.host_len += int(accept_len_host) + 1

@@ -9,7 +9,7 @@ import torch
 
 __all__ = ["GenerationStats", "PhaseTimer"]
 
-PHASES = ("prefill", "draft", "verify", "accept")
+PHASES = ("prefill", "steps")
 
 
 @dataclass
@@ -26,7 +26,10 @@ class GenerationStats:
     accept_length_histogram: ``histogram[a]`` = steps that accepted exactly ``a`` drafted tokens.
     speculative: whether a draft head was used.
     stop_reason: ``"eos"``, ``"max_new_tokens"`` or ``"max_length"``.
-    total_s, prefill_s, draft_s, verify_s, accept_s: wall-clock seconds (phases measured with CUDA events on a GPU).
+    total_s: wall-clock seconds of the call.
+    prefill_s: the prefill and the first token; step_s: every decoding step after it (CUDA events on a GPU, so
+        the device's time from the first step queued to the last one read; a step queued ahead and dropped at
+        the stop counts too). Steady step time: ``step_s / steps``.
     tokens_per_second: ``new_tokens / total_s``.
     """
 
@@ -40,9 +43,7 @@ class GenerationStats:
     stop_reason: str = ""
     total_s: float = 0.0
     prefill_s: float = 0.0
-    draft_s: float = 0.0
-    verify_s: float = 0.0
-    accept_s: float = 0.0
+    step_s: float = 0.0
     tokens_per_second: float = 0.0
     tree: str | None = None
     device: str = ""
@@ -68,8 +69,8 @@ class GenerationStats:
             f"new tokens {self.new_tokens} in {self.total_s:.3f} s: {self.tokens_per_second:.2f} tokens/s "
             f"({'speculative, tree ' + str(self.tree) if self.speculative else 'plain decoding'})",
             f"steps {self.steps}, mean accepted length {self.mean_accepted_length:.3f} (tokens per step incl. bonus)",
-            f"time: prefill {self.prefill_s * 1e3:.1f} ms, draft {self.draft_s * 1e3:.1f} ms, "
-            f"verify {self.verify_s * 1e3:.1f} ms, accept {self.accept_s * 1e3:.1f} ms",
+            f"time: prefill {self.prefill_s * 1e3:.1f} ms, steps {self.step_s * 1e3:.1f} ms "
+            f"({self.step_s * 1e3 / max(self.steps, 1):.2f} ms per step)",
         ]
         if self.speculative and self.accept_counts:
             counts = ", ".join(f"{d + 1}:{c}" for d, c in enumerate(self.accept_counts))
@@ -109,7 +110,8 @@ class PhaseTimer:
 
     def totals(self) -> dict[str, float]:
         if self.cuda:
-            torch.cuda.synchronize()
+            if self._events:
+                self._events[-1][2].synchronize()  # an event wait: no device-wide synchronisation
             out = {p: 0.0 for p in PHASES}
             for phase, a, b in self._events:
                 out[phase] += a.elapsed_time(b) / 1e3

@@ -69,6 +69,9 @@ class TargetModel:
     """
 
     feature_mode: str | None = None
+    #: True when the runner keeps its lengths on the device and offers ``verify_rows`` / ``decode_rows`` /
+    #: ``commit_rows`` / ``note_committed`` (steps queue without host reads: :class:`LlamaTarget`)
+    device_lengths: bool = False
 
     def feature_width(self, mode: str | None) -> int:
         if mode == "eagle3":
@@ -556,6 +559,38 @@ class LlamaTarget(TargetModel):
 
     def commit(self, accept_index: torch.Tensor, accept_len: torch.Tensor, accept_len_host: int) -> None:
         self.cache.compact(self.ops, accept_index, accept_len, accept_len_host)
+
+    # -- device-paced steps (lengths on the device; capturable in the engine's step graphs) --------------------
+    #: every length lives on the device (``cache.seqlens``): the engine may queue steps without reading back
+    device_lengths = True
+
+    def verify_rows(self, tokens: torch.Tensor, depths: torch.Tensor, tree_mask: torch.Tensor,
+                    kv_limit: int | None = None):
+        """:meth:`verify` without host checks or its own CUDA graph (the caller captures the whole step).
+
+        ``kv_limit``: an upper bound on the rows the step reads (an exact shortcut of the eager CPU attention;
+        ignored by the Triton kernels).
+        """
+        positions = self.cache.seqlens.view(1, 1).long() + depths.long()
+        limit = kv_limit if self.ops.reads_kv_limit else None
+        return self._forward(tokens, positions, tree_mask, limit, last_only=False)
+
+    def decode_rows(self, tokens: torch.Tensor, kv_limit: int | None = None):
+        """One plain decode step of ``tokens [1, 1]`` at row ``seqlens``, committed on the device only (see
+        :meth:`note_committed`). Returns ``(logits [1, V], features or None)``."""
+        positions = self.cache.seqlens.view(1, 1).long()
+        limit = kv_limit if self.ops.reads_kv_limit else None
+        logits, feats = self._forward(tokens, positions, None, limit, last_only=False)
+        self.cache.seqlens.add_(1)
+        return logits[:, -1], feats
+
+    def commit_rows(self, accept_index: torch.Tensor, accept_len: torch.Tensor) -> None:
+        """:meth:`commit` on the device only: the host mirror follows in :meth:`note_committed`."""
+        self.cache.compact(self.ops, accept_index, accept_len, None)
+
+    def note_committed(self, n: int) -> None:
+        """Advance the host mirror of the length by ``n`` rows the device already committed."""
+        self.cache.host_len += int(n)
 
 
 def _as_list(x) -> list[int]:

@@ -895,3 +895,58 @@ class FusedDraftBackend:
             parents=bufs.parents.clone(), retrieve_indices_padded=retrieve,
             num_leaves=bufs.num_leaves.clone(), max_depth=bufs.max_depth.clone(), sampling=sampling,
         )
+
+    # -- device-paced drafting (the engine's step graphs) -------------------------------------------------------
+    def reserve(self, max_len: int, max_new_rows: int, batch: int = 1) -> None:
+        """Allocate the draft KV and buffers once for up to ``max_len`` accepted rows per sequence and up to
+        ``max_new_rows`` new rows per draft, so :meth:`draft_rows` never reallocates (a CUDA graph keeps the
+        buffers' addresses). Keeps rows already drafted."""
+        if self._ref is not None:
+            raise RuntimeError(f"the fused drafter is not running ({self.fallback_reason})")
+        if self._kv_len < 0:
+            raise RuntimeError("reserve() after draft_rows() needs a reset() first (the draft KV length is on the "
+                               "device)")
+        tc = self.cfg_tree
+        need = int(max_len) + tc.depth * tc.top_k
+        cfg = self._cfg
+        if cfg is not None and self.bufs.batch == batch and cfg.max_new_rows >= max_new_rows and cfg.max_len >= need:
+            return
+        self._max_len = max(self._max_len, _pow2(need))
+        self._ensure(batch, _pow2(max(int(max_new_rows), 1)))
+
+    @property
+    def reserved(self) -> tuple[int, int]:
+        """``(accepted rows, new rows per draft)`` the buffers hold now (``(0, 0)`` before the first draft)."""
+        if self._cfg is None:
+            return 0, 0
+        tc = self.cfg_tree
+        return self._cfg.max_len - tc.depth * tc.top_k, self._cfg.max_new_rows
+
+    @torch.no_grad()
+    def draft_rows(self, features: torch.Tensor, new_ids: torch.Tensor, num_new: torch.Tensor | None = None,
+                   sampling: bool = False) -> DraftTree:
+        """Draft from ``features [B, S, W]`` rows not yet in the draft KV, ``num_new [B]`` int32 of them valid (on
+        the device; ``None``: all ``S``), ``new_ids [B, S]`` the token after each row (the last valid one is the
+        root). No host synchronisation and no allocation after :meth:`reserve`: capturable in a CUDA graph.
+
+        The tree's tensors are views of the drafter's buffers, overwritten by the next draft. The draft KV's length
+        advances on the device only: mixing this with :meth:`draft` needs a :meth:`reset` in between.
+        """
+        if self._ref is not None:
+            raise RuntimeError(f"draft_rows needs the fused kernel ({self.fallback_reason})")
+        B, S = features.shape[:2]
+        cfg = self._cfg
+        if cfg is None or self.bufs.batch != B or S > self.bufs.new_rows:
+            raise ValueError(f"draft_rows: {B} x {S} new rows exceed the reserved buffers "
+                             f"({self.bufs.batch if self.bufs else 0} x {self.bufs.new_rows if self.bufs else 0}); "
+                             "call reserve(max_len, max_new_rows) first")
+        self._kv_len = -1  # unknown on the host from here on (reset() restores it)
+        out = launch_drafter(cfg, DraftInputs(features, new_ids, num_new), self.weights, self.bufs, fallback=False)
+        bufs = self.bufs
+        retrieve = out.retrieve_indices
+        if sampling:
+            order = lexicographic_row_order(retrieve)
+            retrieve = retrieve.gather(1, order.unsqueeze(-1).expand_as(retrieve))
+        return DraftTree(draft_tokens=out.draft_tokens, tree_mask=out.tree_mask, positions=bufs.positions,
+                         parents=bufs.parents, retrieve_indices_padded=retrieve, num_leaves=bufs.num_leaves,
+                         max_depth=bufs.max_depth, sampling=sampling)

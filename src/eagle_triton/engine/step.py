@@ -1,0 +1,223 @@
+"""The engine's decoding steps over device-resident state, queued ahead of the host (the lagged read).
+
+A step is *launched*, not waited for: :meth:`StepRunner.speculative_step` / :meth:`StepRunner.plain_step` queue the
+work and return a :class:`PendingTokens`, whose :meth:`~PendingTokens.result` reads that step's tokens (one
+asynchronous copy into pinned memory, then waiting on its event). Every input of a step (the rows the drafter has
+not ingested yet, the token after each, their count, the target's cache length, the RNG counter) is written by the
+previous step on the device, so the engine queues step ``i + 1`` before it reads step ``i``: the GPU never waits
+for Python.
+
+*Device-paced* steps (a target with lengths on the device, :attr:`TargetModel.device_lengths`, and for speculation
+a drafter that drafts from device-counted rows, :attr:`TreeDrafter.drafts_rows`) contain no host
+synchronisation, and on CUDA each kind of step (speculative: draft -> verify forward -> accept -> KV compaction ->
+the next draft's inputs; plain: forward -> pick -> commit) is captured once in a CUDA graph and replayed. The
+first two steps of a kind run eagerly (the second one with exactly the captured shapes, so every Triton kernel is
+compiled before the capture; a capture executes nothing, so no state needs saving). Other combinations (the
+generic transformers target, the reference drafter) run *host-paced*: the step reads its accepted length inside,
+and nothing is queued ahead.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from .accept import accept_tree
+from .sampling import DeviceRNG, SamplingParams, probs_from_logits, sample_from_probs
+
+__all__ = ["PendingTokens", "StepRunner"]
+
+
+class PendingTokens:
+    """The tokens of one queued step: ``out = [a, t_0, ..., t_a, -1 ...]`` (``a`` accepted drafts, then the emitted
+    tokens), copied out when the step is queued (``out`` is reused by the next step)."""
+
+    def __init__(self, out: torch.Tensor, host: torch.Tensor, event):
+        host.copy_(out, non_blocking=event is not None)
+        if event is not None:
+            event.record()
+        self._host, self._event = host, event
+
+    def result(self) -> tuple[int, list[int]]:
+        """``(accepted drafts, emitted tokens)``: waits for the step (the engine's one device read per step)."""
+        if self._event is not None:
+            self._event.synchronize()
+        values = self._host.tolist()
+        a = int(values[0])
+        return a, values[1:a + 2]
+
+
+class StepRunner:
+    """Buffers, steps and CUDA graphs of one engine for one kind of decoding (kept across ``generate`` calls).
+
+    Parameters
+    ----------
+    target: the engine's :class:`~eagle_triton.engine.target.TargetModel`.
+    drafter: a :class:`~eagle_triton.TreeDrafter` (or compatible) for speculation, else ``None``.
+    max_path: the longest accepted path in nodes (tree depth + 2: root, drafts and bonus).
+    max_prompt: the longest prompt (the first draft ingests its rows).
+    max_rows: the most rows the target's cache will hold (the drafter reserves as many).
+    """
+
+    def __init__(self, target, drafter, max_path: int, max_prompt: int, max_rows: int):
+        self.target, self.drafter = target, drafter
+        dev = target.device
+        self.device = dev
+        self.speculative = drafter is not None
+        self.device_paced = bool(getattr(target, "device_lengths", False)) and (
+            drafter is None or bool(getattr(drafter, "drafts_rows", False)))
+        self.use_graphs = (self.device_paced and dev.type == "cuda"
+                           and bool(getattr(target, "use_cuda_graphs", False)))
+        self.C = int(max_path)
+        W = target.feature_width(getattr(drafter, "feature_mode", None) or target.feature_mode) if drafter else 0
+        self.feats = torch.zeros(1, self.C, max(W, 1), dtype=target.dtype, device=dev)
+        self.ids = torch.zeros(1, self.C, dtype=torch.long, device=dev)
+        self.num_new = torch.ones(1, dtype=torch.int32, device=dev)
+        self.out = torch.full((1 + self.C,), -1, dtype=torch.long, device=dev)
+        self.rng = DeviceRNG(dev)
+        cuda = dev.type == "cuda"
+        self._host = [torch.empty(1 + self.C, dtype=torch.long, pin_memory=cuda) for _ in range(2)]
+        self._events = [torch.cuda.Event() for _ in range(2)] if cuda else [None, None]
+        self._slot = 0
+        self._graphs: dict = {}
+        self._eager_runs: dict = {}
+        self._owner = None
+        if self.speculative and self.device_paced:
+            drafter.reserve(max_rows, max(max_prompt, self.C))
+        self.host_len = 0  # rows the host knows are committed (host-paced steps)
+        self.seq = None  # host-paced speculation: every accepted token, on the device
+
+    # -- graphs --------------------------------------------------------------------------------------------------
+    def _buffers_key(self):
+        """Identity of every buffer a captured graph points into (a reallocation invalidates the graphs)."""
+        t, d = self.target, self.drafter
+        impl = getattr(d, "_impl", None)
+        bufs = getattr(impl, "bufs", None)
+        return (id(getattr(t, "cache", None)), id(bufs), t.feature_mode)
+
+    def _run(self, kind, fn):
+        """Run ``fn`` (a device-paced step) eagerly for its first two calls of this ``kind``, then from a graph."""
+        key = (kind, self._buffers_key())
+        if not self.use_graphs:
+            fn()
+            return
+        graph = self._graphs.get(key)
+        if graph is None:
+            runs = self._eager_runs.get(key, 0)
+            if runs < 2:
+                self._eager_runs[key] = runs + 1
+                fn()
+                return
+            graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(graph):
+                fn()
+            self._graphs[key] = graph
+        graph.replay()
+
+    def reset_graphs(self) -> None:
+        self._graphs.clear()
+        self._eager_runs.clear()
+
+    def _pending(self) -> PendingTokens:
+        slot = self._slot
+        self._slot ^= 1
+        return PendingTokens(self.out, self._host[slot], self._events[slot])
+
+    # -- one generation ------------------------------------------------------------------------------------------
+    def begin(self, prompt_ids: torch.Tensor, root: torch.Tensor, feats) -> PendingTokens:
+        """Set up a generation after the prefill: ``prompt_ids [1, N]``, the first token ``root [1]`` (on the
+        device), the prompt's features ``[1, N, W]`` (speculation). Returns the pending root token."""
+        N = prompt_ids.shape[1]
+        self.host_len = N
+        self._first = None
+        if self.speculative:
+            ids = torch.cat([prompt_ids[:, 1:], root.view(1, 1)], dim=1)  # row j pairs with token j + 1
+            self._first = (feats, ids)
+            if not self.device_paced:
+                self.seq = torch.cat([prompt_ids, root.view(1, 1)], dim=1)
+                self._host_feats = feats
+        self.ids[0, 0] = root[0]  # plain decoding reads the pending token here
+        self.out.fill_(-1)
+        self.out[0] = 0
+        self.out[1] = root[0]
+        return self._pending()
+
+    def speculative_step(self, params: SamplingParams, kv_bound: int | None) -> PendingTokens:
+        """Queue one speculative step (``kv_bound``: an upper bound on the cache rows it reads, for eager CPU
+        attention). Host-paced runners finish the step before returning."""
+        if not self.device_paced:
+            return self._host_paced_step(params)
+        first, self._first = self._first, None
+        if first is not None:  # the prompt's rows: their own shapes, always eager
+            self._speculative_body(params, first[0], first[1], None, kv_bound)
+        else:
+            self._run(("spec", params), lambda: self._speculative_body(params, self.feats, self.ids, self.num_new,
+                                                                        kv_bound if not self.use_graphs else None))
+        return self._pending()
+
+    def _speculative_body(self, params, feats, ids, num_new, kv_bound) -> None:
+        t = self.target
+        sampling = not params.greedy
+        tree = self.drafter.draft_rows(feats, ids, num_new, sampling=sampling)
+        logits, tfeats = t.verify_rows(tree.draft_tokens, tree.positions, tree.tree_mask[:, 0] > 0.5, kv_bound)
+        res = accept_tree(tree, logits, params, self.rng)
+        t.commit_rows(res.accept_index, res.accept_len)
+        # the next draft ingests the features of root + accepted drafts, each paired with the token after it
+        rows = res.accept_index[0].clamp(min=0)
+        if tfeats is not None:
+            self.feats[0].copy_(tfeats[0].index_select(0, rows))
+        self.ids[0].copy_(res.tokens[0].clamp(min=0))
+        self.num_new.copy_((res.accept_len + 1).to(torch.int32))
+        self.out[0] = res.accept_len[0]
+        self.out[1:].copy_(res.tokens[0])
+
+    def plain_step(self, params: SamplingParams, kv_bound: int | None) -> PendingTokens:
+        """Queue one plain decoding step: the target's next token after the pending one."""
+        if not self.device_paced:
+            return self._host_paced_plain(params)
+        self._run(("plain", params), lambda: self._plain_body(params, kv_bound if not self.use_graphs else None))
+        return self._pending()
+
+    def _plain_body(self, params, kv_bound) -> None:
+        logits, _ = self.target.decode_rows(self.ids[:, :1], kv_bound)
+        tok = self.pick(logits, params, self.rng)
+        self.ids[0, 0] = tok[0]
+        self.out[0] = 0
+        self.out[1] = tok[0]
+
+    @staticmethod
+    def pick(logits: torch.Tensor, params: SamplingParams, rng) -> torch.Tensor:
+        """Next token from ``[1, V]`` logits: argmax (greedy) or a sample of the processed distribution."""
+        if params.greedy:
+            return logits.argmax(dim=-1)
+        return sample_from_probs(probs_from_logits(logits, params), rng)
+
+    def committed(self, n: int) -> None:
+        """The host has read that ``n`` more rows are committed (device-paced targets mirror it)."""
+        if self.device_paced:
+            self.target.note_committed(n)
+
+    # -- host-paced steps (generic target or reference drafter) ----------------------------------------------------
+    def _host_paced_step(self, params: SamplingParams) -> PendingTokens:
+        t, L = self.target, self.host_len
+        first, self._first = self._first, None
+        hidden = first[0] if first is not None else self._host_feats
+        tree = self.drafter.draft(hidden, self.seq[:, :L + 1], sampling=not params.greedy)
+        logits, tfeats = t.verify(tree.draft_tokens, tree.positions, tree.tree_mask[:, 0] > 0.5)
+        res = accept_tree(tree, logits, params, self.rng)
+        a = int(res.accept_len[0])  # host-paced: the step reads its length here
+        t.commit(res.accept_index, res.accept_len, a)
+        if tfeats is not None:
+            self._host_feats = tfeats[:, res.accept_index[0, :a + 1]]
+        self.seq = torch.cat([self.seq, res.tokens[:, :a + 1]], dim=1)
+        self.host_len = L + a + 1
+        self.out[0] = res.accept_len[0]
+        self.out[1:].copy_(res.tokens[0])
+        return self._pending()
+
+    def _host_paced_plain(self, params: SamplingParams) -> PendingTokens:
+        logits, _ = self.target.decode(self.ids[:, :1])
+        tok = self.pick(logits, params, self.rng)
+        self.ids[0, 0] = tok[0]
+        self.out[0] = 0
+        self.out[1] = tok[0]
+        return self._pending()

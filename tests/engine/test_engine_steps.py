@@ -1,0 +1,100 @@
+"""The engine's device-paced steps (engine/step.py): queued ahead of the host's read, one device read per step,
+and the same tokens as the host-paced steps and as plain decoding."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from engine_testlib import hf_greedy
+
+from eagle_triton import TreeConfig, TreeDrafter
+from eagle_triton.engine import EagleEngine, LlamaTarget
+from eagle_triton.engine.sampling import DeviceRNG
+from eagle_triton.testing import random_eagle3_head
+
+V = 128
+
+
+@pytest.fixture(scope="module")
+def target(tiny_model):
+    return LlamaTarget.from_hf(tiny_model)
+
+
+def _head(seed=1):
+    return random_eagle3_head(hidden_size=64, vocab_size=V, draft_vocab_size=48, seed=seed)
+
+
+def _prompt(seed, n):
+    return torch.randint(0, V, (n,), generator=torch.Generator().manual_seed(seed)).tolist()
+
+
+class _ReadCounter:
+    """Counts every host read of a tensor's values (``item``, ``tolist``, ``bool``/``int``/``float``, ``numpy``)."""
+
+    NAMES = ("item", "tolist", "__bool__", "__int__", "__float__", "__index__", "numpy")
+
+    def __init__(self, monkeypatch):
+        self.count = 0
+        for name in self.NAMES:
+            orig = getattr(torch.Tensor, name)
+
+            def wrapped(t, *a, _orig=orig, **k):
+                self.count += 1
+                return _orig(t, *a, **k)
+
+            monkeypatch.setattr(torch.Tensor, name, wrapped)
+
+
+@pytest.mark.parametrize("speculative", [True, False])
+def test_one_device_read_per_step(tiny_model, monkeypatch, speculative):
+    """With the Triton ops (interpreter) every kernel takes its lengths from tensors, so the only host read of a
+    step is the engine's own (the PyTorch ops' KV compaction reference reads on the host)."""
+    target = LlamaTarget.from_hf(tiny_model, ops="triton")
+    tree = TreeConfig(10, 3, 3)
+    eng = EagleEngine(target, drafter=TreeDrafter(_head(), tree, backend="stub"), max_length=128)
+    run = eng._runner(speculative)
+    assert run.device_paced
+    prompt = _prompt(3, 7)
+    eng.generate(input_ids=prompt, max_new_tokens=25, seed=0, speculative=speculative)  # warm
+    counter = _ReadCounter(monkeypatch)
+    out, stats = eng.generate(input_ids=prompt, max_new_tokens=25, seed=0, speculative=speculative)
+    # one read per step, plus the first token's; a step queued ahead and dropped at the stop is never read
+    assert stats.steps > 3 and counter.count == stats.steps + 1, (counter.count, stats.steps)
+
+
+def test_stub_drafter_steps_equal_plain_decoding(tiny_model, target):
+    """The stub drafter's trees are mostly wrong: every kind of accept length and a -1 padded tail, queued ahead."""
+    prompt = _prompt(5, 9)
+    ref = hf_greedy(tiny_model, prompt, 40)
+    for tree in (TreeConfig(10, 3, 3), TreeConfig(4, 3, 1)):
+        eng = EagleEngine(target, drafter=TreeDrafter(_head(), tree, backend="stub"), max_length=128)
+        for cap in (1, 2, 7, 40):
+            out, stats = eng.generate(input_ids=prompt, max_new_tokens=cap)
+            assert out == ref[:cap] and stats.new_tokens == cap
+        plain, _ = eng.generate(input_ids=prompt, max_new_tokens=40, speculative=False)
+        assert plain == ref
+
+
+def test_fused_drafter_device_paced_equals_reference_host_paced(tiny_model, target):
+    """The fused kernel (Triton interpreter) in device-paced steps vs the reference drafter in host-paced steps:
+    same tokens, same accepted lengths step by step (fp32), and both equal to plain greedy decoding."""
+    tree = TreeConfig(8, 2, 3)
+    head = _head(seed=4)
+    fused = EagleEngine(target, head, tree, max_length=96, drafter_backend="triton")
+    ref = EagleEngine(target, head, tree, max_length=96, drafter_backend="torch")
+    assert fused._runner(True).device_paced and not ref._runner(True).device_paced
+    prompt = _prompt(8, 11)
+    a, sa = fused.generate(input_ids=prompt, max_new_tokens=14)
+    b, sb = ref.generate(input_ids=prompt, max_new_tokens=14)
+    assert a == b == hf_greedy(tiny_model, prompt, 14)
+    assert sa.accept_length_histogram == sb.accept_length_histogram and sa.steps == sb.steps
+
+
+def test_device_rng_stream_is_counter_based():
+    rng = DeviceRNG("cpu", seed=7)
+    u1 = rng.uniform(3, 5)
+    u2 = rng.uniform(4)
+    assert u1.shape == (3, 5) and u1.dtype == torch.float32 and bool(((u1 >= 0) & (u1 < 1)).all())
+    again = DeviceRNG("cpu", seed=7).uniform(19)
+    assert torch.equal(torch.cat([u1.flatten(), u2]), again)  # draws continue one counter stream
+    assert not torch.equal(DeviceRNG("cpu", seed=8).uniform(19), again)
