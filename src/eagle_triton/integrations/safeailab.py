@@ -189,22 +189,24 @@ class SafeAILabOutputs:
 
     The CPU tensors cost one device->host copy and one synchronisation per call. Where the tree's leaf count,
     depth, padded retrieve indices and mask lie in one allocation (the fused drafter's output buffers), the copy
-    moves their byte span straight into a cached pinned buffer: no device work but the copy. Otherwise they are
-    first packed into a cached device buffer (two copy kernels). The exact ``[R, C]`` slice and the mask are cut
+    moves their byte span straight into a cached pinned buffer: no device work but the copy. Otherwise (the
+    reference drafter's trees, or a sampling tree, whose rows were reordered into a new tensor) they are first
+    packed into a cached device buffer (two copy kernels). The exact ``[R, C]`` slice and the mask are cut
     on the host as new tensors; the device outputs are the tree's own tensors (views of the fused drafter's
     buffers when it drafted with ``copy_outputs=False``: valid until the next draft).
     """
 
     def __init__(self):
-        self._staging: torch.Tensor | None = None  # packed path: device buffer
-        self._host: torch.Tensor | None = None  # host side of the copy (pinned on a GPU)
-        self._span: tuple | None = None  # direct path: (key, device byte span, host views)
+        self._staging: torch.Tensor | None = None  # packed path: device buffer ...
+        self._host: torch.Tensor | None = None  # ... and its host side (pinned on a GPU)
+        self._span: tuple | None = None  # direct path: (key, device byte span, host buffer, host views)
 
     def _direct(self, parts: tuple[torch.Tensor, ...]):
-        """``(device byte span, host views of parts)`` when ``parts`` lie close together in one allocation."""
+        """``(device byte span, host buffer, host views of parts)`` when ``parts`` lie close together in one
+        allocation, else ``None``. Cached while the parts stay where they are (the fused drafter's buffers do)."""
         key = tuple((t.data_ptr(), t.shape, t.dtype) for t in parts)
         if self._span is not None and self._span[0] == key:
-            return self._span[1], self._span[2]
+            return self._span[1:]
         dev = parts[0].device
         storage = parts[0].untyped_storage()
         if any(t.device != dev or not t.is_contiguous() or t.untyped_storage().data_ptr() != storage.data_ptr()
@@ -217,46 +219,47 @@ class SafeAILabOutputs:
         if any((t.data_ptr() - lo) % t.element_size() for t in parts):
             return None
         src = torch.empty(0, dtype=torch.uint8, device=dev).set_(storage, lo - storage.data_ptr(), (hi - lo,))
-        host = self._host_buffer(hi - lo, torch.uint8, dev)
+        host = _host_buffer(hi - lo, torch.uint8, dev)
         views = tuple(host[t.data_ptr() - lo:t.data_ptr() - lo + t.numel() * t.element_size()].view(t.dtype)
                       .view(t.shape) for t in parts)
-        self._span = (key, src, views)
-        return src, views
-
-    def _host_buffer(self, n: int, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
-        if self._host is None or self._host.numel() != n or self._host.dtype != dtype:
-            pin = device.type == "cuda"
-            self._host = torch.empty(n, dtype=dtype, pin_memory=pin) if pin else torch.empty(n, dtype=dtype)
-            self._span = None
-        return self._host
+        self._span = (key, src, host, views)
+        return src, host, views
 
     def _packed(self, tree):
-        """The packed path: ``(device staging buffer, host views of (leaves, depth, retrieve, mask))``."""
+        """The other trees (separate tensors): packed into one cached device buffer first (two copy kernels)."""
         retrieve, mask = tree.retrieve_indices_padded[:1], tree.tree_mask[:1]
-        n_ret, n_mask = retrieve.numel(), mask.numel()
+        n_ret = retrieve.numel()
         dev = retrieve.device
-        n = 2 + n_ret + n_mask
+        n = 2 + n_ret + mask.numel()
         if self._staging is None or self._staging.numel() != n or self._staging.device != dev:
             self._staging = torch.empty(n, dtype=torch.long, device=dev)
-        host = self._host_buffer(n, torch.long, dev)
+            self._host = _host_buffer(n, torch.long, dev)
         torch.cat([tree.num_leaves[:1], tree.max_depth[:1], retrieve.reshape(-1)], out=self._staging[:2 + n_ret])
         self._staging[2 + n_ret:].view(mask.shape).copy_(mask)
-        return self._staging, (host[0:1], host[1:2], host[2:2 + n_ret].view(retrieve.shape),
-                               host[2 + n_ret:].view(mask.shape))
+        host = self._host
+        return self._staging, host, (host[0:1], host[1:2], host[2:2 + n_ret].view(retrieve.shape),
+                                     host[2 + n_ret:].view(mask.shape))
 
     def __call__(self, tree) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
         parts = (tree.num_leaves, tree.max_depth, tree.retrieve_indices_padded, tree.tree_mask)
         plan = self._direct(parts)
-        src, (leaves, depth, retrieve, mask) = plan if plan is not None else self._packed(tree)
+        src, host, (leaves, depth, retrieve, mask) = plan if plan is not None else self._packed(tree)
         if src.device.type == "cuda":
-            self._host.copy_(src, non_blocking=True)
+            host.copy_(src, non_blocking=True)
             torch.cuda.current_stream(src.device).synchronize()  # the call's one host sync
         else:
-            self._host.copy_(src)
+            host.copy_(src)
         R, C = int(leaves[0]), int(depth[0])
         retrieve_cpu = retrieve[0, :R, :C + 1].clone()
         mask_cpu = mask[:1].to(torch.float32, copy=True)
         return tree.draft_tokens, retrieve_cpu, mask_cpu, tree.positions[0]
+
+
+def _host_buffer(n: int, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+    """The host side of a transfer from ``device``: pinned memory for a GPU (an asynchronous copy)."""
+    if device.type == "cuda":
+        return torch.empty(n, dtype=dtype, pin_memory=True)
+    return torch.empty(n, dtype=dtype)
 
 
 class EaLayerDrafter:
