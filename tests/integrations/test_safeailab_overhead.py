@@ -104,7 +104,7 @@ def test_patched_call_does_one_copy_around_the_launch(launches, monkeypatch):
             data = rec.data_ops()
             assert data[aten.copy_] == 1 and data[aten.cat] == 0, data  # one span copied, nothing packed
             assert sum(data.values()) <= 3, data
-            assert sum(rec.ops.values()) <= 20, rec.ops
+            assert sum(rec.ops.values()) <= 24, rec.ops  # views and host reads included (35 before)
             assert params["calls"] == 0
         row = want[1][0]
         acc = want[0][0, row[row >= 0][1:3]]
