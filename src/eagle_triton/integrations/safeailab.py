@@ -280,7 +280,9 @@ class EaLayerDrafter:
         self._outputs = SafeAILabOutputs()
 
     def draft(self, hidden_states, input_ids, head=None, sampling: bool = False):
-        """One tree as a :class:`~eagle_triton.DraftTree` (device tensors only), keeping ``stable_kv`` in step."""
+        """One tree as a :class:`~eagle_triton.DraftTree` (device tensors only), keeping ``stable_kv`` in step.
+        With the fused drafter its tensors are the drafter's own buffers, valid until the next draft (as SafeAILab
+        uses ``topK_genrate``'s outputs: each step is done with a tree before it drafts the next)."""
         ea = self.ea_layer
         key = _tree_key(ea)
         if key != self._key:
