@@ -11,8 +11,12 @@ same parts: ``base_model``, ``ea_layer``, ``tokenizer``, ``use_eagle3``), and me
   :func:`eagle_triton.optimize_eagle_with_triton` (``safeailab_8b_step_optimized``); ms per token of
   ``naivegenerate`` unpatched and optimized;
 - ms per ``ea_layer.topK_genrate`` call unpatched and patched (``safeailab_8b_topk_call_{unpatched,patched}``)
-  and of eagle_triton's drafter alone on the same inputs (``TreeDrafter.draft``, the fused kernel plus its own
-  bookkeeping), in the decode scenario of ``bench_fused_drafter.py`` (512 rows in the draft KV, 4 new rows);
+  and, on the same inputs, of eagle_triton's drafter alone (``TreeDrafter.draft``, the fused kernel plus its own
+  bookkeeping) and of the fused kernel alone (one ``launch_drafter`` call, timed like a ``topK_genrate`` call:
+  host launch, kernel, synchronisation; and its device time alone, launches back to back), in the decode scenario
+  of ``bench_fused_drafter.py`` (512 rows in the draft KV, 4 new rows). ``topk_patch_glue_ms`` = patched call -
+  fused kernel call is what the patch adds around the launch; ``topk_patch_over_kernel_ms`` = patched call -
+  kernel device time also counts Triton's launch and the wait for the kernel;
 - eagle_triton's own engine (``EagleEngine.generate``) on the same weights: ms per speculative step
   (``spec_step_8b_60_7_10``);
 - whether the optimized ``eagenerate`` returns SafeAILab's tokens (greedy; bf16 rounding of two different target
@@ -239,6 +243,28 @@ def per_call(call, reset, make_inputs, device: str, calls: int) -> dict:
     return dict(ms=statistics.median(times), min_ms=min(times), calls=len(times))
 
 
+def fused_device_ms(launch, reset, make_inputs, device: str, calls: int) -> float | None:
+    """Device ms per launch of the fused kernel alone: ``calls`` launches enqueued back to back after a 512-row
+    prefill (the host's launch work hides behind the kernels), timed with CUDA events."""
+    if not device.startswith("cuda"):
+        return None
+    reset()
+    feats, ids = make_inputs(512, None)
+    launch(feats, ids)
+    steps = []
+    for _ in range(calls):
+        feats, ids = make_inputs(4, ids)
+        steps.append((feats, ids))
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    _sync(device)
+    start.record()
+    for feats, ids in steps:
+        launch(feats, ids)
+    end.record()
+    _sync(device)
+    return start.elapsed_time(end) / calls
+
+
 def main(argv=None) -> dict:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--eagle-repo", required=True, type=Path, help="a SafeAILab EAGLE checkout (commit cb7e084)")
@@ -264,6 +290,7 @@ def main(argv=None) -> dict:
     from eagle_triton import TreeConfig, optimize_eagle_with_triton, patch_ea_model_with_triton_drafter, restore_eagle
     from eagle_triton.drafter import TreeDrafter
     from eagle_triton.engine import EagleEngine, LlamaTarget
+    from eagle_triton.fused import DraftInputs, FusedDraftBackend, launch_drafter
     from eagle_triton.integrations.safeailab import head_from_ea_layer
 
     work = Path(tempfile.mkdtemp(prefix="safeailab_eagle_"))
@@ -341,6 +368,18 @@ def main(argv=None) -> dict:
         res["drafter_alone_call"] = per_call(lambda f, i: alone.draft(f, i), alone.reset, make_inputs, args.device,
                                              args.calls)
         res["topk_patch_overhead_ms"] = res["topk_call_patched"]["ms"] - res["drafter_alone_call"]["ms"]
+        fused = alone._impl  # the FusedDraftBackend: its config, weights and buffers now fit the decode scenario
+        if isinstance(fused, FusedDraftBackend) and fused.bufs is not None:
+            def launch(f, i, fused=fused):  # what the drafter launches for a call: the new rows' features and ids
+                return launch_drafter(fused._cfg, DraftInputs(f, i[:, -f.shape[1]:]), fused.weights, fused.bufs,
+                                      fallback=False)
+
+            res["fused_alone_call"] = per_call(launch, fused.reset, make_inputs, args.device, args.calls)
+            res["fused_kernel_device_ms"] = fused_device_ms(launch, fused.reset, make_inputs, args.device,
+                                                            args.calls)
+            res["topk_patch_glue_ms"] = res["topk_call_patched"]["ms"] - res["fused_alone_call"]["ms"]
+            if res["fused_kernel_device_ms"] is not None:
+                res["topk_patch_over_kernel_ms"] = res["topk_call_patched"]["ms"] - res["fused_kernel_device_ms"]
     finally:
         shutil.rmtree(work, ignore_errors=True)
 
@@ -369,6 +408,11 @@ def main(argv=None) -> dict:
     path.write_text(json.dumps(record, indent=1))
     for k, v in res["headline"].items():
         print(f"{k:45s} {v:9.3f} ms")
+    if "fused_alone_call" in res:
+        kernel = res.get("fused_kernel_device_ms")
+        print(f"topK_genrate patched {res['topk_call_patched']['ms']:.3f} ms per call; fused kernel alone "
+              f"{res['fused_alone_call']['ms']:.3f} ms per call ({'n/a' if kernel is None else f'{kernel:.3f}'} ms "
+              f"on the device); glue {res['topk_patch_glue_ms']:.3f} ms")
     print(f"optimized / engine step: {res['optimized_over_engine']:.2f}x; tokens equal (unpatched vs optimized): "
           f"{res['tokens_equal_unpatched_vs_optimized']}; written {path}")
     return record

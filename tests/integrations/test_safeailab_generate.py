@@ -150,7 +150,7 @@ def test_patched_topk_genrate_reads_the_device_once_per_call(monkeypatch):
             out = drafter(feats, ids, None, sampling)
         host_ptr = host.untyped_storage().data_ptr()
         # every host read is of the one transferred buffer (on a GPU: after the call's one synchronisation) ...
-        assert listed and set(listed + rec.reads) == {host_ptr}
+        assert rec.reads and set(listed + rec.reads) == {host_ptr}
         # ... which is filled by exactly one copy from the staging buffer, and the buffers are reused
         assert rec.copies.count(host_ptr) == 1
         assert drafter._outputs._staging is staging and drafter._outputs._host is host

@@ -8,6 +8,7 @@ no GPU or Triton is available).
 
 from __future__ import annotations
 
+import functools
 import math
 import warnings
 from dataclasses import dataclass, field, fields, replace
@@ -525,13 +526,18 @@ class FusedDrafterBuffers:
             pnode=z(B, TP), posb=z(B, TP),
         )
         kvshape = (B, cfg.max_len, cfg.num_kv_heads, cfg.head_dim)
+        # the outputs a host reads after a draft share one allocation, so that one device->host copy moves them
+        # (integrations.safeailab reads the batch-1 tree's leaf count, depth, retrieve indices and mask)
+        num_leaves, max_depth, retrieve, tree_mask = _zeros_in_one_allocation(
+            dev, ((B,), torch.int64), ((B,), torch.int64), ((B, T, D + 2), torch.int64),
+            ((B, 1, T + 1, T + 1), torch.float32))
         return cls(
             k_cache=torch.zeros(kvshape, dtype=dt, device=dev), v_cache=torch.zeros(kvshape, dtype=dt, device=dev),
             kv_len=z(B), scratch=scratch,
-            draft_tokens=z(B, T + 1, dtype=torch.int64), retrieve=z(B, T, D + 2, dtype=torch.int64),
-            tree_mask=z(B, 1, T + 1, T + 1, dtype=torch.float32), positions=z(B, T + 1, dtype=torch.int64),
-            parents=z(B, T + 1, dtype=torch.int64), num_leaves=z(B, dtype=torch.int64),
-            max_depth=z(B, dtype=torch.int64), barrier=z(2), status=z(1),
+            draft_tokens=z(B, T + 1, dtype=torch.int64), retrieve=retrieve,
+            tree_mask=tree_mask, positions=z(B, T + 1, dtype=torch.int64),
+            parents=z(B, T + 1, dtype=torch.int64), num_leaves=num_leaves,
+            max_depth=max_depth, barrier=z(2), status=z(1),
             profile=z(p["NPROG"], PROFILE_SLOTS, dtype=torch.int64), batch=B, new_rows=S, nprog=p["NPROG"],
         )
 
@@ -541,6 +547,19 @@ class FusedDrafterBuffers:
         self.barrier.zero_()
         self.status.zero_()
         self.scratch["flag"].zero_()
+
+
+def _zeros_in_one_allocation(device, *specs: tuple[tuple[int, ...], torch.dtype]) -> list[torch.Tensor]:
+    """Zeroed contiguous tensors of ``specs`` (``(shape, dtype)`` each), one after another in a single allocation,
+    each at a 16-byte boundary (the pointer alignment Triton specializes kernels on)."""
+    offsets, end = [], 0
+    for shape, dtype in specs:
+        end = -(-end // 16) * 16
+        offsets.append(end)
+        end += math.prod(shape) * dtype.itemsize
+    block = torch.zeros(end, dtype=torch.uint8, device=device)
+    return [block[o:o + math.prod(shape) * dtype.itemsize].view(dtype).view(shape)
+            for o, (shape, dtype) in zip(offsets, specs, strict=True)]
 
 
 # ------------------------------------------------------------------------------------------------ I/O types
@@ -611,8 +630,10 @@ def _check_launch(cfg: DrafterConfig, X: DraftInputs, weights: Weights, bufs: Bu
         if t.device != dev:
             raise ValueError(f"{name} is on {t.device} but the weights are on {dev}")
     nn_ = X.num_new
-    if nn_ is None:
-        nn_ = bufs.scratch.setdefault(("num_new", S), torch.full((B,), S, dtype=torch.int32, device=dev))
+    if nn_ is None:  # S rows everywhere: one cached device tensor per S (no allocation or fill per launch)
+        nn_ = bufs.scratch.get(("num_new", S))
+        if nn_ is None:
+            nn_ = bufs.scratch[("num_new", S)] = torch.full((B,), S, dtype=torch.int32, device=dev)
     elif tuple(nn_.shape) != (B,) or nn_.dtype != torch.int32 or nn_.device != dev:
         raise ValueError(f"num_new must be int32 [{B}] on {dev}, got {nn_.dtype} {list(nn_.shape)} on {nn_.device}")
     return nn_
@@ -620,6 +641,27 @@ def _check_launch(cfg: DrafterConfig, X: DraftInputs, weights: Weights, bufs: Bu
 
 # ------------------------------------------------------------------------------------------------ launch
 _RESIDENT_CHECKED: set = set()
+
+
+class _LaunchPlan:
+    """The kernel's keyword arguments for one (config, device, batch, profile), and whether its grid was checked
+    resident."""
+
+    __slots__ = ("kw", "nprog", "resident_key", "checked")
+
+    def __init__(self, cfg: DrafterConfig, device: torch.device, batch: int, profile: bool):
+        p = cfg.launch_params(device, batch, 1)  # the constexprs do not depend on the new rows
+        self.kw = dict(PROFILE=profile, **p)
+        self.nprog = p["NPROG"]
+        self.resident_key = (device, cfg.dtype, tuple(sorted(self.kw.items())))
+        self.checked = self.resident_key in _RESIDENT_CHECKED
+
+
+@functools.lru_cache(maxsize=64)
+def _launch_plan(cfg: DrafterConfig, device: torch.device, batch: int, profile: bool) -> _LaunchPlan:
+    """Launch parameters computed once per (config, device, batch): :meth:`DrafterConfig.launch_params` costs
+    ~80 us of Python (the stream-K sharing scan), paid before every launch otherwise."""
+    return _LaunchPlan(cfg, device, batch, profile)
 
 
 def _check_resident(kernel, nprog: int, num_warps: int, device) -> None:
@@ -677,9 +719,9 @@ def launch_drafter(cfg: DrafterConfig, X, weights: Weights, bufs: Buffers, fallb
     from .kernel import fused_drafter_kernel
 
     B, S = X.features.shape[:2]
-    p = cfg.launch_params(X.features.device, B, S)
-    if p["NPROG"] != bufs.nprog:
-        raise ValueError(f"buffers were allocated for {bufs.nprog} programs, the config now gives {p['NPROG']}")
+    plan = _launch_plan(cfg, X.features.device, B, bool(profile))
+    if plan.nprog != bufs.nprog:
+        raise ValueError(f"buffers were allocated for {bufs.nprog} programs, the config now gives {plan.nprog}")
     sc = bufs.scratch
     w = weights
     mcap = sc["hbuf"].shape[1]
@@ -696,14 +738,14 @@ def launch_drafter(cfg: DrafterConfig, X, weights: Weights, bufs: Buffers, fallb
         bufs.max_depth, bufs.barrier, bufs.status, bufs.profile,
         B, S, cfg.max_len, mcap, _element_offset(sc["hbuf"], w.embed), cfg.rms_eps, math.sqrt(cfg.head_dim),
     )
-    kw = dict(PROFILE=bool(profile), **p)
-    if not _interpreting():
-        key = (X.features.device, cfg.dtype, tuple(sorted(kw.items())))
-        if key not in _RESIDENT_CHECKED:  # compile first: a persistent grid that cannot be resident deadlocks
-            _check_resident(fused_drafter_kernel.warmup(*args, grid=(p["NPROG"],), **kw), p["NPROG"],
-                            p["num_warps"], X.features.device)
-            _RESIDENT_CHECKED.add(key)
-    fused_drafter_kernel[(p["NPROG"],)](*args, **kw)
+    kw = plan.kw
+    if not plan.checked and not _interpreting():
+        if plan.resident_key not in _RESIDENT_CHECKED:  # compile first: a grid that cannot be resident deadlocks
+            _check_resident(fused_drafter_kernel.warmup(*args, grid=(plan.nprog,), **kw), plan.nprog,
+                            kw["num_warps"], X.features.device)
+            _RESIDENT_CHECKED.add(plan.resident_key)
+        plan.checked = True
+    fused_drafter_kernel[(plan.nprog,)](*args, **kw)
     return DraftOutput((bufs.draft_tokens, bufs.retrieve, bufs.tree_mask, bufs.positions), buffers=bufs)
 
 
@@ -875,25 +917,32 @@ class FusedDraftBackend:
 
     # -- drafting ---------------------------------------------------------------------------------------------
     @torch.no_grad()
-    def draft(self, hidden_states: torch.Tensor, input_ids: torch.Tensor, sampling: bool = False) -> DraftTree:
+    def draft(self, hidden_states: torch.Tensor, input_ids: torch.Tensor, sampling: bool = False,
+              copy_outputs: bool = True) -> DraftTree:
+        """One tree (see :meth:`TreeDrafter.draft`). ``copy_outputs=False`` returns the drafter's own output buffers
+        instead of copies (no device work after the kernel): they are overwritten by the next draft, so only a
+        caller that is done with a tree before drafting the next may ask for them (the SafeAILab patch does)."""
         if self._ref is not None:
             return self._ref.draft(hidden_states, input_ids, sampling=sampling)
         check_draft_inputs(self.head, hidden_states, input_ids, self._kv_len)
         B, S = hidden_states.shape[:2]
         self._ensure(B, S)
         new_ids = input_ids[:, 1 + self._kv_len:].to(device=hidden_states.device, dtype=torch.long).contiguous()
-        out = launch_drafter(self._cfg, DraftInputs(hidden_states.contiguous(), new_ids), self.weights, self.bufs,
-                             fallback=False)
+        launch_drafter(self._cfg, DraftInputs(hidden_states.contiguous(), new_ids), self.weights, self.bufs,
+                       fallback=False)
         self._kv_len += S
         bufs = self.bufs
-        retrieve = out.retrieve_indices.clone()
-        if sampling:
+        keep = (lambda t: t.clone()) if copy_outputs else (lambda t: t)
+        retrieve = bufs.retrieve
+        if sampling:  # gather makes a new tensor: no copy of the leaf-ordered rows first
             order = lexicographic_row_order(retrieve)
             retrieve = retrieve.gather(1, order.unsqueeze(-1).expand_as(retrieve))
+        else:
+            retrieve = keep(retrieve)
         return DraftTree(
-            draft_tokens=out.draft_tokens.clone(), tree_mask=out.tree_mask.clone(), positions=bufs.positions.clone(),
-            parents=bufs.parents.clone(), retrieve_indices_padded=retrieve,
-            num_leaves=bufs.num_leaves.clone(), max_depth=bufs.max_depth.clone(), sampling=sampling,
+            draft_tokens=keep(bufs.draft_tokens), tree_mask=keep(bufs.tree_mask), positions=keep(bufs.positions),
+            parents=keep(bufs.parents), retrieve_indices_padded=retrieve,
+            num_leaves=keep(bufs.num_leaves), max_depth=keep(bufs.max_depth), sampling=sampling,
         )
 
     # -- device-paced drafting (the engine's step graphs) -------------------------------------------------------

@@ -14,6 +14,7 @@ import torch
 
 from ..config import TreeConfig
 from ..drafter import TreeDrafter
+from ..fused.host import FusedDraftBackend
 from ..heads import DraftHeadConfig, Eagle1DraftHead, Eagle3DraftHead
 
 __all__ = ["head_from_ea_layer", "tree_config_from_ea_layer", "patch_ea_model_with_triton_drafter", "EaLayerDrafter",
@@ -184,42 +185,81 @@ class SafeAILabOutputs:
     """Turns a :class:`~eagle_triton.DraftTree` into ``topK_genrate``'s four outputs, placed as SafeAILab places
     them: ``draft_tokens [1, T+1]`` and ``tree_position_ids [T+1]`` on the device, ``retrieve_indices [R, C]``
     (exact shape) and ``tree_mask [1, 1, T+1, T+1]`` float on the CPU (its code indexes tensors on any GPU of a
-    multi-GPU target with them).
+    multi-GPU target with them, and needs ``R`` and ``C`` on the host anyway).
 
-    The CPU tensors cost one device->host transfer per call: the leaf count, the depth, the padded retrieve
-    indices and the mask are packed into a cached device buffer (two copy kernels) and copied at once into a
-    cached pinned buffer; the exact ``[R, C]`` slice is cut on the host. Nothing else leaves the device.
+    The CPU tensors cost one device->host copy and one synchronisation per call. Where the tree's leaf count,
+    depth, padded retrieve indices and mask lie in one allocation (the fused drafter's output buffers), the copy
+    moves their byte span straight into a cached pinned buffer: no device work but the copy. Otherwise (the
+    reference drafter's trees, or a sampling tree, whose rows were reordered into a new tensor) they are first
+    packed into a cached device buffer (two copy kernels). The exact ``[R, C]`` slice and the mask are cut
+    on the host as new tensors; the device outputs are the tree's own tensors (views of the fused drafter's
+    buffers when it drafted with ``copy_outputs=False``: valid until the next draft).
     """
 
     def __init__(self):
-        self._staging: torch.Tensor | None = None
-        self._host: torch.Tensor | None = None
+        self._staging: torch.Tensor | None = None  # packed path: device buffer ...
+        self._host: torch.Tensor | None = None  # ... and its host side (pinned on a GPU)
+        self._span: tuple | None = None  # direct path: (key, device byte span, host buffer, host views)
 
-    def _buffers(self, n: int, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
-        if self._staging is None or self._staging.numel() != n or self._staging.device != device:
-            self._staging = torch.empty(n, dtype=torch.long, device=device)
-            pin = device.type == "cuda"
-            self._host = torch.empty(n, dtype=torch.long, pin_memory=pin) if pin else torch.empty(n, dtype=torch.long)
-        return self._staging, self._host
+    def _direct(self, parts: tuple[torch.Tensor, ...]):
+        """``(device byte span, host buffer, host views of parts)`` when ``parts`` lie close together in one
+        allocation, else ``None``. Cached while the parts stay where they are (the fused drafter's buffers do)."""
+        key = tuple((t.data_ptr(), t.shape, t.dtype) for t in parts)
+        if self._span is not None and self._span[0] == key:
+            return self._span[1:]
+        dev = parts[0].device
+        storage = parts[0].untyped_storage()
+        if any(t.device != dev or not t.is_contiguous() or t.untyped_storage().data_ptr() != storage.data_ptr()
+               for t in parts):
+            return None
+        lo = min(t.data_ptr() for t in parts)
+        hi = max(t.data_ptr() + t.numel() * t.element_size() for t in parts)
+        if hi - lo > 2 * sum(t.numel() * t.element_size() for t in parts) + 256:
+            return None  # the span would carry much more than the outputs
+        if any((t.data_ptr() - lo) % t.element_size() for t in parts):
+            return None
+        src = torch.empty(0, dtype=torch.uint8, device=dev).set_(storage, lo - storage.data_ptr(), (hi - lo,))
+        host = _host_buffer(hi - lo, torch.uint8, dev)
+        views = tuple(host[t.data_ptr() - lo:t.data_ptr() - lo + t.numel() * t.element_size()].view(t.dtype)
+                      .view(t.shape) for t in parts)
+        self._span = (key, src, host, views)
+        return src, host, views
 
-    def __call__(self, tree) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
-        retrieve = tree.retrieve_indices_padded[0]  # [T, D + 2]
-        mask = tree.tree_mask[0, 0]  # [T + 1, T + 1]
-        T1 = mask.shape[0]
+    def _packed(self, tree):
+        """The other trees (separate tensors): packed into one cached device buffer first (two copy kernels)."""
+        retrieve, mask = tree.retrieve_indices_padded[:1], tree.tree_mask[:1]
         n_ret = retrieve.numel()
         dev = retrieve.device
-        staging, host = self._buffers(2 + n_ret + T1 * T1, dev)
-        torch.cat([tree.num_leaves[:1], tree.max_depth[:1], retrieve.reshape(-1)], out=staging[:2 + n_ret])
-        staging[2 + n_ret:].view(T1, T1).copy_(mask)
-        if dev.type == "cuda":
-            host.copy_(staging, non_blocking=True)
-            torch.cuda.current_stream(dev).synchronize()  # the call's one host sync
+        n = 2 + n_ret + mask.numel()
+        if self._staging is None or self._staging.numel() != n or self._staging.device != dev:
+            self._staging = torch.empty(n, dtype=torch.long, device=dev)
+            self._host = _host_buffer(n, torch.long, dev)
+        torch.cat([tree.num_leaves[:1], tree.max_depth[:1], retrieve.reshape(-1)], out=self._staging[:2 + n_ret])
+        self._staging[2 + n_ret:].view(mask.shape).copy_(mask)
+        host = self._host
+        return self._staging, host, (host[0:1], host[1:2], host[2:2 + n_ret].view(retrieve.shape),
+                                     host[2 + n_ret:].view(mask.shape))
+
+    def __call__(self, tree) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+        parts = (tree.num_leaves, tree.max_depth, tree.retrieve_indices_padded, tree.tree_mask)
+        plan = self._direct(parts)
+        src, host, (leaves, depth, retrieve, mask) = plan if plan is not None else self._packed(tree)
+        if src.device.type == "cuda":
+            host.copy_(src, non_blocking=True)
+            torch.cuda.current_stream(src.device).synchronize()  # the call's one host sync
         else:
-            host.copy_(staging)
-        R, C = (int(x) for x in host[:2].tolist())
-        retrieve_cpu = host[2:2 + n_ret].view(retrieve.shape)[:R, :C + 1].clone()
-        mask_cpu = host[2 + n_ret:].view(1, 1, T1, T1).to(torch.float32)
+            host.copy_(src)
+        R, C = int(leaves[0]), int(depth[0])
+        retrieve_cpu = retrieve[0, :R, :C + 1].clone()
+        mask_cpu = mask[:1].to(torch.float32, copy=True)
         return tree.draft_tokens, retrieve_cpu, mask_cpu, tree.positions[0]
+
+
+def _host_buffer(n: int, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+    """The host side of a transfer from ``device``: pinned memory for a GPU (an asynchronous copy)."""
+    if device.type == "cuda":
+        return torch.empty(n, dtype=dtype, pin_memory=True)
+    return torch.empty(n, dtype=dtype)
 
 
 class EaLayerDrafter:
@@ -240,7 +280,9 @@ class EaLayerDrafter:
         self._outputs = SafeAILabOutputs()
 
     def draft(self, hidden_states, input_ids, head=None, sampling: bool = False):
-        """One tree as a :class:`~eagle_triton.DraftTree` (device tensors only), keeping ``stable_kv`` in step."""
+        """One tree as a :class:`~eagle_triton.DraftTree` (device tensors only), keeping ``stable_kv`` in step.
+        With the fused drafter its tensors are the drafter's own buffers, valid until the next draft (as SafeAILab
+        uses ``topK_genrate``'s outputs: each step is done with a tree before it drafts the next)."""
         ea = self.ea_layer
         key = _tree_key(ea)
         if key != self._key:
@@ -252,7 +294,11 @@ class EaLayerDrafter:
             self.drafter.reset()
         if input_ids.device != hidden_states.device:
             input_ids = input_ids.to(hidden_states.device)
-        tree = self.drafter.draft(hidden_states, input_ids, sampling=sampling)
+        impl = self.drafter._impl
+        if isinstance(impl, FusedDraftBackend):  # SafeAILab is done with a tree before it drafts the next
+            tree = impl.draft(hidden_states, input_ids, sampling=sampling, copy_outputs=False)
+        else:
+            tree = self.drafter.draft(hidden_states, input_ids, sampling=sampling)
         kv = self.drafter.stable_kv
         ea.stable_kv = kv if kv is not None else ()
         return tree

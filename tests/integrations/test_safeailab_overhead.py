@@ -1,0 +1,142 @@
+"""What the drafter-only SafeAILab patch costs per ``topK_genrate`` call beyond the fused kernel itself.
+
+On the GPU every tensor op of the patched call is a kernel launch, an allocation or a copy around the drafter's one
+launch; here the fused kernel runs under Triton's interpreter and the ops around it are counted with a dispatch mode
+(the interpreter's own work is left out of the count). The outputs stay exactly those of SafeAILab's
+``topK_genrate`` (the transcription in ``spec_topk_genrate``).
+"""
+
+import collections
+
+import pytest
+import torch
+from spec_topk_genrate import spec_standin
+from torch.utils._python_dispatch import TorchDispatchMode, _disable_current_modes
+
+import eagle_triton.fused.kernel as fused_kernel
+from eagle_triton import TreeConfig, TreeDrafter
+from eagle_triton.fused import DrafterConfig
+from eagle_triton.integrations.safeailab import EaLayerDrafter, patch_ea_model_with_triton_drafter
+from eagle_triton.testing import random_eagle3_head
+
+aten = torch.ops.aten
+# ops that create no data: views, and the host's reads of a value (of the copied host buffer, see
+# test_safeailab_generate.py::test_patched_topk_genrate_reads_the_device_once_per_call)
+_NO_DATA = {aten.view, aten.slice, aten.select, aten.permute, aten.unsqueeze, aten.squeeze, aten.expand, aten.alias,
+            aten.as_strided, aten.t, aten.transpose, aten.detach, aten._local_scalar_dense}
+
+
+class _AtenOps(TorchDispatchMode):
+    def __init__(self):
+        super().__init__()
+        self.ops = collections.Counter()
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        self.ops[func.overloadpacket] += 1
+        return func(*args, **(kwargs or {}))
+
+    def data_ops(self) -> collections.Counter:
+        """Ops that allocate, compute or copy (a kernel, an allocation or a transfer on the GPU)."""
+        return collections.Counter({op: n for op, n in self.ops.items() if op not in _NO_DATA})
+
+
+@pytest.fixture
+def launches(monkeypatch):
+    """Counts launches of the fused kernel; the interpreter's work inside a launch is not dispatched to the
+    counting mode."""
+    real = fused_kernel.fused_drafter_kernel
+    count = [0]
+
+    class Counted:
+        def __getattr__(self, name):
+            return getattr(real, name)
+
+        def __getitem__(self, grid):
+            def launch(*args, **kwargs):
+                count[0] += 1
+                with _disable_current_modes():
+                    return real[grid](*args, **kwargs)
+            return launch
+
+    monkeypatch.setattr(fused_kernel, "fused_drafter_kernel", Counted())
+    return count
+
+
+def _same_outputs(a, b):
+    for x, y in zip(a, b, strict=True):
+        assert x.device == y.device and x.dtype == y.dtype and torch.equal(x, y)
+
+
+def test_patched_call_does_one_copy_around_the_launch(launches, monkeypatch):
+    """In the steady state a patched call launches the kernel once and adds one copy (the device->host transfer of
+    the outputs SafeAILab reads on the CPU) and two host-side tensors (the exact retrieve indices and the float
+    mask): no clone of the drafter's outputs, no allocation, no packing, no launch parameters recomputed. (Before:
+    35 ops, 13 of them data ops: a num_new fill, 7 output clones, 2 packing kernels, the copy, 2 host tensors.)"""
+    head = random_eagle3_head(seed=3, lm_head_scale=6.0)  # peaked: no near-ties between the two drafters
+    tc = TreeConfig(20, 3, 4)
+    orig, patched = spec_standin(head, tc), spec_standin(head, tc)
+    patch_ea_model_with_triton_drafter(patched, backend="triton")
+    drafter = patched.ea_layer.topK_genrate
+    assert isinstance(drafter, EaLayerDrafter) and drafter.drafter._impl.fallback_reason == ""
+    params = collections.Counter()
+    launch_params = DrafterConfig.launch_params
+    monkeypatch.setattr(DrafterConfig, "launch_params",
+                        lambda self, *a: params.update(["calls"]) or launch_params(self, *a))
+    g = torch.Generator().manual_seed(0)
+    W = head.feature_width
+    ids = torch.randint(0, 256, (1, 8), generator=g)
+    feats = torch.randn(1, 7, W, generator=g)
+    for model in (orig, patched):
+        model.ea_layer.reset_kv()
+    for step in range(4):
+        sampling = object() if step == 1 else None  # a sampling tree (rows reordered) takes the packed path
+        want = orig.ea_layer.topK_genrate(feats, ids, None, sampling)
+        before, params["calls"] = launches[0], 0
+        with _AtenOps() as rec:
+            got = patched.ea_layer.topK_genrate(feats, ids, None, sampling)
+        _same_outputs(want, got)
+        assert got[1].device.type == "cpu" and got[2].device.type == "cpu"
+        for (k, v), (k2, v2) in zip(orig.ea_layer.stable_kv, patched.ea_layer.stable_kv, strict=True):
+            torch.testing.assert_close(k2, k, rtol=0, atol=1e-5)
+            torch.testing.assert_close(v2, v, rtol=0, atol=1e-5)
+        assert launches[0] == before + 1
+        if step >= 2:  # steady state, greedy: buffers, launch plan and copy plan exist
+            data = rec.data_ops()
+            assert data[aten.copy_] == 1 and data[aten.cat] == 0, data  # one span copied, nothing packed
+            assert sum(data.values()) <= 3, data
+            assert sum(rec.ops.values()) <= 24, rec.ops  # views and host reads included (35 before)
+            assert params["calls"] == 0
+        row = want[1][0]
+        acc = want[0][0, row[row >= 0][1:3]]
+        ids = torch.cat([ids, acc[None], torch.randint(0, 256, (1, 1), generator=g)], 1)
+        feats = torch.randn(1, acc.numel() + 1, W, generator=g)
+
+
+def test_fused_draft_copies_its_outputs_unless_asked_not_to():
+    """``FusedDraftBackend.draft`` returns trees that stay valid across calls; ``copy_outputs=False`` returns the
+    drafter's buffers themselves (what the SafeAILab patch uses), with the same values."""
+    head = random_eagle3_head(seed=4, lm_head_scale=6.0)
+    tc = TreeConfig(12, 2, 3)
+    fused, ref = TreeDrafter(head, tc, backend="triton"), TreeDrafter(head, tc, backend="torch")
+    g = torch.Generator().manual_seed(1)
+    ids = torch.randint(0, 256, (1, 6), generator=g)
+    feats = torch.randn(1, 5, head.feature_width, generator=g)
+    kept = fused.draft(feats, ids)
+    first = [getattr(kept, name).clone() for name in _TREE_FIELDS]
+    ref.draft(feats, ids)
+    ids = torch.cat([ids, torch.tensor([[7, 200]])], 1)  # a new root token: the second tree differs
+    feats = torch.randn(1, 2, head.feature_width, generator=g)
+    views = fused._impl.draft(feats, ids, copy_outputs=False)
+    want = ref.draft(feats, ids)
+    bufs = fused._impl.bufs
+    for name, buf in zip(_TREE_FIELDS, (bufs.draft_tokens, bufs.retrieve, bufs.tree_mask, bufs.positions,
+                                        bufs.parents, bufs.num_leaves, bufs.max_depth), strict=True):
+        assert getattr(views, name) is buf and torch.equal(buf, getattr(want, name)), name
+    # the first tree is a copy: the second draft, which rewrote the buffers, left it as it was
+    assert not torch.equal(first[0], views.draft_tokens)
+    for name, was in zip(_TREE_FIELDS, first, strict=True):
+        assert torch.equal(getattr(kept, name), was), name
+
+
+_TREE_FIELDS = ("draft_tokens", "retrieve_indices_padded", "tree_mask", "positions", "parents", "num_leaves",
+                "max_depth")
