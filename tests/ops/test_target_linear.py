@@ -187,6 +187,8 @@ def test_embedding_matches_reference(P, dtype, device):
     assert torch.equal(y, target_embedding_ref(ids, weight, sumsq_out=ref_ss))
     torch.testing.assert_close(ss, ref_ss, atol=1e-5, rtol=1e-5)
     assert torch.equal(target_embedding(ids.int(), weight), y)
+    strided = torch.stack([ids, ids.flip(0)], 1)[:, 0]  # ids at stride 2
+    assert torch.equal(target_embedding(strided, weight), y)
 
 
 @pytest.mark.parametrize("dtype", DTYPES)

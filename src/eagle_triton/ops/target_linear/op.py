@@ -238,8 +238,8 @@ def target_embedding(ids: torch.Tensor, weight: torch.Tensor, *, sumsq_out: torc
     bw = next_power_of_2(W)
     bp = max(1, min(next_power_of_2(P), (256 if is_interpreter() else 8192) // bw))
     s = sumsq_out if sumsq_out is not None else y
-    _embedding_kernel[(M,)](ids, weight, y, s, V, H, W, P, weight.stride(0), y.stride(0), s.stride(0),
-                            s.stride(1), WRITE_SS=sumsq_out is not None, BP=bp, BW=bw,
+    _embedding_kernel[(M,)](ids, weight, y, s, V, H, W, P, ids.stride(0), weight.stride(0), y.stride(0),
+                            s.stride(0), s.stride(1), WRITE_SS=sumsq_out is not None, BP=bp, BW=bw,
                             num_warps=8 if bp * bw >= 4096 else 4)
     return y
 
