@@ -191,38 +191,57 @@ def test_embedding_matches_reference(P, dtype, device):
     assert torch.equal(target_embedding(strided, weight), y)
 
 
+def _norm_chain_weights(H, inter, V, dtype, device, seed):
+    g = torch.Generator().manual_seed(seed)
+    return dict(emb=torch.randn(V, H, generator=g).to(device, dtype),
+                w_gu=(torch.randn(2 * inter, H, generator=g) / H ** 0.5).to(device, dtype),
+                w_d=(torch.randn(H, inter, generator=g) / inter ** 0.5).to(device, dtype),
+                w_q=(torch.randn(3 * H // 2, H, generator=g) / H ** 0.5).to(device, dtype),
+                nw=[(1 + 0.1 * torch.randn(H, generator=g)).to(device, dtype) for _ in range(3)])
+
+
+def _norm_chain(ids, p, cfg, transposed):
+    """embedding (partials out) -> normed gate/up product (partials in) -> down product with the residual
+    (partials out) -> normed q/k/v-like product -> final RMSNorm (partials in): what one layer of the fused target
+    forward does with the residual stream."""
+    M, H = ids.shape[0], p["emb"].shape[1]
+    P = sumsq_width(H, cfg or default_config(H, p["w_d"].shape[1], ids.device, p["emb"].dtype))
+    s0, s1 = _partials(M, P, ids.device, transposed), _partials(M, P, ids.device, transposed)
+    x = target_embedding(ids, p["emb"], sumsq_out=s0)
+    h = target_linear(x, p["w_gu"], norm_weight=p["nw"][0], sumsq=s0, silu_mul=True, config=cfg)
+    x = target_linear(h, p["w_d"], residual=x, sumsq_out=s1, config=cfg)
+    q = target_linear(x, p["w_q"], norm_weight=p["nw"][1], sumsq=s1, config=cfg)
+    return x, s1, q, target_rms_norm(x, p["nw"][2], sumsq=s1)
+
+
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("cfg", [SMALL, None], ids=["16x16x16", "default"])
 def test_norm_chain_row_is_batch_invariant(cfg, dtype, device):
-    """embedding (partials) -> normed gate/up product (partials in) -> residual product (partials out) ->
-    normed product -> final RMSNorm (partials in): a row computed alone equals, bit for bit, the same row inside a
-    37-row batch (partial buffers row-major or transposed)."""
-    H, inter, V = 40, 24, 31
-    g = torch.Generator().manual_seed(11)
-    emb = torch.randn(V, H, generator=g).to(device, dtype)
-    w_gu = (torch.randn(2 * inter, H, generator=g) / H ** 0.5).to(device, dtype)
-    w_d = (torch.randn(H, inter, generator=g) / inter ** 0.5).to(device, dtype)
-    w_q = (torch.randn(30, H, generator=g) / H ** 0.5).to(device, dtype)
-    nw = [(1 + 0.1 * torch.randn(H, generator=g)).to(device, dtype) for _ in range(3)]
-    ids = torch.randint(0, V, (37,), generator=g).to(device)
-    cfg_d = cfg or default_config(H, inter, device, dtype)
-    P = sumsq_width(H, cfg_d)
-
-    def chain(ids, transposed):
-        M = ids.shape[0]
-        s0, s1 = _partials(M, P, device, transposed), _partials(M, P, device, transposed)
-        x = target_embedding(ids, emb, sumsq_out=s0)
-        h = target_linear(x, w_gu, norm_weight=nw[0], sumsq=s0, silu_mul=True, config=cfg)
-        x = target_linear(h, w_d, residual=x, sumsq_out=s1, config=cfg)
-        q = target_linear(x, w_q, norm_weight=nw[1], sumsq=s1, config=cfg)
-        return x, s1, q, target_rms_norm(x, nw[2], sumsq=s1)
-
-    full = chain(ids, transposed=True)
+    """A row computed alone equals, bit for bit, the same row inside a 37-row batch, through the whole chain of
+    partial sums of squares (buffers row-major or transposed)."""
+    p = _norm_chain_weights(40, 24, 31, dtype, device, seed=11)
+    ids = torch.randint(0, 31, (37,), generator=torch.Generator().manual_seed(12)).to(device)
+    full = _norm_chain(ids, p, cfg, transposed=True)
     for transposed in (True, False):
         for r in (0, 17, 36):
-            alone = chain(ids[r:r + 1], transposed)
+            alone = _norm_chain(ids[r:r + 1], p, cfg, transposed)
             for a, b in zip(alone, full, strict=True):
                 assert torch.equal(a, b[r:r + 1]), (transposed, r)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("H,inter", [(576, 1536), (4096, 2048)])
+def test_gpu_norm_chain_invariant_at_real_shapes(H, inter):
+    """bf16, default tiles (SmolLM2 and Llama-8B hidden sizes): the chain's rows alone, in a 60-row verify and a
+    64-row chunk equal those of a 200-row batch bit for bit, and the norms match the row-sum norms closely."""
+    p = _norm_chain_weights(H, inter, 1000, torch.bfloat16, "cuda", seed=H)
+    ids = torch.randint(0, 1000, (200,), generator=torch.Generator().manual_seed(0)).cuda()
+    full = _norm_chain(ids, p, None, transposed=True)
+    for M in (1, 60, 64):
+        for a, b in zip(_norm_chain(ids[:M], p, None, transposed=True), full, strict=True):
+            assert torch.equal(a, b[:M]), M
+    x, _, _, h = full
+    torch.testing.assert_close(h.float(), target_rms_norm(x, p["nw"][2]).float(), atol=0.02, rtol=0.02)
 
 
 def test_partials_bad_inputs_are_named(device):

@@ -145,12 +145,13 @@ def _rms_norm_kernel(x_ptr, w_ptr, y_ptr, s_ptr, M, K, stride_xm, stride_ym, str
         tl.store(y_ptr + row.to(tl.int64) * stride_ym + kk, y, mask=kk < K)
 
 
-@triton.jit(do_not_specialize=["stride_s_p"])
+@triton.jit(do_not_specialize=["ids_ptr", "stride_ids", "stride_s_p"])
 def _embedding_kernel(ids_ptr, w_ptr, y_ptr, s_ptr, V, H, W, P, stride_ids, stride_wv, stride_ym, stride_s_m,
                       stride_s_p, WRITE_SS: tl.constexpr, BP: tl.constexpr, BW: tl.constexpr):
     """One row per program: ``y[row] = weight[ids[row]]`` and (``WRITE_SS``) the row's ``P`` partial sums of
     squares over consecutive ``W``-wide column chunks; the row is read as ``[BP, BW]`` tiles (chunk by column), so
-    a decode row is one or a few loads, not ``P`` dependent round trips."""
+    a decode row is one or a few loads, not ``P`` dependent round trips. ``ids`` is not specialised (a prefill
+    chunk's ids may be a slice at any offset of the prompt)."""
     row = tl.program_id(0)
     tok = tl.load(ids_ptr + row * stride_ids).to(tl.int64)
     tl.device_assert((tok >= 0) & (tok < V), "token id out of the embedding's range")
