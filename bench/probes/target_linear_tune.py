@@ -2,7 +2,10 @@
 
 For each weight shape and each config, times ``target_linear`` at M = 1 (decode) and M = 60 (verify) with the
 median of ``triton.testing.do_bench``, rotating over enough weight copies that L2 (50 MB) cannot hold them, next
-to ``F.linear`` (cuBLAS) on the same data. Prints weight TB/s; writes JSON to ``--out``.
+to ``F.linear`` (cuBLAS) on the same data. The normed products (q/k/v, gate/up) run without the norm, with the
+row-sum prologue (``norm=row``) and with the norm read from 128 partial sums of squares (``norm=partials``, what
+the fused forward does); the residual products (o, down) with and without writing those partials
+(``sumsq_out``). Prints weight TB/s; writes JSON to ``--out``.
 
     python bench/probes/target_linear_tune.py --out /tmp/tune.json [--quick]
 """
@@ -19,7 +22,7 @@ import torch.nn.functional as F
 from triton.testing import do_bench
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "src"))
-from eagle_triton.ops.target_linear import LinearConfig, target_linear  # noqa: E402
+from eagle_triton.ops.target_linear import LinearConfig, sumsq_width, target_linear  # noqa: E402
 
 SHAPES = {  # name: (N rows of W, K, flags)
     "qkv": (6144, 4096, dict(norm=True)),
@@ -54,22 +57,30 @@ def main():
             t = do_bench(lambda x=x, it=it: F.linear(x, next(it)), warmup=25, rep=100, return_mode="median")
             rows.append(dict(shape=name, M=M, variant="cublas", us=t * 1e3, TBps=N * K * 2 / t / 1e9))
             print(f"{name:8s} M={M:3d} cublas {t*1e3:8.1f} us {N*K*2/t/1e9:5.2f} TB/s", flush=True)
+            # partial sums of squares of x as the previous residual product (o/down tiles, BN 32) writes them
+            ss_in = torch.rand(sumsq_width(K, LinearConfig(block_n=32)), M, device=dev).t() * K
             for bm, bn, bk, st, nwp in grid:
                 cfg = LinearConfig(block_m=bm, block_n=bn, block_k=bk, num_stages=st, num_warps=nwp)
-                for norm in ([True, False] if fl.get("norm") else [False]):
-                    def fn(cfg=cfg, norm=norm, x=x, it=it, nw=nw, res=res, fl=fl):
-                        return target_linear(x, next(it), norm_weight=nw if norm else None, residual=res,
-                                             silu_mul=bool(fl.get("silu")), config=cfg, validate=False)
+                ss_out = torch.empty(sumsq_width(n_out, cfg), M, device=dev).t()
+                variants = ([("none", False), ("row", False), ("partials", False)] if fl.get("norm")
+                            else [("none", False), ("none", True)] if fl.get("res") else [("none", False)])
+                for norm, write_ss in variants:
+                    def fn(cfg=cfg, norm=norm, write_ss=write_ss, x=x, it=it, nw=nw, res=res, fl=fl, ss_in=ss_in,
+                           ss_out=ss_out):
+                        return target_linear(x, next(it), norm_weight=nw if norm != "none" else None,
+                                             sumsq=ss_in if norm == "partials" else None, residual=res,
+                                             sumsq_out=ss_out if write_ss else None, silu_mul=bool(fl.get("silu")),
+                                             config=cfg, validate=False)
                     try:
                         t = do_bench(fn, warmup=25, rep=100, return_mode="median")
                     except Exception as e:  # a config over the shared-memory budget
-                        print(f"{name} M={M} {cfg} norm={norm}: {type(e).__name__}", flush=True)
+                        print(f"{name} M={M} {cfg} norm={norm} sumsq_out={write_ss}: {type(e).__name__}", flush=True)
                         continue
                     tb = N * K * 2 / t / 1e9
                     rows.append(dict(shape=name, M=M, variant=f"bm{bm} bn{bn} bk{bk} st{st} w{nwp}", norm=norm,
-                                     us=t * 1e3, TBps=tb))
-                    print(f"{name:8s} M={M:3d} bm{bm:3d} bn{bn:3d} bk{bk:3d} st{st} w{nwp} norm={int(norm)} "
-                          f"{t*1e3:8.1f} us {tb:5.2f} TB/s", flush=True)
+                                     sumsq_out=write_ss, us=t * 1e3, TBps=tb))
+                    print(f"{name:8s} M={M:3d} bm{bm:3d} bn{bn:3d} bk{bk:3d} st{st} w{nwp} norm={norm:8s} "
+                          f"ss_out={int(write_ss)} {t*1e3:8.1f} us {tb:5.2f} TB/s", flush=True)
         del ws
         torch.cuda.empty_cache()
     Path(a.out).write_text(json.dumps(dict(device=torch.cuda.get_device_name(), date=time.strftime("%F %T"),
@@ -77,7 +88,7 @@ def main():
                                       indent=1))
     best = {}
     for r in rows:
-        k = (r["shape"], r["M"], r.get("norm"))
+        k = (r["shape"], r["M"], r.get("norm"), r.get("sumsq_out"))
         if k not in best or r["us"] < best[k]["us"]:
             best[k] = r
     for k, r in sorted(best.items(), key=lambda kv: str(kv[0])):

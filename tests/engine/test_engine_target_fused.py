@@ -69,15 +69,28 @@ def test_fused_eagle1_feature_is_lm_head_input(small_chunks):
     torch.testing.assert_close(t.lm_head(feats[:, -1]), logits, atol=1e-5, rtol=1e-5)
 
 
-def test_separate_norm_kernel_matches_inline_norm():
+@pytest.mark.parametrize("kw", [{"norm_mode": "kernel"}, {"norm_mode": "prologue"}, {"inline_norm": False},
+                                {"inline_norm": True}], ids=["kernel", "prologue", "inline_false", "inline_true"])
+def test_norm_modes_agree(kw):
+    """The RMSNorm from partial sums of squares (default), as its own kernel and in the prologue (also under the
+    older ``inline_norm`` spelling) round alike up to the order of the row's sum of squares."""
     m = _model("qwen2")
-    a, b = LlamaTarget.from_hf(m, ops="triton"), LlamaTarget.from_hf(m, ops="triton", inline_norm=False)
+    a, b = LlamaTarget.from_hf(m, ops="triton"), LlamaTarget.from_hf(m, ops="triton", **kw)
+    assert a.norm_mode == "partials"
+    assert b.norm_mode == kw.get("norm_mode", {True: "prologue", False: "kernel"}.get(kw.get("inline_norm")))
     ids = torch.randint(0, V, (1, 6))
     for t in (a, b):
         t.setup(16, "eagle3")
     (la, fa), (lb, fb) = a.prefill(ids), b.prefill(ids)
     torch.testing.assert_close(lb, la, atol=2e-5, rtol=1e-5)
     torch.testing.assert_close(fb, fa, atol=2e-5, rtol=1e-5)
+
+
+def test_bad_norm_mode_is_named():
+    with pytest.raises(ValueError, match="norm_mode must be one of"):
+        LlamaTarget.from_hf(_model(), ops="triton", norm_mode="fused")
+    with pytest.raises(ValueError, match="contradicts"):
+        LlamaTarget.from_hf(_model(), ops="triton", norm_mode="partials", inline_norm=True)
 
 
 def test_fused_forward_needs_triton_ops():
@@ -165,7 +178,7 @@ def launch_keys(monkeypatch):
     return keys
 
 
-OWN_KERNELS = ("_bi_linear_kernel", "_rms_norm_kernel", "_rope_kv_kernel")
+OWN_KERNELS = ("_bi_linear_kernel", "_rms_norm_kernel", "_embedding_kernel", "_rope_kv_kernel")
 
 
 def test_no_new_specialisation_for_new_prompt_lengths(small_chunks, launch_keys):

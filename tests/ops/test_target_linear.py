@@ -1,5 +1,6 @@
-"""The batch-invariant weight product (RMSNorm prologue, bias, SiLU·mul and residual epilogues) and the standalone
-RMSNorm against their references, and a row's exact independence from the rows computed with it."""
+"""The batch-invariant weight product (RMSNorm prologue, bias, SiLU·mul and residual epilogues, partial sums of
+squares written and read), the standalone RMSNorm and the embedding gather against their references, and a row's
+exact independence from the rows computed with it."""
 
 import pytest
 import torch
@@ -7,6 +8,9 @@ import torch
 from eagle_triton.ops.target_linear import (
     LinearConfig,
     default_config,
+    sumsq_width,
+    target_embedding,
+    target_embedding_ref,
     target_linear,
     target_linear_ref,
     target_rms_norm,
@@ -115,3 +119,146 @@ def test_gpu_linear_default_config_invariant_at_real_shapes(N, K):
         ref = target_linear_ref(x.float(), w.float(), **{k: v.float() if torch.is_tensor(v) else v
                                                          for k, v in kw.items()})
         torch.testing.assert_close(full.float(), ref, atol=0.1, rtol=0.03)
+
+
+# -- partial sums of squares: written by a product's epilogue, read by the next RMSNorm --------------------------
+def _tile_sumsq(y, width, P):
+    """fp32 [M, P]: the sums of squares of y's stored values over column tiles of ``width`` (independent of the
+    module under test)."""
+    y32 = torch.nn.functional.pad(y.float(), (0, P * width - y.shape[1]))
+    return y32.pow(2).view(y.shape[0], P, width).sum(-1)
+
+
+def _partials(M, P, device, transposed):
+    """An fp32 [M, P] buffer; ``transposed``: a [P, M] buffer viewed as [M, P] (what the target forward uses)."""
+    return torch.empty(P, M, device=device).t() if transposed else torch.empty(M, P, device=device)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("flags", ["plain", "residual", "all"])
+@pytest.mark.parametrize("M,N,K,cfg", [(1, 50, 70, SMALL), (37, 24, 33, SMALL), (70, 9, 48, None),
+                                       (5, 130, 20, None)])
+def test_sumsq_out_matches_reference(M, N, K, cfg, flags, dtype, device):
+    x, w, kw = _inputs(M, N, K, dtype, device, seed=M * 7 + N, **FLAGS[flags])
+    used = cfg or default_config(N, K, device, dtype, silu_mul=kw["silu_mul"])
+    P = sumsq_width(N, used)
+    ss = _partials(M, P, device, transposed=M > 1)
+    y = target_linear(x, w, sumsq_out=ss, config=cfg, **kw)
+    # the partials are those of the stored (rounded) outputs, over BN-wide tiles
+    torch.testing.assert_close(ss, _tile_sumsq(y, used.block_n, P), atol=1e-5, rtol=1e-5)
+    ref_ss = torch.empty(M, P, device=device, dtype=torch.float64)
+    ref = target_linear_ref(x.double(), w.double(), sumsq_out=ref_ss, config=used,
+                            **{k: v.double() if torch.is_tensor(v) else v for k, v in kw.items()})
+    atol, rtol = TOL[dtype]
+    torch.testing.assert_close(y.double(), ref, atol=atol * 4, rtol=rtol * 4)
+    torch.testing.assert_close(ss.double(), ref_ss, atol=atol * 8 * used.block_n, rtol=rtol * 8)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("flags", ["norm", "all"])
+@pytest.mark.parametrize("M,N,K,P", [(1, 50, 70, 5), (37, 24, 33, 3), (9, 17, 130, 1)])
+def test_norm_from_partials_matches_reference(M, N, K, P, flags, dtype, device):
+    """The prologue's RMSNorm reading P partial sums of squares of x: against the reference given the same
+    partials, and against the norm that sums the row itself (within the dtype's tolerance)."""
+    x, w, kw = _inputs(M, N, K, dtype, device, seed=K + P, **FLAGS[flags])
+    ss = _tile_sumsq(x, -(-K // P), P)
+    y = target_linear(x, w, sumsq=ss, config=SMALL, **kw)
+    ref = target_linear_ref(x, w, sumsq=ss, **kw)
+    row = target_linear(x, w, config=SMALL, **kw)
+    atol, rtol = TOL[dtype]
+    torch.testing.assert_close(y.float(), ref.float(), atol=atol * 4, rtol=rtol * 4)
+    torch.testing.assert_close(y.float(), row.float(), atol=atol * 4, rtol=rtol * 4)
+    h = target_rms_norm(x, kw["norm_weight"], kw["eps"], sumsq=ss)
+    torch.testing.assert_close(h.float(), target_rms_norm_ref(x, kw["norm_weight"], kw["eps"], sumsq=ss).float(),
+                               atol=atol, rtol=rtol)
+    torch.testing.assert_close(h.float(), target_rms_norm(x, kw["norm_weight"], kw["eps"]).float(), atol=atol,
+                               rtol=rtol)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("P", [1, 3, 7, 64])
+def test_embedding_matches_reference(P, dtype, device):
+    g = torch.Generator().manual_seed(P)
+    weight = torch.randn(23, 50, generator=g).to(device, dtype)
+    ids = torch.tensor([5, 0, 22, 5, 13], device=device)
+    ss = _partials(5, P, device, transposed=P % 2 == 1)
+    y = target_embedding(ids, weight, sumsq_out=ss)
+    ref_ss = torch.empty(5, P, device=device)
+    assert torch.equal(y, target_embedding_ref(ids, weight, sumsq_out=ref_ss))
+    torch.testing.assert_close(ss, ref_ss, atol=1e-5, rtol=1e-5)
+    assert torch.equal(target_embedding(ids.int(), weight), y)
+    strided = torch.stack([ids, ids.flip(0)], 1)[:, 0]  # ids at stride 2
+    assert torch.equal(target_embedding(strided, weight), y)
+
+
+def _norm_chain_weights(H, inter, V, dtype, device, seed):
+    g = torch.Generator().manual_seed(seed)
+    return dict(emb=torch.randn(V, H, generator=g).to(device, dtype),
+                w_gu=(torch.randn(2 * inter, H, generator=g) / H ** 0.5).to(device, dtype),
+                w_d=(torch.randn(H, inter, generator=g) / inter ** 0.5).to(device, dtype),
+                w_q=(torch.randn(3 * H // 2, H, generator=g) / H ** 0.5).to(device, dtype),
+                nw=[(1 + 0.1 * torch.randn(H, generator=g)).to(device, dtype) for _ in range(3)])
+
+
+def _norm_chain(ids, p, cfg, transposed):
+    """embedding (partials out) -> normed gate/up product (partials in) -> down product with the residual
+    (partials out) -> normed q/k/v-like product -> final RMSNorm (partials in): what one layer of the fused target
+    forward does with the residual stream."""
+    M, H = ids.shape[0], p["emb"].shape[1]
+    P = sumsq_width(H, cfg or default_config(H, p["w_d"].shape[1], ids.device, p["emb"].dtype))
+    s0, s1 = _partials(M, P, ids.device, transposed), _partials(M, P, ids.device, transposed)
+    x = target_embedding(ids, p["emb"], sumsq_out=s0)
+    h = target_linear(x, p["w_gu"], norm_weight=p["nw"][0], sumsq=s0, silu_mul=True, config=cfg)
+    x = target_linear(h, p["w_d"], residual=x, sumsq_out=s1, config=cfg)
+    q = target_linear(x, p["w_q"], norm_weight=p["nw"][1], sumsq=s1, config=cfg)
+    return x, s1, q, target_rms_norm(x, p["nw"][2], sumsq=s1)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("cfg", [SMALL, None], ids=["16x16x16", "default"])
+def test_norm_chain_row_is_batch_invariant(cfg, dtype, device):
+    """A row computed alone equals, bit for bit, the same row inside a 37-row batch, through the whole chain of
+    partial sums of squares (buffers row-major or transposed)."""
+    p = _norm_chain_weights(40, 24, 31, dtype, device, seed=11)
+    ids = torch.randint(0, 31, (37,), generator=torch.Generator().manual_seed(12)).to(device)
+    full = _norm_chain(ids, p, cfg, transposed=True)
+    for transposed in (True, False):
+        for r in (0, 17, 36):
+            alone = _norm_chain(ids[r:r + 1], p, cfg, transposed)
+            for a, b in zip(alone, full, strict=True):
+                assert torch.equal(a, b[r:r + 1]), (transposed, r)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("H,inter", [(576, 1536), (4096, 2048)])
+def test_gpu_norm_chain_invariant_at_real_shapes(H, inter):
+    """bf16, default tiles (SmolLM2 and Llama-8B hidden sizes): the chain's rows alone, in a 60-row verify and a
+    64-row chunk equal those of a 200-row batch bit for bit, and the norms match the row-sum norms closely."""
+    p = _norm_chain_weights(H, inter, 1000, torch.bfloat16, "cuda", seed=H)
+    ids = torch.randint(0, 1000, (200,), generator=torch.Generator().manual_seed(0)).cuda()
+    full = _norm_chain(ids, p, None, transposed=True)
+    for M in (1, 60, 64):
+        for a, b in zip(_norm_chain(ids[:M], p, None, transposed=True), full, strict=True):
+            assert torch.equal(a, b[:M]), M
+    x, _, _, h = full
+    torch.testing.assert_close(h.float(), target_rms_norm(x, p["nw"][2]).float(), atol=0.02, rtol=0.02)
+
+
+def test_partials_bad_inputs_are_named(device):
+    x, w, kw = _inputs(4, 6, 8, torch.float32, device, 0, norm=True)
+    with pytest.raises(ValueError, match="pass norm_weight too"):
+        target_linear(x, w, sumsq=torch.ones(4, 2, device=device))
+    with pytest.raises(TypeError, match="sumsq must have dtype"):
+        target_linear(x, w, sumsq=torch.ones(4, 2, device=device, dtype=torch.float64), **kw)
+    with pytest.raises(ValueError, match=r"sumsq must have shape \[M=4"):
+        target_linear(x, w, sumsq=torch.ones(3, 2, device=device), **kw)
+    with pytest.raises(ValueError, match=r"sumsq_out must have shape \[M=4, 1\]"):
+        target_linear(x, w, sumsq_out=torch.empty(4, 2, device=device))
+    with pytest.raises(ValueError, match="sumsq must have shape"):
+        target_rms_norm(x, kw["norm_weight"], sumsq=torch.ones(4, 0, device=device))
+    emb = torch.randn(5, 8, device=device)
+    with pytest.raises(TypeError, match="ids must have dtype"):
+        target_embedding(torch.tensor([0.0], device=device), emb)
+    if device == "cpu":
+        with pytest.raises(IndexError, match="token id 5 is out of the embedding's range"):
+            target_embedding(torch.tensor([1, 5]), emb)

@@ -12,15 +12,18 @@ state (EAGLE-1).
 Two forwards share the weights and the cache. The PyTorch forward (``ops="torch"``, the CPU default) is the eager
 layer sequence. The fused Triton forward (``ops="triton"``, or ``"auto"`` on CUDA; on the CPU ``ops="triton"``
 runs it under Triton's interpreter) is six batch-invariant kernels per layer (see :mod:`eagle_triton.ops`): the
-q/k/v product with the input RMSNorm inline, RoPE (+ Qwen3 q/k norm) fused with the KV-cache write, attention,
-the o product with the residual add, the gate/up product with the post-attention RMSNorm inline and SiLU·mul in
-its epilogue, the down product with the residual add; then the final RMSNorm and the lm_head product. Every
-kernel reduces a row in an order that does not depend on how many rows run with it, so a verify row, a decode
-row and a prefill row round alike (bf16 speculation can equal plain decoding bit for bit once the attention is
-invariant too). Prefill runs through the same kernels in fixed-size chunks (``PREFILL_CHUNKS``), and no kernel
-is specialised on the row count, so no prompt length compiles anything new. Weight layout: q/k/v are concatenated
-into one ``[(Hq + 2 Hkv) D, H]`` matrix and gate/up into one ``[2 I, H]`` matrix (``cat(gate, up)``; the kernel
-streams row ``n`` of each half for output column ``n``), both at load; the other weights are used as loaded.
+q/k/v product with the input RMSNorm in its prologue, RoPE (+ Qwen3 q/k norm) fused with the KV-cache write,
+attention, the o product with the residual add, the gate/up product with the post-attention RMSNorm in its
+prologue and SiLU·mul in its epilogue, the down product with the residual add; then the final RMSNorm and the
+lm_head product. The layers' RMSNorms cost no launch and no pass over the row: the kernels that write the residual
+stream (the embedding gather, the o and down products) also write per-tile partial sums of squares of the values
+they store, and the norm adds those (``norm_mode="partials"``). Every kernel reduces a row in an order that does
+not depend on how many rows run with it, so a verify row, a decode row and a prefill row round alike (bf16
+speculation can equal plain decoding bit for bit once the attention is invariant too). Prefill runs through the
+same kernels in fixed-size chunks (``PREFILL_CHUNKS``), and no kernel is specialised on the row count, so no
+prompt length compiles anything new. Weight layout: q/k/v are concatenated into one ``[(Hq + 2 Hkv) D, H]`` matrix
+and gate/up into one ``[2 I, H]`` matrix (``cat(gate, up)``; the kernel streams row ``n`` of each half for output
+column ``n``), both at load; the other weights are used as loaded.
 """
 
 from __future__ import annotations
@@ -140,6 +143,23 @@ def _rotary_from_config(hf_config, device):
     return rope.inv_freq.detach().float().to(device), float(getattr(rope, "attention_scaling", 1.0))
 
 
+NORM_MODES = ("partials", "kernel", "prologue")
+
+
+def _norm_mode(norm_mode: str | None, inline_norm: bool | None) -> str:
+    """``norm_mode``, or the older ``inline_norm`` spelling of it (``True``: prologue, ``False``: kernel)."""
+    if inline_norm is not None:
+        legacy = "prologue" if inline_norm else "kernel"
+        if norm_mode is not None and norm_mode != legacy:
+            raise ValueError(f"inline_norm={inline_norm} means norm_mode={legacy!r}, which contradicts "
+                             f"norm_mode={norm_mode!r}; pass norm_mode only")
+        return legacy
+    norm_mode = "partials" if norm_mode is None else norm_mode
+    if norm_mode not in NORM_MODES:
+        raise ValueError(f"norm_mode must be one of {NORM_MODES}, got {norm_mode!r}")
+    return norm_mode
+
+
 class LlamaTarget(TargetModel):
     """Fast Llama-family runner. Build with :meth:`from_hf` or :meth:`from_pretrained`.
 
@@ -156,11 +176,14 @@ class LlamaTarget(TargetModel):
         ``False`` keeps the PyTorch layer sequence with the Triton attention (the previous CUDA path).
     linear_configs: tile configurations of the weight products by name (``"qkv"``, ``"o"``, ``"gate_up"``,
         ``"down"``, ``"lm_head"``), default :func:`eagle_triton.ops.target_linear.default_config` per shape.
-    inline_norm: fused forward only: apply the input/post-attention RMSNorm in the q/k/v and gate/up products'
-        prologue, or (default) as a separate per-row kernel before them. Both are batch-invariant and round alike
-        up to the sum-of-squares order; the separate kernel is faster on the H100 (the prologue normalises the row
-        tile in every program: +7.6 / +12 us per q/k/v / gate-up product at 1 row, +21 / +72 us at 60 rows,
-        ``bench/results/target_forward_2026-11-24/``).
+    norm_mode: fused forward only, how the input/post-attention and final RMSNorms get each row's sum of squares
+        (all batch-invariant; they round alike up to the order of that sum): ``"partials"`` (default) from the
+        partial sums written by the kernel that produced the row, the normalisation in the q/k/v and gate/up
+        products' prologue (no extra launch, no extra pass); ``"kernel"``: a separate RMSNorm kernel before the
+        product (two more launches per layer); ``"prologue"``: every program of the product re-reads its row tile
+        to sum the squares (measured slower than ``"kernel"`` on the H100: +7.6 / +12 us per q/k/v / gate-up
+        product at 1 row, +21 / +72 us at 60 rows, ``bench/results/target_forward_2026-11-24/``).
+    inline_norm: the older spelling: ``True`` is ``norm_mode="prologue"``, ``False`` is ``norm_mode="kernel"``.
     cuda_graphs: capture the decode and verify steps on CUDA (default: on for CUDA).
     eos_token_ids: end-of-sequence ids (the engine's default stop tokens).
     """
@@ -168,7 +191,8 @@ class LlamaTarget(TargetModel):
     def __init__(self, config: TargetConfig, state_dict: dict[str, torch.Tensor], inv_freq: torch.Tensor,
                  attention_scaling: float = 1.0, device=None, dtype: torch.dtype | None = None, ops: str = "auto",
                  cuda_graphs: bool | None = None, eos_token_ids=None, fused_forward: bool | None = None,
-                 linear_configs: dict | None = None, inline_norm: bool = False):
+                 linear_configs: dict | None = None, inline_norm: bool | None = None,
+                 norm_mode: str | None = None):
         self.config = c = config
         first = state_dict["model.embed_tokens.weight"]
         self.device = torch.device(device) if device is not None else first.device
@@ -184,7 +208,7 @@ class LlamaTarget(TargetModel):
         if self.fused_forward and not is_triton:
             raise ValueError("fused_forward=True needs the Triton ops (ops='triton', or 'auto' on CUDA)")
         self._linear_overrides = dict(linear_configs or {})
-        self.inline_norm = bool(inline_norm)
+        self.norm_mode = _norm_mode(norm_mode, inline_norm)
         self.use_cuda_graphs = (self.device.type == "cuda") if cuda_graphs is None else bool(cuda_graphs)
         if self.use_cuda_graphs and self.device.type != "cuda":
             raise ValueError("cuda_graphs=True needs a CUDA device")
@@ -383,31 +407,41 @@ class LlamaTarget(TargetModel):
         """The fused batch-invariant forward of ``tokens [1, S]`` written at cache rows ``seqlens + j``."""
         from .. import ops as tops
         from ..ops.rope_kv import target_rope_kv
-        from ..ops.target_linear import target_linear, target_rms_norm
+        from ..ops.target_linear import target_embedding, target_linear, target_rms_norm
 
         attention = getattr(tops, "target_attention", None) or tops.tree_attention
         c, cache, cfg = self.config, self.cache, self._linear_configs
         S = tokens.shape[1]
         eps, hd = c.rms_norm_eps, c.head_dim
         scale = hd ** -0.5
-        x = F.embedding(tokens[0], self.embed)  # [S, H]
+        # Partial sums of squares of the residual stream (norm_mode "partials"): ss_mlp is written by the embedding
+        # gather and the down products and read by the next q/k/v product (or the final norm), ss_attn is written
+        # by the o products and read by the gate/up product. [P, S] buffers used transposed ([S, P] views): a
+        # kernel's load of partial p for its rows is one contiguous run.
+        ss_mlp = ss_attn = None
+        if self.norm_mode == "partials":
+            ss_mlp = self._sumsq_buffer(S, "down")
+            ss_attn = self._sumsq_buffer(S, "o")
+        x = target_embedding(tokens[0], self.embed, sumsq_out=ss_mlp, validate=False)  # [S, H]
         pos = positions.reshape(S)
         taps = []
         for i, L in enumerate(self.layers):
             for t in self.taps:
                 if t == i:
                     taps.append(x)
-            qkv = self._normed_linear(x, L.ln_in, L.w_qkv, L.b_qkv, cfg["qkv"])
+            qkv = self._normed_linear(x, ss_mlp, L.ln_in, L.w_qkv, L.b_qkv, cfg["qkv"])
             k_cache, v_cache = cache.layer(i)
             q = target_rope_kv(qkv, k_cache, v_cache, cache.seqlens, pos, self.cos, self.sin, c.num_heads,
                                c.num_kv_heads, L.q_norm, L.k_norm, eps, validate=False)
             o = attention(q.view(1, S, c.num_heads, hd), k_cache, v_cache, cache.seqlens, tree_mask,
                           softmax_scale=scale, validate=False)
-            x = target_linear(o.view(S, c.num_heads * hd), L.w_o, L.b_o, residual=x, config=cfg["o"],
+            x = target_linear(o.view(S, c.num_heads * hd), L.w_o, L.b_o, residual=x, sumsq_out=ss_attn,
+                              config=cfg["o"], validate=False)
+            h = self._normed_linear(x, ss_attn, L.ln_post, L.w_gate_up, L.b_gate_up, cfg["gate_up"], silu_mul=True)
+            x = target_linear(h, L.w_down, L.b_down, residual=x, sumsq_out=ss_mlp, config=cfg["down"],
                               validate=False)
-            h = self._normed_linear(x, L.ln_post, L.w_gate_up, L.b_gate_up, cfg["gate_up"], silu_mul=True)
-            x = target_linear(h, L.w_down, L.b_down, residual=x, config=cfg["down"], validate=False)
-        h = target_rms_norm(x, self.norm, eps, validate=False)
+        # The final norm stays a kernel of its own: its output is both the lm_head input and the EAGLE-1 feature.
+        h = target_rms_norm(x, self.norm, eps, sumsq=ss_mlp, validate=False)
         if self.feature_mode == "eagle3":
             feats = torch.cat(taps, dim=-1).unsqueeze(0)
         elif self.feature_mode == "eagle1":
@@ -420,16 +454,26 @@ class LlamaTarget(TargetModel):
                                    validate=False).unsqueeze(0)
         return logits, feats
 
-    def _normed_linear(self, x, norm_weight, weight, bias, config, silu_mul: bool = False):
-        """``linear(rms_norm(x))``: the norm in the product's prologue, or as its own kernel (``inline_norm``)."""
+    def _sumsq_buffer(self, S: int, producer: str) -> torch.Tensor:
+        """fp32 ``[S, P]`` (a transposed ``[P, S]``) for the partial sums of squares the ``producer`` product writes
+        (``P`` = its output tiles); the embedding gather writes the same ``P`` as the down product, so every q/k/v
+        product reads one partial count (one compiled variant)."""
+        from ..ops.target_linear import sumsq_width
+
+        P = sumsq_width(self.hidden_size, self._linear_configs[producer])
+        return torch.empty(P, S, device=self.device, dtype=torch.float32).t()
+
+    def _normed_linear(self, x, sumsq, norm_weight, weight, bias, config, silu_mul: bool = False):
+        """``linear(rms_norm(x))`` as ``norm_mode`` says: the norm in the product's prologue from the partial sums
+        of squares ``sumsq`` (``"partials"``) or from the row itself (``"prologue"``), or as its own kernel."""
         from ..ops.target_linear import target_linear, target_rms_norm
 
         eps = self.config.rms_norm_eps
-        if self.inline_norm:
-            return target_linear(x, weight, bias, norm_weight=norm_weight, eps=eps, silu_mul=silu_mul,
-                                 config=config, validate=False)
-        h = target_rms_norm(x, norm_weight, eps, validate=False)
-        return target_linear(h, weight, bias, silu_mul=silu_mul, config=config, validate=False)
+        if self.norm_mode == "kernel":
+            h = target_rms_norm(x, norm_weight, eps, validate=False)
+            return target_linear(h, weight, bias, silu_mul=silu_mul, config=config, validate=False)
+        return target_linear(x, weight, bias, norm_weight=norm_weight, eps=eps, silu_mul=silu_mul, sumsq=sumsq,
+                             config=config, validate=False)
 
     def _chunk_step(self, tokens, last: bool):
         """One prefill chunk at rows ``seqlens + j`` (positions read from the device: graph-capturable)."""

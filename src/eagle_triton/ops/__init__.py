@@ -26,7 +26,14 @@ from .sampling import (
     top_p_renorm_probs_ref,
 )
 from .target_attention import target_attention, target_attention_ref
-from .target_linear import target_linear, target_linear_ref, target_rms_norm, target_rms_norm_ref
+from .target_linear import (
+    target_embedding,
+    target_embedding_ref,
+    target_linear,
+    target_linear_ref,
+    target_rms_norm,
+    target_rms_norm_ref,
+)
 from .tree_build import build_tree_kernel_efficient, build_tree_kernel_efficient_ref
 from .tree_convert import eagle_accept_to_sglang, eagle_to_sglang, sglang_accept_to_eagle, sglang_to_eagle
 from .verify import (
@@ -71,11 +78,14 @@ __all__ = [
     "append_kv_cache_ref",
     "compact_kv_cache",
     "compact_kv_cache_ref",
-    # batch-invariant target forward: weight products with fused norm/epilogues, RoPE + KV write, attention
+    # batch-invariant target forward: embedding gather, weight products with fused norm/epilogues, RoPE + KV
+    # write, attention
     "target_linear",
     "target_linear_ref",
     "target_rms_norm",
     "target_rms_norm_ref",
+    "target_embedding",
+    "target_embedding_ref",
     "target_rope_kv",
     "target_rope_kv_ref",
     "target_attention",

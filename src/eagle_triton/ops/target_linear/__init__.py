@@ -1,8 +1,9 @@
 """Batch-invariant weight products of the target forward (RMSNorm prologue, bias, SiLU·mul and residual
-epilogues) and the standalone RMSNorm, with their PyTorch references."""
+epilogues, partial sums of squares for the next RMSNorm), the standalone RMSNorm and the embedding gather, with
+their PyTorch references."""
 
-from .op import LinearConfig, default_config, target_linear, target_rms_norm
-from .reference import target_linear_ref, target_rms_norm_ref
+from .op import LinearConfig, default_config, sumsq_width, target_embedding, target_linear, target_rms_norm
+from .reference import target_embedding_ref, target_linear_ref, target_rms_norm_ref
 
-__all__ = ["target_linear", "target_linear_ref", "target_rms_norm", "target_rms_norm_ref", "LinearConfig",
-           "default_config"]
+__all__ = ["target_linear", "target_linear_ref", "target_rms_norm", "target_rms_norm_ref", "target_embedding",
+           "target_embedding_ref", "sumsq_width", "LinearConfig", "default_config"]

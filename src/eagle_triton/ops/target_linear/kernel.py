@@ -8,11 +8,15 @@ one ``tl.dot`` shape. The tile configuration depends only on ``(N, K)`` (the lau
 ``M`` is not specialised, so a row gets the same instruction sequence and the same partial-sum boundaries whether
 it is alone (a 1-row decode, padded to the ``BM`` tile with masked zeros) or the 60th row of a verify.
 
-Prologue (``HAS_NORM``): transformers' LlamaRMSNorm of each x row, ``w * (x * rsqrt(mean(x^2) + eps)).to(dtype)``,
-with the row's sum of squares accumulated over the same fixed ``BK`` chunks (a first pass over the row tile).
+Prologue (``HAS_NORM``): transformers' LlamaRMSNorm of each x row, ``w * (x * rsqrt(mean(x^2) + eps)).to(dtype)``.
+The row's sum of squares comes either from ``NUM_SS`` partial sums written by the kernel that produced ``x`` (the
+residual epilogue below, or the embedding gather), added in column order, or (``NUM_SS == 0``) from a first pass
+over the row tile in fixed ``BK`` chunks.
 Epilogues: ``+ bias``; ``SILU_MUL`` (W is ``[2N, K] = cat(gate, up)``: the program streams the matching gate rows
-``n`` and up rows ``N + n`` and stores ``silu(gate) * up``); ``HAS_RES`` (``out = residual + y``). Intermediate
-roundings to the output dtype follow the eager PyTorch sequence (linear output, silu, product, residual sum).
+``n`` and up rows ``N + n`` and stores ``silu(gate) * up``); ``HAS_RES`` (``out = residual + y``); ``WRITE_SS``
+(per row, the fp32 sum of squares of the tile's stored outputs: one partial per ``BN`` columns, so the next
+RMSNorm needs no pass over the row). Intermediate roundings to the output dtype follow the eager PyTorch sequence
+(linear output, silu, product, residual sum).
 """
 
 from __future__ import annotations
@@ -34,14 +38,31 @@ def _row_rstd(x_ptr, offs_m, m_mask, stride_xm, K, eps, BM: tl.constexpr, BK: tl
     return 1.0 / tl.sqrt(ss / K + eps)
 
 
-@triton.jit(do_not_specialize=["M"])
+@triton.jit
+def _partials_rstd(ss_ptr, offs_m, m_mask, stride_sm, stride_sp, K, eps, NUM_SS: tl.constexpr):
+    """``rsqrt(sum(partials) / K + eps)`` per row: the ``NUM_SS`` fp32 partial sums of squares added one after the
+    other in column order (a plain sequential sum: the same bits in every kernel that calls this and in the
+    reference; the unrolled loads are independent, so they are all in flight at once)."""
+    rows = ss_ptr + offs_m.to(tl.int64) * stride_sm
+    ss = tl.load(rows, mask=m_mask, other=0.0)
+    for p in tl.static_range(1, NUM_SS):
+        ss = ss + tl.load(rows + p * stride_sp, mask=m_mask, other=0.0)
+    return 1.0 / tl.sqrt(ss / K + eps)
+
+
+@triton.jit(do_not_specialize=["M", "stride_sin_p", "stride_sout_p"])
 def _bi_linear_kernel(
-    x_ptr, w_ptr, b_ptr, nw_ptr, r_ptr, y_ptr,
-    M, N, K, stride_xm, stride_wn, stride_rm, stride_ym, eps,
-    HAS_NORM: tl.constexpr, HAS_BIAS: tl.constexpr, HAS_RES: tl.constexpr, SILU_MUL: tl.constexpr,
+    x_ptr, w_ptr, b_ptr, nw_ptr, r_ptr, y_ptr, sin_ptr, sout_ptr,
+    M, N, K, stride_xm, stride_wn, stride_rm, stride_ym, stride_sin_m, stride_sin_p, stride_sout_m, stride_sout_p,
+    eps,
+    HAS_NORM: tl.constexpr, NUM_SS: tl.constexpr, HAS_BIAS: tl.constexpr, HAS_RES: tl.constexpr,
+    SILU_MUL: tl.constexpr, WRITE_SS: tl.constexpr,
     BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, PRECISION: tl.constexpr,
 ):
-    """Grid ``(cdiv(M, BM), cdiv(N, BN))``: the M tiles of one weight tile are neighbours, so they share it in L2."""
+    """Grid ``(cdiv(M, BM), cdiv(N, BN))``: the M tiles of one weight tile are neighbours, so they share it in L2.
+
+    The partial-sum buffers' column strides are not specialised: a ``[P, M]`` buffer viewed as ``[M, P]`` (what
+    the target forward allocates, for coalesced column loads) has column stride ``M``."""
     pid_m = tl.program_id(0)
     pid_n = tl.program_id(1)
     offs_m = pid_m * BM + tl.arange(0, BM)
@@ -52,7 +73,10 @@ def _bi_linear_kernel(
     dt = y_ptr.dtype.element_ty
 
     if HAS_NORM:
-        rstd = _row_rstd(x_ptr, offs_m, m_mask, stride_xm, K, eps, BM, BK)
+        if NUM_SS > 0:
+            rstd = _partials_rstd(sin_ptr, offs_m, m_mask, stride_sin_m, stride_sin_p, K, eps, NUM_SS)
+        else:
+            rstd = _row_rstd(x_ptr, offs_m, m_mask, stride_xm, K, eps, BM, BK)
 
     x_rows = x_ptr + offs_m[:, None].to(tl.int64) * stride_xm
     w_rows = w_ptr + offs_n[:, None].to(tl.int64) * stride_wn
@@ -88,19 +112,30 @@ def _bi_linear_kernel(
         r = tl.load(r_ptr + offs_m[:, None].to(tl.int64) * stride_rm + offs_n[None, :], mask=out_mask, other=0.0)
         y = (r.to(tl.float32) + y.to(tl.float32)).to(dt)
     tl.store(y_ptr + offs_m[:, None].to(tl.int64) * stride_ym + offs_n[None, :], y, mask=out_mask)
+    if WRITE_SS:
+        # the squares of the values as stored (the next RMSNorm reads the rounded residual stream)
+        yf = tl.where(out_mask, y.to(tl.float32), 0.0)
+        tl.store(sout_ptr + offs_m.to(tl.int64) * stride_sout_m + pid_n * stride_sout_p, tl.sum(yf * yf, 1),
+                 mask=m_mask)
 
 
-@triton.jit(do_not_specialize=["M"])
-def _rms_norm_kernel(x_ptr, w_ptr, y_ptr, M, K, stride_xm, stride_ym, eps, BK: tl.constexpr):
-    """Standalone LlamaRMSNorm, one row per program, the same fixed ``BK`` chunk order as the linear prologue."""
+@triton.jit(do_not_specialize=["M", "stride_s_p"])
+def _rms_norm_kernel(x_ptr, w_ptr, y_ptr, s_ptr, M, K, stride_xm, stride_ym, stride_s_m, stride_s_p, eps,
+                     BK: tl.constexpr, NUM_SS: tl.constexpr):
+    """Standalone LlamaRMSNorm, one row per program, the same fixed ``BK`` chunk order as the linear prologue; with
+    ``NUM_SS > 0`` the row's sum of squares is the sum of its partials (one pass over the row, not two)."""
     row = tl.program_id(0)
     offs_k = tl.arange(0, BK)
-    ss = tl.zeros([BK], tl.float32)
-    for k0 in range(0, K, BK):
-        kk = k0 + offs_k
-        xk = tl.load(x_ptr + row.to(tl.int64) * stride_xm + kk, mask=kk < K, other=0.0).to(tl.float32)
-        ss += xk * xk
-    rstd = 1.0 / tl.sqrt(tl.sum(ss, 0) / K + eps)
+    if NUM_SS > 0:
+        one = row + tl.arange(0, 1)
+        rstd = _partials_rstd(s_ptr, one, one < M, stride_s_m, stride_s_p, K, eps, NUM_SS)
+    else:
+        ss = tl.zeros([BK], tl.float32)
+        for k0 in range(0, K, BK):
+            kk = k0 + offs_k
+            xk = tl.load(x_ptr + row.to(tl.int64) * stride_xm + kk, mask=kk < K, other=0.0).to(tl.float32)
+            ss += xk * xk
+        rstd = 1.0 / tl.sqrt(tl.sum(ss, 0) / K + eps)
     dt = y_ptr.dtype.element_ty
     for k0 in range(0, K, BK):
         kk = k0 + offs_k
@@ -108,3 +143,26 @@ def _rms_norm_kernel(x_ptr, w_ptr, y_ptr, M, K, stride_xm, stride_ym, eps, BK: t
         w = tl.load(w_ptr + kk, mask=kk < K, other=0.0).to(tl.float32)
         y = (w * (xk * rstd).to(dt).to(tl.float32)).to(dt)
         tl.store(y_ptr + row.to(tl.int64) * stride_ym + kk, y, mask=kk < K)
+
+
+@triton.jit(do_not_specialize=["ids_ptr", "stride_ids", "stride_s_p"])
+def _embedding_kernel(ids_ptr, w_ptr, y_ptr, s_ptr, V, H, W, P, stride_ids, stride_wv, stride_ym, stride_s_m,
+                      stride_s_p, WRITE_SS: tl.constexpr, BP: tl.constexpr, BW: tl.constexpr):
+    """One row per program: ``y[row] = weight[ids[row]]`` and (``WRITE_SS``) the row's ``P`` partial sums of
+    squares over consecutive ``W``-wide column chunks; the row is read as ``[BP, BW]`` tiles (chunk by column), so
+    a decode row is one or a few loads, not ``P`` dependent round trips. ``ids`` is not specialised (a prefill
+    chunk's ids may be a slice at any offset of the prompt)."""
+    row = tl.program_id(0)
+    tok = tl.load(ids_ptr + row * stride_ids).to(tl.int64)
+    tl.device_assert((tok >= 0) & (tok < V), "token id out of the embedding's range")
+    offs_p = tl.arange(0, BP)
+    offs_w = tl.arange(0, BW)
+    for p0 in range(0, P, BP):
+        pp = p0 + offs_p
+        cols = pp[:, None] * W + offs_w[None, :]
+        mask = (pp < P)[:, None] & (offs_w < W)[None, :] & (cols < H)
+        e = tl.load(w_ptr + tok * stride_wv + cols, mask=mask, other=0.0)
+        tl.store(y_ptr + row.to(tl.int64) * stride_ym + cols, e, mask=mask)
+        if WRITE_SS:
+            ef = e.to(tl.float32)
+            tl.store(s_ptr + row.to(tl.int64) * stride_s_m + pp * stride_s_p, tl.sum(ef * ef, 1), mask=pp < P)

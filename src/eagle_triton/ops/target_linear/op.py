@@ -1,9 +1,18 @@
-"""Launchers for the batch-invariant weight product and the standalone RMSNorm of the target forward.
+"""Launchers for the batch-invariant weight product, the standalone RMSNorm and the embedding gather of the target
+forward.
 
 **The tile configuration is a function of ``(N, K)`` and the device only** (:func:`default_config`, or an explicit
 :class:`LinearConfig`), never of the row count ``M``: that is what makes a row's result independent of how many
 rows are computed with it. ``M`` is passed unspecialised (``do_not_specialize``), so a new row count never compiles
 a new kernel. Tune the defaults on the GPU with ``bench/bench_target.py`` (``config=`` overrides them per call).
+
+**Partial sums of squares** (``sumsq`` / ``sumsq_out``, fp32 ``[M, P]``): a kernel that produces a row of the
+residual stream (the residual products, :func:`target_embedding`) can also write ``P`` partial sums of the squares
+of its stored values (one per output tile of ``BN`` columns, :func:`sumsq_width`), and the RMSNorm that follows
+(:func:`target_linear` with ``norm_weight``, :func:`target_rms_norm`) adds the ``P`` partials in column order
+instead of reading the whole row again. The tile boundaries are fixed by the producer's configuration, so a row's
+partials, and hence its norm, never depend on ``M``. Any strides are accepted: the target forward allocates
+``[P, M]`` and passes the transposed view, so a kernel reading partial ``p`` of its rows reads one contiguous run.
 """
 
 from __future__ import annotations
@@ -13,9 +22,10 @@ from dataclasses import dataclass
 import torch
 
 from .._utils import cdiv, check_tensor, is_interpreter, next_power_of_2
-from .kernel import _bi_linear_kernel, _rms_norm_kernel
+from .kernel import _bi_linear_kernel, _embedding_kernel, _rms_norm_kernel
 
-__all__ = ["target_linear", "target_rms_norm", "LinearConfig", "default_config", "AOT_SPECS"]
+__all__ = ["target_linear", "target_rms_norm", "target_embedding", "sumsq_width", "LinearConfig", "default_config",
+           "AOT_SPECS"]
 
 _FLOATS = (torch.float16, torch.bfloat16, torch.float32)
 
@@ -72,6 +82,18 @@ def default_config(N: int, K: int, device: torch.device | str | None = None,
 _SMEM_BUDGET = 200 * 1024
 
 
+def sumsq_width(N: int, config: LinearConfig) -> int:
+    """Columns ``P`` of the partial sums of squares a product with ``N`` outputs writes: one per ``BN`` tile."""
+    return cdiv(N, config.block_n)
+
+
+def _check_sumsq(name: str, t: torch.Tensor, M: int, P: int | None, dev) -> None:
+    check_tensor(name, t, ndim=2, dtypes=(torch.float32,), device=dev)
+    if t.shape[0] != M or (P is not None and t.shape[1] != P) or t.shape[1] < 1:
+        want = f"[M={M}, {P if P is not None else 'P >= 1'}]"
+        raise ValueError(f"{name} must have shape {want} (fp32 partial sums of squares), got {list(t.shape)}")
+
+
 def _precision(dtype: torch.dtype) -> str:
     # fp32 inputs: true fp32 products (the GPU default would be TF32); 16-bit inputs ignore the setting.
     return "ieee" if dtype == torch.float32 else "tf32"
@@ -86,6 +108,8 @@ def target_linear(
     eps: float = 1e-6,
     residual: torch.Tensor | None = None,
     silu_mul: bool = False,
+    sumsq: torch.Tensor | None = None,
+    sumsq_out: torch.Tensor | None = None,
     out: torch.Tensor | None = None,
     config: LinearConfig | None = None,
     validate: bool = True,
@@ -100,6 +124,11 @@ def target_linear(
     norm_weight : Tensor ``[K]`` or None: normalise each x row first (LlamaRMSNorm with ``eps``).
     residual : Tensor ``[M, N]`` or None: return ``residual + y``.
     silu_mul : output column ``n`` is ``silu(gate_n) * up_n`` (the fused gate/up product of the MLP).
+    sumsq : fp32 ``[M, P]`` or None (needs ``norm_weight``): partial sums of squares of each x row (their sum is
+        the row's sum of squares), written by the kernel that produced ``x``; without it the prologue sums the
+        squares over the row tile itself (every program re-reads its rows: slower).
+    sumsq_out : fp32 ``[M, sumsq_width(N, config)]`` or None: also write, per row and per ``BN``-wide output tile,
+        the sum of squares of the returned values (as rounded to the output dtype).
     out : Tensor ``[M, N]`` to write into (it may not alias ``x``), or None.
     config : tile configuration; default :func:`default_config` ``(N, K)``.
     validate : check shapes/dtypes (host-only checks, no device sync).
@@ -123,6 +152,11 @@ def target_linear(
             check_tensor("bias", bias, shape=(rows_w,), dtypes=(x.dtype,), device=dev)
         if norm_weight is not None:
             check_tensor("norm_weight", norm_weight, shape=(K,), dtypes=(x.dtype,), device=dev)
+        if sumsq is not None:
+            if norm_weight is None:
+                raise ValueError("sumsq (partial sums of squares of x) is only read by the RMSNorm prologue: pass "
+                                 "norm_weight too")
+            _check_sumsq("sumsq", sumsq, M, None, dev)
         if residual is not None:
             check_tensor("residual", residual, shape=(M, N), dtypes=(x.dtype,), device=dev,
                          last_dim_contiguous=True)
@@ -130,27 +164,40 @@ def target_linear(
             check_tensor("out", out, shape=(M, N), dtypes=(x.dtype,), device=dev, last_dim_contiguous=True)
     M, K = x.shape
     cfg = config or default_config(N, K, x.device, x.dtype, silu_mul=bool(silu_mul))
+    if validate and sumsq_out is not None:
+        _check_sumsq("sumsq_out", sumsq_out, M, sumsq_width(N, cfg), x.device)
     y = out if out is not None else torch.empty(M, N, device=x.device, dtype=x.dtype)
     if M == 0 or N == 0:
         return y
     res = residual if residual is not None else y
+    s_in = sumsq if sumsq is not None and norm_weight is not None else y
+    s_out = sumsq_out if sumsq_out is not None else y
     grid = (cdiv(M, cfg.block_m), cdiv(N, cfg.block_n))
     _bi_linear_kernel[grid](
         x, weight, bias if bias is not None else weight, norm_weight if norm_weight is not None else weight,
-        res, y, M, N, K, x.stride(0), weight.stride(0), res.stride(0), y.stride(0), float(eps),
-        HAS_NORM=norm_weight is not None, HAS_BIAS=bias is not None, HAS_RES=residual is not None,
-        SILU_MUL=bool(silu_mul), BM=cfg.block_m, BN=cfg.block_n, BK=cfg.block_k, PRECISION=_precision(x.dtype),
+        res, y, s_in, s_out, M, N, K, x.stride(0), weight.stride(0), res.stride(0), y.stride(0),
+        s_in.stride(0), s_in.stride(1), s_out.stride(0), s_out.stride(1), float(eps),
+        HAS_NORM=norm_weight is not None, NUM_SS=s_in.shape[1] if s_in is sumsq else 0, HAS_BIAS=bias is not None,
+        HAS_RES=residual is not None, SILU_MUL=bool(silu_mul), WRITE_SS=sumsq_out is not None,
+        BM=cfg.block_m, BN=cfg.block_n, BK=cfg.block_k, PRECISION=_precision(x.dtype),
         num_warps=cfg.num_warps, num_stages=cfg.num_stages,
     )
     return y
 
 
-def target_rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6, *, validate: bool = True,
+def target_rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6, *,
+                    sumsq: torch.Tensor | None = None, validate: bool = True,
                     block_k: int | None = None) -> torch.Tensor:
-    """LlamaRMSNorm of each row of ``x [M, K]`` (one row per program, fixed chunk order: batch-invariant)."""
+    """LlamaRMSNorm of each row of ``x [M, K]`` (one row per program, fixed chunk order: batch-invariant).
+
+    ``sumsq``: fp32 ``[M, P]`` partial sums of squares of the rows (see the module doc): the row's sum of squares is
+    their sum in column order, and the kernel reads the row once instead of twice.
+    """
     if validate:
         check_tensor("x", x, ndim=2, dtypes=_FLOATS, last_dim_contiguous=True)
         check_tensor("weight", weight, shape=(x.shape[1],), dtypes=(x.dtype,), device=x.device)
+        if sumsq is not None:
+            _check_sumsq("sumsq", sumsq, x.shape[0], None, x.device)
     M, K = x.shape
     y = torch.empty_like(x, memory_format=torch.contiguous_format)
     if M == 0:
@@ -158,35 +205,82 @@ def target_rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6, *,
     # On the GPU the whole row in one chunk (up to 8192): the two passes are then two loads, not 2 * K / 1024
     # dependent round trips, which is what a 1-row decode waits for.
     bk = block_k or (min(64, next_power_of_2(K)) if is_interpreter() else min(8192, next_power_of_2(K)))
-    _rms_norm_kernel[(M,)](x, weight, y, M, K, x.stride(0), y.stride(0), float(eps), BK=bk,
+    s = sumsq if sumsq is not None else y
+    _rms_norm_kernel[(M,)](x, weight, y, s, M, K, x.stride(0), y.stride(0), s.stride(0), s.stride(1), float(eps),
+                           BK=bk, NUM_SS=sumsq.shape[1] if sumsq is not None else 0,
                            num_warps=8 if bk >= 2048 else 4)
     return y
 
 
+def target_embedding(ids: torch.Tensor, weight: torch.Tensor, *, sumsq_out: torch.Tensor | None = None,
+                     validate: bool = True) -> torch.Tensor:
+    """``weight[ids]`` (the embedding rows ``[M, H]``) and, into ``sumsq_out`` (fp32 ``[M, P]``), each row's ``P``
+    partial sums of squares over consecutive column chunks of ``cdiv(H, P)`` (the first RMSNorm's input).
+
+    ``ids``: ``[M]`` integer token ids in ``[0, V)`` (checked on the host for CPU tensors; on the GPU, in kernels
+    built with Triton's debug mode); ``weight``: ``[V, H]``, contiguous rows. One launch replaces
+    ``F.embedding`` and a pass over the rows.
+    """
+    if validate:
+        check_tensor("ids", ids, ndim=1, dtypes=(torch.int32, torch.int64))
+        check_tensor("weight", weight, ndim=2, dtypes=_FLOATS, device=ids.device, last_dim_contiguous=True)
+        if sumsq_out is not None:
+            _check_sumsq("sumsq_out", sumsq_out, ids.shape[0], None, ids.device)
+        if ids.device.type == "cpu" and ids.numel() and not bool(((ids >= 0) & (ids < weight.shape[0])).all()):
+            bad = ids[(ids < 0) | (ids >= weight.shape[0])][0].item()
+            raise IndexError(f"token id {bad} is out of the embedding's range [0, {weight.shape[0]})")
+    M, (V, H) = ids.shape[0], weight.shape
+    y = torch.empty(M, H, device=weight.device, dtype=weight.dtype)
+    if M == 0:
+        return y
+    P = sumsq_out.shape[1] if sumsq_out is not None else 1
+    W = cdiv(H, P)
+    bw = next_power_of_2(W)
+    bp = max(1, min(next_power_of_2(P), (256 if is_interpreter() else 8192) // bw))
+    s = sumsq_out if sumsq_out is not None else y
+    _embedding_kernel[(M,)](ids, weight, y, s, V, H, W, P, ids.stride(0), weight.stride(0), y.stride(0),
+                            s.stride(0), s.stride(1), WRITE_SS=sumsq_out is not None, BP=bp, BW=bw,
+                            num_warps=8 if bp * bw >= 4096 else 4)
+    return y
+
+
 def _aot_specs():
-    """Compile-only specs at Llama-3.1-8B shapes: every epilogue combination in bf16 at the default tiles, the
-    largest smem user (norm + SiLU·mul, two weight tiles) at ``BN`` 64 and 16, fp16/fp32 once."""
+    """Compile-only specs at Llama-3.1-8B shapes: every epilogue combination in bf16 at the default tiles (the
+    normed products reading 128 partial sums of squares, the residual products writing them, and the older
+    row-sum prologue), the largest smem user (norm + SiLU·mul, two weight tiles) at ``BN`` 64 and 16, fp16/fp32
+    once; the standalone RMSNorm with and without partials; the embedding gather."""
     specs = []
     div = ["N", "K", "stride_xm", "stride_wn", "stride_rm", "stride_ym"]
-    flags = [(True, False, False, False), (False, True, True, False), (True, False, False, True),
-             (False, False, True, False), (True, True, False, True)]
+    # (HAS_NORM, NUM_SS, HAS_BIAS, HAS_RES, SILU_MUL, WRITE_SS)
+    flags = [(True, 128, False, False, False, False), (False, 0, True, True, False, True),
+             (True, 128, False, False, True, False), (False, 0, False, True, False, True),
+             (True, 128, True, False, True, False), (True, 0, False, False, False, False),
+             (True, 0, True, False, True, False), (False, 0, False, False, False, False)]
     for dt, prec, cfg in (("bf16", "tf32", LinearConfig()), ("bf16", "tf32", LinearConfig(block_n=64)),
                           ("bf16", "tf32", LinearConfig(block_n=16)), ("fp16", "tf32", LinearConfig(block_n=64)),
                           ("fp32", "ieee", LinearConfig(block_m=32, block_n=32, block_k=32, num_stages=3))):
-        for norm, bias, res, silu in (flags if cfg == LinearConfig() else flags[2:3] if dt == "bf16" else flags[:1]):
+        for norm, nss, bias, res, silu, wss in (flags if cfg == LinearConfig() else flags[2:3] if dt == "bf16"
+                                                else flags[:2]):
             sig = {n: "i32" for n in _bi_linear_kernel.arg_names}
             sig.update({p: f"*{dt}" for p in ("x_ptr", "w_ptr", "b_ptr", "nw_ptr", "r_ptr", "y_ptr")})
-            sig["eps"] = "fp32"
-            const = dict(HAS_NORM=norm, HAS_BIAS=bias, HAS_RES=res, SILU_MUL=silu, BM=cfg.block_m,
-                         BN=cfg.block_n, BK=cfg.block_k, PRECISION=prec)
+            sig.update({"sin_ptr": "*fp32", "sout_ptr": "*fp32", "eps": "fp32"})
+            const = dict(HAS_NORM=norm, NUM_SS=nss, HAS_BIAS=bias, HAS_RES=res, SILU_MUL=silu, WRITE_SS=wss,
+                         BM=cfg.block_m, BN=cfg.block_n, BK=cfg.block_k, PRECISION=prec)
             sig.update({k: "constexpr" for k in const})
             specs.append((_bi_linear_kernel, sig, const,
                           {"num_warps": cfg.num_warps, "num_stages": cfg.num_stages, "div16": div}))
-    for dt in ("bf16", "fp32"):
+    for dt, nss in (("bf16", 0), ("bf16", 128), ("fp32", 0), ("fp32", 18)):
         sig = {n: "i32" for n in _rms_norm_kernel.arg_names}
-        sig.update({"x_ptr": f"*{dt}", "w_ptr": f"*{dt}", "y_ptr": f"*{dt}", "eps": "fp32", "BK": "constexpr"})
-        specs.append((_rms_norm_kernel, sig, {"BK": 1024},
-                      {"num_warps": 4, "div16": ["K", "stride_xm", "stride_ym"]}))
+        sig.update({"x_ptr": f"*{dt}", "w_ptr": f"*{dt}", "y_ptr": f"*{dt}", "s_ptr": "*fp32", "eps": "fp32",
+                    "BK": "constexpr", "NUM_SS": "constexpr"})
+        specs.append((_rms_norm_kernel, sig, {"BK": 4096, "NUM_SS": nss},
+                      {"num_warps": 8, "div16": ["K", "stride_xm", "stride_ym"]}))
+    for dt, wss in (("bf16", True), ("fp32", False)):
+        sig = {n: "i32" for n in _embedding_kernel.arg_names}
+        sig.update({"ids_ptr": "*i64", "w_ptr": f"*{dt}", "y_ptr": f"*{dt}", "s_ptr": "*fp32",
+                    "WRITE_SS": "constexpr", "BP": "constexpr", "BW": "constexpr"})
+        specs.append((_embedding_kernel, sig, {"WRITE_SS": wss, "BP": 128, "BW": 32},
+                      {"num_warps": 8, "div16": ["H", "W", "stride_wv", "stride_ym"]}))
     return specs
 
 

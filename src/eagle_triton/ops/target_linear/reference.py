@@ -2,6 +2,8 @@
 
 They follow the eager sequence of transformers' Llama-family layers, with the same roundings to the input dtype:
 LlamaRMSNorm (normalise in fp32, cast, multiply by the weight), ``F.linear``, ``F.silu(gate) * up``, ``x + y``.
+Partial sums of squares (``sumsq``) are added one column after the other in fp32, as the kernels add them; the
+partials written (``sumsq_out``) are the fp32 sums of squares of the stored values over the same column tiles.
 """
 
 from __future__ import annotations
@@ -9,13 +11,36 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-__all__ = ["target_linear_ref", "target_rms_norm_ref"]
+from .._utils import cdiv
+
+__all__ = ["target_linear_ref", "target_rms_norm_ref", "target_embedding_ref"]
 
 
-def target_rms_norm_ref(x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6, **_: object) -> torch.Tensor:
-    """transformers' LlamaRMSNorm over the last dim: fp32 normalisation, cast to ``x.dtype``, times ``weight``."""
+def _sum_partials(sumsq: torch.Tensor) -> torch.Tensor:
+    """The row sums of ``[..., P]`` fp32 partials, added in column order (the kernels' order)."""
+    ss = sumsq[..., 0].clone()
+    for p in range(1, sumsq.shape[-1]):
+        ss = ss + sumsq[..., p]
+    return ss
+
+
+def _tile_sumsq(y: torch.Tensor, width: int, P: int) -> torch.Tensor:
+    """fp32 ``[M, P]``: per row, the sum of squares of ``y`` over column tiles ``[p * width, (p + 1) * width)``."""
+    y32 = y.to(torch.float32)
+    y32 = F.pad(y32, (0, P * width - y32.shape[-1]))
+    return y32.pow(2).view(y.shape[0], P, width).sum(-1)
+
+
+def target_rms_norm_ref(x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6, *,
+                        sumsq: torch.Tensor | None = None, **_: object) -> torch.Tensor:
+    """transformers' LlamaRMSNorm over the last dim: fp32 normalisation, cast to ``x.dtype``, times ``weight``;
+    with ``sumsq`` the mean of squares is the sum of the partials (column order) over the row width."""
     x32 = x.to(torch.float32)
-    x32 = x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + eps)
+    if sumsq is None:
+        ms = x32.pow(2).mean(-1, keepdim=True)
+    else:
+        ms = (_sum_partials(sumsq.to(torch.float32)) / x.shape[-1]).unsqueeze(-1)
+    x32 = x32 * torch.rsqrt(ms + eps)
     return weight * x32.to(x.dtype)
 
 
@@ -28,18 +53,48 @@ def target_linear_ref(
     eps: float = 1e-6,
     residual: torch.Tensor | None = None,
     silu_mul: bool = False,
+    sumsq: torch.Tensor | None = None,
+    sumsq_out: torch.Tensor | None = None,
     out: torch.Tensor | None = None,
+    config=None,
     **_: object,
 ) -> torch.Tensor:
-    """Reference of :func:`~eagle_triton.ops.target_linear.target_linear` (same contract)."""
-    h = target_rms_norm_ref(x, norm_weight, eps) if norm_weight is not None else x
+    """Reference of :func:`~eagle_triton.ops.target_linear.target_linear` (same contract). ``sumsq_out``'s tiles
+    are ``config.block_n`` wide; pass the op's ``config`` (the default here is :func:`default_config` for the
+    dtype of ``x``, which differs from the op's when the reference runs in another precision)."""
+    if sumsq is not None and norm_weight is None:
+        raise ValueError("sumsq (partial sums of squares of x) is only read by the RMSNorm prologue: pass "
+                         "norm_weight too")
+    h = target_rms_norm_ref(x, norm_weight, eps, sumsq=sumsq) if norm_weight is not None else x
     y = F.linear(h, weight, bias)
     if silu_mul:
         gate, up = y.chunk(2, dim=-1)
         y = F.silu(gate) * up
     if residual is not None:
         y = residual + y
+    if sumsq_out is not None:
+        from .op import _FLOATS, default_config
+
+        N, K = y.shape[-1], x.shape[-1]
+        cfg = config or default_config(N, K, x.device, x.dtype if x.dtype in _FLOATS else torch.float32,
+                                       silu_mul=bool(silu_mul))
+        P = cdiv(N, cfg.block_n)
+        if tuple(sumsq_out.shape) != (y.shape[0], P):
+            raise ValueError(f"sumsq_out must have shape [M={y.shape[0]}, {P}] (fp32 partial sums of squares), "
+                             f"got {list(sumsq_out.shape)}")
+        sumsq_out.copy_(_tile_sumsq(y, cfg.block_n, P))
     if out is not None:
         out.copy_(y)
         return out
+    return y
+
+
+def target_embedding_ref(ids: torch.Tensor, weight: torch.Tensor, *, sumsq_out: torch.Tensor | None = None,
+                         **_: object) -> torch.Tensor:
+    """Reference of :func:`~eagle_triton.ops.target_linear.target_embedding`: ``F.embedding``, and the partials
+    over ``P = sumsq_out.shape[1]`` column chunks of ``cdiv(H, P)``."""
+    y = F.embedding(ids, weight)
+    if sumsq_out is not None:
+        P = sumsq_out.shape[1]
+        sumsq_out.copy_(_tile_sumsq(y, cdiv(weight.shape[1], P), P))
     return y
