@@ -15,8 +15,8 @@ others, and what a part did not measure is recorded as skipped):
   drafter's floor of ``bench_fused_drafter.floor_bytes``), for ``--trees-8b``; the break-even accepted length
   (speculative step / plain step) and the tok/s an accepted length of 3-6 would give (``"projection": true``:
   random weights accept about one token per step, so these are not measurements).
-- ``hf_generate`` (c): transformers' own ``model.generate`` (greedy, default cache, eager) on the same target and
-  prompts: the everyday baseline.
+- ``hf_generate`` (c): transformers' own ``model.generate`` (greedy, its default cache, no torch.compile) on the
+  same target and prompts: the everyday baseline.
 
 Step times come from the engine's own statistics (``stats.step_s``, the decode steps without the prefill, when the
 engine reports it; else ``total_s - prefill_s``) over whole generations, so they measure the real engine step.
@@ -27,9 +27,14 @@ Writes ``bench_engine.json`` and ``bench_engine.png`` to ``--out`` (default ``$O
 best tree in the shipped head's ``tuned_trees.json`` (read by ``eagle-triton generate``), after a run or, with
 ``--tune-from FILE``, from a result file without measuring.
 
+A budget bounds a part's measurements (prompts, trees, dtypes) but every started dtype measures at least one prompt,
+and model loading and compilation come on top: the default budgets (220 + 150 + 50 s) leave about three minutes of a
+10-minute device call for those (an estimate, not yet checked on the GPU; ``--parts`` and ``--update`` split a run).
 Example (GPU)::
 
-    python bench/bench_engine.py --num-prompts 20 --max-new-tokens 128 --budget-smollm2 300 --budget-llama8b 180
+    python bench/bench_engine.py --num-prompts 20 --max-new-tokens 128 --out bench/results/<set>
+    python bench/engine_table.py bench/results/<set>/bench_engine.json      # the README tables
+    python bench/bench_engine.py --write-default-tree --tune-from bench/results/<set>/bench_engine.json
 """
 
 from __future__ import annotations
@@ -495,9 +500,9 @@ def main(argv=None) -> int:
     p.add_argument("--drafter", choices=["auto", "torch", "triton", "graph"], default="auto",
                    help="tree drafter back end")
     p.add_argument("--max-length", type=int, default=2048)
-    p.add_argument("--budget-smollm2", type=float, default=300.0, help="seconds for part a (split over the dtypes)")
-    p.add_argument("--budget-llama8b", type=float, default=180.0, help="seconds for part b")
-    p.add_argument("--budget-hf", type=float, default=60.0, help="seconds for part c")
+    p.add_argument("--budget-smollm2", type=float, default=220.0, help="seconds for part a (split over the dtypes)")
+    p.add_argument("--budget-llama8b", type=float, default=150.0, help="seconds for part b")
+    p.add_argument("--budget-hf", type=float, default=50.0, help="seconds for part c")
     p.add_argument("--prompt-len-8b", type=int, default=64, help="prompt tokens of part b")
     p.add_argument("--new-tokens-8b", type=int, default=128, help="new tokens per timed generation of part b")
     p.add_argument("--reps-8b", type=int, default=3, help="timed generations per configuration of part b (median)")
