@@ -132,6 +132,11 @@ def sync(dev: torch.device) -> None:
         torch.cuda.synchronize(dev)
 
 
+def empty_cache(dev: torch.device) -> None:
+    if dev.type == "cuda":
+        torch.cuda.empty_cache()
+
+
 class Tally:
     """Sums over the generations of one configuration (one tree, or plain decoding)."""
 
@@ -248,8 +253,7 @@ def part_smollm2(args, dev: torch.device, budget_s: float, keep_tokens: dict) ->
                   f"accepted {f['mean_accepted_length']:.2f}, identical {f['identical_prompts']}/{f['prompts']}, "
                   f"step {f['step_ms']:.3f} ms", flush=True)
         del engines, plain_engine
-        if dev.type == "cuda":
-            torch.cuda.empty_cache()
+        empty_cache(dev)
     measured = [r for r in out["runs"] if "best_tree" in r]
     if measured:
         # the CLI's default dtype on this device decides the default tree (bf16 on CUDA, fp32 on the CPU)
@@ -274,7 +278,7 @@ def timed_steps(eng, ids: list[int], new_tokens: int, speculative: bool, reps: i
     return {**med, "reps": runs}
 
 
-def part_llama8b(args, budget_s: float) -> dict:
+def part_llama8b(args, budget_s: float, dev: torch.device) -> dict:
     import bench_fused_drafter as bfd  # the drafter floor and the drafter alone, as that benchmark measures them
     import bench_target as bt  # the 8B builder and the copy bandwidth
 
@@ -282,12 +286,10 @@ def part_llama8b(args, budget_s: float) -> dict:
     from eagle_triton.engine import EagleEngine
     from eagle_triton.fused import DrafterConfig
 
-    if not torch.cuda.is_available():
-        raise SystemExit("the llama8b part needs a CUDA GPU")
     t_part = time.perf_counter()
     trees = parse_trees(args.trees_8b)
     bw = bt.copy_bandwidth()
-    torch.cuda.empty_cache()
+    empty_cache(dev)
     model = bt.build_8b()
     target_bytes = sum(p.numel() * p.element_size() for p in model.parameters())
     head = bfd.make_head("llama31-8b", False)
@@ -307,7 +309,7 @@ def part_llama8b(args, budget_s: float) -> dict:
             out["trees"].append({"tree": tree, "skipped": "time budget"})
             continue
         tc = TreeConfig(*map(int, tree.split("/")))
-        eng = EagleEngine.from_pretrained(model, head, tc, device="cuda", dtype="bfloat16", max_length=max_len,
+        eng = EagleEngine.from_pretrained(model, head, tc, device=dev, dtype="bfloat16", max_length=max_len,
                                           tokenizer=False, drafter_backend=args.drafter)
         eng.generate(input_ids=ids, max_new_tokens=8, eos_token_id=None)  # warm-up: capture, compilation
         if "plain" not in out:
@@ -325,7 +327,7 @@ def part_llama8b(args, budget_s: float) -> dict:
         r["draft_timing"] = ("the engine's phase timer (CUDA events around the draft call), per step"
                              if r["draft_ms_per_step"] is not None else None)
         del eng
-        torch.cuda.empty_cache()
+        empty_cache(dev)
         if args.drafter_alone and time.perf_counter() - t_part < budget_s:
             r["drafter_alone_ms"] = bfd.bench_case(head, tc, 1, S, prefix, do_ref=False, do_graph=False)["fused_ms"]
         r["break_even_accepted_length"] = r["step_ms"] / out["plain"]["step_ms"]
@@ -338,7 +340,7 @@ def part_llama8b(args, budget_s: float) -> dict:
               f"{r['draft_ms_per_step'] or float('nan'):.3f} ms, alone {r.get('drafter_alone_ms', float('nan')):.3f}",
               flush=True)
     del model, head
-    torch.cuda.empty_cache()
+    empty_cache(dev)
     return out
 
 
@@ -561,7 +563,7 @@ def main(argv=None) -> int:
         if name == "smollm2":
             res = part_smollm2(args, dev, budgets[name], plain_tokens)
         elif name == "llama8b":
-            res = part_llama8b(args, budgets[name])
+            res = part_llama8b(args, budgets[name], dev)
         else:
             res = part_hf_generate(args, dev, budgets[name], plain_tokens)
         res["wall_s"] = time.perf_counter() - t0

@@ -220,3 +220,36 @@ def test_write_default_tree_from_a_result(run, models, tmp_path, monkeypatch):
     measured = json.loads((models / "head" / "tuned_trees.json").read_text())["measured"]["cpu"]
     assert measured["source"].endswith("bench_engine.json") and measured["dtype"] == "float32"
     (models / "head" / "tuned_trees.json").unlink()
+
+
+def test_llama8b_part_runs_end_to_end_on_a_tiny_stand_in(monkeypatch):
+    """Part b's code path (engine steps, floors, break-even, projection) on the CPU, with the 8B model, the 8B head
+    and the copy bandwidth replaced by tiny stand-ins (the GPU runs the real ones)."""
+    import argparse
+
+    import bench_fused_drafter
+    import bench_target
+    import torch
+    from engine_testlib import tiny_llama
+
+    from eagle_triton.testing import random_eagle3_head
+
+    head = random_eagle3_head(hidden_size=32, intermediate_size=48, num_attention_heads=2, num_key_value_heads=1,
+                              vocab_size=257, draft_vocab_size=64, seed=0)  # head_dim 16: a fused-drafter shape
+    monkeypatch.setattr(bench_target, "copy_bandwidth", lambda: 1e11)
+    monkeypatch.setattr(bench_target, "build_8b", lambda: tiny_llama(vocab=257, hidden=32, layers=4).to(torch.bfloat16))
+    monkeypatch.setattr(bench_fused_drafter, "make_head", lambda *a, **k: head)
+    args = argparse.Namespace(trees_8b="8/2/3,6/1/4", prompt_len_8b=12, new_tokens_8b=6, reps_8b=3, drafter="torch",
+                              drafter_alone=False)
+    out = bench_engine.part_llama8b(args, 60.0, torch.device("cpu"))
+    assert out["target_floor_ms"] == pytest.approx(out["target_bytes"] / 1e11 * 1e3)
+    assert out["plain"]["step_ms"] > 0 and len(out["plain"]["reps"]) == 3
+    for t in out["trees"]:
+        assert t["spec_floor_ms"] == pytest.approx(out["target_floor_ms"] + t["drafter_floor_ms"])
+        assert t["drafter_floor_ms"] > 0 and t["vs_floor"] == pytest.approx(t["step_ms"] / t["spec_floor_ms"])
+        assert t["break_even_accepted_length"] == pytest.approx(t["step_ms"] / out["plain"]["step_ms"])
+        assert t["projection"]["projection"] is True
+        assert t["projection"]["tokens_per_second"]["6"] == pytest.approx(6e3 / t["step_ms"])
+    assert bench_engine.part_llama8b(args, 0.0, torch.device("cpu"))["trees"][0]["skipped"] == "time budget"
+    figs = {f["name"] for f in _check_printed({"parts": {"llama8b": out}})}  # what the part writes, the table reads
+    assert {"plain_step_8b", "spec_step_8b_8_2_3", "projected_8b_8_2_3_tok_s_tau6"} <= figs
