@@ -127,6 +127,12 @@ def step_seconds(stats) -> float:
     return getattr(stats, "step_s", None) or (stats.total_s - stats.prefill_s)
 
 
+def draft_seconds(stats) -> float:
+    """The draft phase's seconds where the engine times it per phase (0 where it does not, e.g. when a whole step
+    is one CUDA graph): a draft time is never inferred."""
+    return getattr(stats, "draft_s", 0.0) or 0.0
+
+
 def sync(dev: torch.device) -> None:
     if dev.type == "cuda":
         torch.cuda.synchronize(dev)
@@ -151,7 +157,7 @@ class Tally:
         self.steps += stats.steps
         self.step_s += step_seconds(stats)
         self.prefill_s += stats.prefill_s
-        self.draft_s += stats.draft_s
+        self.draft_s += draft_seconds(stats)
         self.emitted += stats.mean_accepted_length * stats.steps
         self.identical += bool(identical)
 
@@ -273,7 +279,7 @@ def timed_steps(eng, ids: list[int], new_tokens: int, speculative: bool, reps: i
         _, s = eng.generate(input_ids=ids, max_new_tokens=new_tokens, speculative=speculative, eos_token_id=None)
         runs.append({"step_ms": 1e3 * step_seconds(s) / s.steps, "steps": s.steps,
                      "mean_accepted_length": s.mean_accepted_length,
-                     "draft_ms_per_step": 1e3 * s.draft_s / s.steps if s.draft_s else None})
+                     "draft_ms_per_step": 1e3 * draft_seconds(s) / s.steps if draft_seconds(s) else None})
     med = sorted(runs, key=lambda r: r["step_ms"])[len(runs) // 2]
     return {**med, "reps": runs}
 
