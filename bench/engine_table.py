@@ -182,7 +182,7 @@ def llama8b_table(doc: dict) -> tuple[Table, str]:
         for tau in TAUS:
             t.figure(key, f"projected tok/s, τ={tau}",
                      f"projected_8b_tok_s_tau{tau}" if main else f"projected_8b_{_tk(tree)}_tok_s_tau{tau}",
-                     "tok/s (projection)", tp + ["projection", "tokens_per_second", str(tau)], 0,
+                     "tok/s (projection)", tp + ["projection", "tokens_per_second", str(tau)], 1,
                      note="a projection, not a measurement: accepted length tau / the measured speculative step "
                           "time (random weights accept about 1 token per step)", projection=True)
     bw = part.get("copy_bandwidth_B_per_s")
