@@ -1,11 +1,12 @@
 """The shipped head's measured default tree (tuned_trees.json): reading, writing, and the CLI's use of it."""
 
+import argparse
 import json
 
 import pytest
 
 from eagle_triton.cli import build_parser, main
-from eagle_triton.commands.generate import DEFAULT_TREES, check_model_args
+from eagle_triton.commands.generate import DEFAULT_TREES, check_model_args, register
 from eagle_triton.commands.tuned_trees import (
     TUNED_TREES_FILE,
     WRITER,
@@ -87,7 +88,9 @@ def test_cli_default_tree_is_the_measured_one_for_the_shipped_head(shipped, tmp_
 
 
 def test_help_names_the_tuned_tree_file():
-    text = " ".join(build_parser()._subparsers._group_actions[0].choices["generate"].format_help().split())
+    sub = argparse.ArgumentParser().add_subparsers()
+    register(sub)
+    text = " ".join(sub.choices["generate"].format_help().split())
     assert TUNED_TREES_FILE in text and "60/7/10 (total/depth/top-k) on CUDA" in text
 
 
