@@ -12,7 +12,8 @@
 #   tests       every GPU test (pytest -m gpu) but the fused drafter's
 #   fusedtest   GPU tests of the fused drafter (FUSED_K picks them, default "gpu")
 #   kernels     kernels against their PyTorch references (kernels.json, .png)
-#   engine      tokens/s with and without speculation, SmolLM2 (bench_engine.json, .png)
+#   engine      the engine benchmark (bench_engine.json, .png): SmolLM2 per tree vs plain, 8B step vs floor,
+#               transformers' generate; each part within its own time budget
 #   acceptance  mean accepted length on MT-bench and HumanEval (acceptance.json; TREES picks the trees)
 #   fused       fused drafter sweep (fused_drafter.json, .png); --quick unless FUSED_ARGS is set (FUSED_ARGS=" ": all)
 # Parts outside the default:
@@ -36,8 +37,7 @@ part_tests()      { run tests 200 "$PY" -m pytest -q -m gpu -p no:cacheprovider 
 part_fusedtest()  { run fusedtest 300 "$PY" -m pytest -q -m gpu -p no:cacheprovider -rs -s \
                       $(find tests -path '*fused*' -name 'test_*.py' | sort) -k "${FUSED_K:-gpu}"; }
 part_kernels()    { run kernels 240 "$PY" bench/bench_kernels.py --out "$OUTDIR" --budget-s 200; }
-part_engine()     { run engine 180 "$PY" bench/bench_engine.py --num-prompts 20 --max-new-tokens 128 --time-budget 150 \
-                      --out "$OUTDIR"; }
+part_engine()     { run engine 590 "$PY" bench/bench_engine.py --num-prompts 20 --max-new-tokens 128 --out "$OUTDIR"; }
 part_acceptance() { run acceptance 220 "$PY" bench/bench_acceptance.py --trees "${TREES:-60/7/10,32/5/6}" \
                       --datasets mtbench,humaneval --budget-s 90 --out "$OUTDIR"; }
 part_fused()      { run fused 200 "$PY" bench/bench_fused_drafter.py ${FUSED_ARGS:---quick} --out "$OUTDIR"; }

@@ -6,6 +6,7 @@ update the README's figures, and run tests/test_headline.py, which names every f
 """
 
 import json
+import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -28,6 +29,11 @@ ENGINE_RUNS = [
      "an earlier run (session 1), reference drafter, previous target forward", "2026-11-22"),
 ]
 S7 = "gpu_2026-11-25/"  # session 7's result set (bench/results/gpu_2026-11-25/README.md)
+# The engine benchmark of issue 18 (a bench_engine.json with "parts": bench/bench_engine.py since schema 2). Its README
+# tables are printed by bench/engine_table.py, and every figure they print is an entry (engine_parts_entries).
+# None: the newest such file committed under bench/results/ (by its "date"); name one ("<set>/bench_engine.json") to
+# pin it.
+ENGINE_PARTS_SOURCE = None
 
 
 def resolve(doc, path):
@@ -47,7 +53,7 @@ def entry(name, unit, source, path, decimals, device, commit, readme, ref_path=N
           date="2026-11-22"):
     doc = json.loads((ROOT / RESULTS / source).read_text())
     raw = resolve(doc, path)
-    e = {"name": name, "value": round(raw, decimals), "unit": unit}
+    e = {"name": name, "value": raw if isinstance(raw, str) else round(raw, decimals), "unit": unit}
     if ref_kind:  # "floor" or "baseline", from the same file
         raw_ref = resolve(doc, ref_path)
         e[ref_kind] = round(raw_ref, decimals)
@@ -205,9 +211,60 @@ def session7_entries() -> list[dict]:
                            "field": "ratio"}],
               ["plain_tokens_per_second"], "baseline", "6 MT-bench prompts x 64 tokens, 2 timed runs each",
               date="2026-11-25"),
-        s7("spec_step_8b_60_7_10", "ms", "bench_safeailab.json", ["results", "headline", "spec_step_8b_60_7_10"], 1,
-           "80a77ea", "our engine's own speculative step at that shape, 11.5 ms", "11.5"),
+        s7("spec_step_8b_60_7_10_session7", "ms", "bench_safeailab.json",
+           ["results", "headline", "spec_step_8b_60_7_10"], 1, "80a77ea",
+           "our engine's own speculative step at that shape, 11.5 ms", "11.5",
+           note="measured by bench/bench_safeailab.py (session 7); spec_step_8b_60_7_10 is the engine benchmark's"),
     ]
+
+
+def engine_parts_source() -> str | None:
+    """The issue-18 engine result file, relative to bench/results/: ENGINE_PARTS_SOURCE, else the newest committed
+    bench_engine.json with parts; None while there is none."""
+    if ENGINE_PARTS_SOURCE:
+        return ENGINE_PARTS_SOURCE
+    found = []
+    for path in (ROOT / RESULTS).glob("*/bench_engine.json"):
+        doc = json.loads(path.read_text())
+        if doc.get("benchmark") == "bench_engine" and "parts" in doc:
+            found.append((doc["date"], path.relative_to(ROOT / RESULTS).as_posix()))
+    return max(found)[1] if found else None
+
+
+def _adding_commit(path: Path) -> str | None:
+    """The commit that added ``path`` (None when it is not committed)."""
+    import subprocess
+
+    r = subprocess.run(["git", "log", "--diff-filter=A", "--format=%h", "--", str(path)], cwd=ROOT,
+                       capture_output=True, text=True)
+    commits = r.stdout.split() if r.returncode == 0 else []
+    return commits[-1] if commits else None
+
+
+def engine_parts_entries() -> list[dict]:
+    """Every figure of the README's engine tables (bench/engine_table.py prints them from the same descriptions):
+    issue 18's spec_step_8b_60_7_10 (with its floor), drafter_in_step_8b (when the engine timed the draft phase),
+    smollm2_spec_tok_s (baseline: our plain decoding), smollm2_spec_speedup, smollm2_best_tree and
+    projected_8b_tok_s_tau6 (a projection), and the other cells of those tables."""
+    source = engine_parts_source()
+    if source is None:
+        return []
+    sys.path.insert(0, str(ROOT / "bench"))
+    from engine_table import figures
+
+    doc = json.loads((ROOT / RESULTS / source).read_text())
+    measured = (doc["versions"].get("git_commit") or "")[:7]
+    commit = _adding_commit(ROOT / RESULTS / source) or measured
+    note = f"commit: the commit that added the source; the code measured is {measured}" if measured != commit else None
+    out = []
+    for f in figures(doc):
+        ref = (f["ref_path"], f["ref_kind"]) if "ref_kind" in f else (None, None)
+        e = entry(f["name"], f["unit"], source, f["path"], f["decimals"], doc["versions"]["device_name"], commit,
+                  f["readme"], *ref, "; ".join(x for x in (f.get("note"), note) if x) or None, date=doc["date"][:10])
+        if f.get("projection"):
+            e["projection"] = True
+        out.append(e)
+    return out
 
 
 def main() -> None:
@@ -215,7 +272,7 @@ def main() -> None:
                     "`source` at `source_path`, rounded; ratio = value / floor (or baseline); commit: the commit that "
                     "added the source file; readme: where the README prints the figure (tests/test_headline.py "
                     "checks all of it). Written by bench/make_headline.py.",
-           "entries": drafter_entries() + engine_entries() + session7_entries()}
+           "entries": drafter_entries() + engine_entries() + session7_entries() + engine_parts_entries()}
     path = ROOT / RESULTS / "headline.json"
     path.write_text(json.dumps(doc, indent=1) + "\n")
     print(f"wrote {len(doc['entries'])} entries to {path.relative_to(ROOT)}")

@@ -1,4 +1,5 @@
-"""The CLI's draft-tree defaults depend on the device; explicit options always win."""
+"""The CLI's draft-tree defaults depend on the device; explicit options always win. (The shipped head's measured
+tree, which replaces these defaults for it, is tested in test_tuned_trees.py; here the model is another one.)"""
 
 import argparse
 
@@ -12,6 +13,7 @@ def _args(*argv, device="cpu"):
     add_tree_arguments(p)
     ns = p.parse_args(list(argv))
     ns.device = device
+    ns.target, ns.draft = "some/other-target", "some/other-head"  # not the shipped head: the built-in defaults
     return ns
 
 

@@ -10,6 +10,8 @@ import json
 import sys
 import time
 
+from .tuned_trees import TUNED_TREES_FILE
+
 DEFAULT_PROMPT = "Write a short poem about the sea."
 
 
@@ -69,6 +71,7 @@ def add_model_arguments(p) -> None:
 # than plain decoding for the shipped head: 1.13x on a 2-core CPU, where 16/3/4 gave 0.93x and 60/7/10 0.57x
 # (bench/bench_cpu_tree.py, 4 MT-bench prompts on a shared machine: provisional until re-run on a quiet one).
 DEFAULT_TREES = {"cuda": (60, 7, 10), "cpu": (8, 1, 4)}
+# The shipped head's own measured choice, when recorded, overrides these (default_tree, tuned_trees.py).
 
 
 def add_tree_arguments(p) -> None:
@@ -76,7 +79,9 @@ def add_tree_arguments(p) -> None:
     cuda, cpu = ("/".join(map(str, DEFAULT_TREES[d])) for d in ("cuda", "cpu"))
     t = p.add_argument_group(
         "draft tree", f"defaults depend on the device: {cuda} (total/depth/top-k) on CUDA, {cpu} on the CPU, where "
-        "deeper and larger trees cost more to draft and verify than they save")
+        "deeper and larger trees cost more to draft and verify than they save; with the shipped SmolLM2 head, the "
+        f"tree measured fastest on that kind of device when one is recorded (its {TUNED_TREES_FILE}, written by "
+        "bench/bench_engine.py --write-default-tree)")
     t.add_argument("--total-tokens", type=int, default=None,
                    help=f"tree size including the root (default {DEFAULT_TREES['cuda'][0]} on CUDA, "
                    f"{DEFAULT_TREES['cpu'][0]} on the CPU)")
@@ -88,12 +93,41 @@ def add_tree_arguments(p) -> None:
                    f"{DEFAULT_TREES['cpu'][2]} on the CPU)")
 
 
-def tree_from_args(args):
-    """The :class:`TreeConfig` the tree options ask for, each unset one taken from the device's default tree."""
-    from ..config import TreeConfig
-    from ..engine.loading import resolve_device
+def shipped_head_in_use(args):
+    """The shipped head's folder when the model options select it (the default target with no ``--draft``, or
+    ``--draft`` naming that folder), else ``None``."""
+    from pathlib import Path
 
-    defaults = DEFAULT_TREES["cuda" if resolve_device(args.device).type == "cuda" else "cpu"]
+    from ..engine.default_model import default_draft_head_path
+
+    shipped = default_draft_head_path()
+    if shipped is None:
+        return None
+    draft = getattr(args, "draft", None)
+    if draft is None:
+        return shipped if getattr(args, "target", None) in (None, DEFAULT_TARGET_NAME) else None
+    return shipped if Path(draft).resolve() == shipped.resolve() else None
+
+
+def default_tree(args) -> tuple[int, int, int]:
+    """The default tree for the options' device: the shipped head's measured best tree on that kind of device
+    (its ``tuned_trees.json``) when the shipped head is in use and one is recorded, else :data:`DEFAULT_TREES`.
+    A malformed tuned-tree file raises :class:`~eagle_triton.commands.tuned_trees.TunedTreesError`."""
+    from ..engine.loading import resolve_device
+    from .tuned_trees import tuned_tree
+
+    kind = "cuda" if resolve_device(args.device).type == "cuda" else "cpu"
+    head_dir = shipped_head_in_use(args)
+    tuned = tuned_tree(head_dir, kind) if head_dir is not None else None
+    return tuned or DEFAULT_TREES[kind]
+
+
+def tree_from_args(args):
+    """The :class:`TreeConfig` the tree options ask for, each unset one taken from the default tree
+    (:func:`default_tree`)."""
+    from ..config import TreeConfig
+
+    defaults = default_tree(args)
     given = (args.total_tokens, args.depth, args.draft_top_k)
     return TreeConfig(*(d if g is None else g for g, d in zip(given, defaults, strict=True)))
 
