@@ -55,4 +55,46 @@ def test_bf16_speculative_equals_plain():
     prompt = list(range(30, 41))
     spec, stats = eng.generate(input_ids=prompt, max_new_tokens=48)
     plain, _ = eng.generate(input_ids=prompt, max_new_tokens=48, speculative=False)
-    assert spec == plain and stats.verify_s > 0
+    assert spec == plain and stats.step_s > 0
+
+
+def _step_engine(dtype, tree=None):
+    m = tiny_llama(seed=8, hidden=128, heads=4, kv_heads=2)
+    t = LlamaTarget.from_hf(m, device="cuda", dtype=dtype)
+    head = random_eagle3_head(hidden_size=128, vocab_size=128, draft_vocab_size=64, num_attention_heads=4,
+                              num_key_value_heads=2, seed=9)
+    return m, EagleEngine(t, head, tree or TreeConfig(16, 3, 4), max_length=256)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_step_graphs_queue_ahead_and_equal_plain(dtype):
+    """Device-paced steps (fused drafter, fused target forward) replayed from graphs: speculative == plain, for
+    caps that end inside an accepted chunk, and again on a second call (the graphs replayed)."""
+    m, eng = _step_engine(dtype)
+    run = eng._runner(True)
+    assert run.device_paced and run.use_graphs
+    prompt = list(range(3, 24))
+    plain, _ = eng.generate(input_ids=prompt, max_new_tokens=60, speculative=False)
+    if dtype == torch.float32:
+        assert plain == hf_greedy(m, prompt, 60)
+    for cap in (60, 1, 2, 13):
+        spec, stats = eng.generate(input_ids=prompt, max_new_tokens=cap)
+        assert spec == plain[:cap] and stats.new_tokens == cap
+    assert run._graphs, "the speculative step was never captured"
+
+
+def test_no_device_sync_inside_steps():
+    """Whole generations (speculative greedy and sampled, plain) under sync-debug "error": the only host waits are
+    the lagged reads (CUDA events), so no synchronising call happens once the graphs exist."""
+    _, eng = _step_engine(torch.bfloat16)
+    prompt = list(range(40, 57))
+    kinds = [dict(), dict(temperature=0.8, top_p=0.9, top_k=20, seed=3), dict(speculative=False),
+             dict(speculative=False, temperature=0.7, seed=4)]
+    first = [eng.generate(input_ids=prompt, max_new_tokens=40, **kw)[0] for kw in kinds]  # warm-up and capture
+    torch.cuda.synchronize()
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        again = [eng.generate(input_ids=prompt, max_new_tokens=40, **kw)[0] for kw in kinds]
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
+    assert again == first  # seeded sampling reproduces, greedy is deterministic
