@@ -137,7 +137,7 @@ class StepRunner:
                 self._host_feats = feats
         self.ids[0, 0] = root[0]  # plain decoding reads the pending token here
         self.out.fill_(-1)
-        self.out[0] = 0
+        self.out[:1].zero_()  # in-place fills: a Python scalar assigned by index would be a host-to-device copy
         self.out[1] = root[0]
         return self._pending()
 
@@ -181,7 +181,7 @@ class StepRunner:
         logits, _ = self.target.decode_rows(self.ids[:, :1], kv_bound)
         tok = self.pick(logits, params, self.rng)
         self.ids[0, 0] = tok[0]
-        self.out[0] = 0
+        self.out[:1].zero_()
         self.out[1] = tok[0]
 
     @staticmethod
@@ -218,6 +218,6 @@ class StepRunner:
         logits, _ = self.target.decode(self.ids[:, :1])
         tok = self.pick(logits, params, self.rng)
         self.ids[0, 0] = tok[0]
-        self.out[0] = 0
+        self.out[:1].zero_()
         self.out[1] = tok[0]
         return self._pending()
