@@ -605,8 +605,12 @@ class LlamaTarget(TargetModel):
         self.cache.compact(self.ops, accept_index, accept_len, accept_len_host)
 
     # -- device-paced steps (lengths on the device; capturable in the engine's step graphs) --------------------
-    #: every length lives on the device (``cache.seqlens``): the engine may queue steps without reading back
-    device_lengths = True
+    @property
+    def device_lengths(self) -> bool:
+        """Every length lives on the device (``cache.seqlens``) and no op reads it back, so the engine may queue
+        steps without reading: with the Triton ops, or on the CPU (where the PyTorch ops' host reads cost no
+        synchronisation). The PyTorch ops on CUDA read lengths on the host (KV compaction)."""
+        return isinstance(self.ops, TritonOps) or self.device.type == "cpu"
 
     def verify_rows(self, tokens: torch.Tensor, depths: torch.Tensor, tree_mask: torch.Tensor,
                     kv_limit: int | None = None):
