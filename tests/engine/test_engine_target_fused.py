@@ -69,14 +69,14 @@ def test_fused_eagle1_feature_is_lm_head_input(small_chunks):
     torch.testing.assert_close(t.lm_head(feats[:, -1]), logits, atol=1e-5, rtol=1e-5)
 
 
-@pytest.mark.parametrize("kw", [{"norm_mode": "kernel"}, {"norm_mode": "prologue"}, {"inline_norm": False},
-                                {"inline_norm": True}], ids=["kernel", "prologue", "inline_false", "inline_true"])
+@pytest.mark.parametrize("kw", [{"norm_mode": "partials"}, {"norm_mode": "prologue"}, {"inline_norm": False},
+                                {"inline_norm": True}], ids=["partials", "prologue", "inline_false", "inline_true"])
 def test_norm_modes_agree(kw):
-    """The RMSNorm from partial sums of squares (default), as its own kernel and in the prologue (also under the
+    """The RMSNorm as its own kernel (default), from partial sums of squares and in the prologue (also under the
     older ``inline_norm`` spelling) round alike up to the order of the row's sum of squares."""
     m = _model("qwen2")
     a, b = LlamaTarget.from_hf(m, ops="triton"), LlamaTarget.from_hf(m, ops="triton", **kw)
-    assert a.norm_mode == "partials"
+    assert a.norm_mode == "kernel"
     assert b.norm_mode == kw.get("norm_mode", {True: "prologue", False: "kernel"}.get(kw.get("inline_norm")))
     ids = torch.randint(0, V, (1, 6))
     for t in (a, b):

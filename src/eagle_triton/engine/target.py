@@ -15,9 +15,10 @@ runs it under Triton's interpreter) is six batch-invariant kernels per layer (se
 q/k/v product with the input RMSNorm in its prologue, RoPE (+ Qwen3 q/k norm) fused with the KV-cache write,
 attention, the o product with the residual add, the gate/up product with the post-attention RMSNorm in its
 prologue and SiLU·mul in its epilogue, the down product with the residual add; then the final RMSNorm and the
-lm_head product. The layers' RMSNorms cost no launch and no pass over the row: the kernels that write the residual
-stream (the embedding gather, the o and down products) also write per-tile partial sums of squares of the values
-they store, and the norm adds those (``norm_mode="partials"``). Every kernel reduces a row in an order that does
+lm_head product. By default each RMSNorm is its own small kernel (``norm_mode="kernel"``); ``"partials"`` removes
+those launches (the kernels that write the residual stream also write per-tile partial sums of squares, and the
+normed products' prologue adds them) but measured 2.4x slower at the Llama-3.1-8B shape on the H100 (decode
+14.46 ms against 6.06, ``bench/results/step_graph_2026-11-25/``), so it is not the default. Every kernel reduces a row in an order that does
 not depend on how many rows run with it, so a verify row, a decode row and a prefill row round alike (bf16
 speculation can equal plain decoding bit for bit once the attention is invariant too). Prefill runs through the
 same kernels in fixed-size chunks (``PREFILL_CHUNKS``), and no kernel is specialised on the row count, so no
@@ -154,7 +155,7 @@ def _norm_mode(norm_mode: str | None, inline_norm: bool | None) -> str:
             raise ValueError(f"inline_norm={inline_norm} means norm_mode={legacy!r}, which contradicts "
                              f"norm_mode={norm_mode!r}; pass norm_mode only")
         return legacy
-    norm_mode = "partials" if norm_mode is None else norm_mode
+    norm_mode = "kernel" if norm_mode is None else norm_mode
     if norm_mode not in NORM_MODES:
         raise ValueError(f"norm_mode must be one of {NORM_MODES}, got {norm_mode!r}")
     return norm_mode
@@ -177,10 +178,11 @@ class LlamaTarget(TargetModel):
     linear_configs: tile configurations of the weight products by name (``"qkv"``, ``"o"``, ``"gate_up"``,
         ``"down"``, ``"lm_head"``), default :func:`eagle_triton.ops.target_linear.default_config` per shape.
     norm_mode: fused forward only, how the input/post-attention and final RMSNorms get each row's sum of squares
-        (all batch-invariant; they round alike up to the order of that sum): ``"partials"`` (default) from the
-        partial sums written by the kernel that produced the row, the normalisation in the q/k/v and gate/up
-        products' prologue (no extra launch, no extra pass); ``"kernel"``: a separate RMSNorm kernel before the
-        product (two more launches per layer); ``"prologue"``: every program of the product re-reads its row tile
+        (all batch-invariant; they round alike up to the order of that sum): ``"kernel"`` (default): a separate
+        RMSNorm kernel before the product; ``"partials"``: from the partial sums written by the kernel that produced
+        the row, the normalisation in the q/k/v and gate/up products' prologue (two launches per layer fewer, but
+        measured 2.4x slower at the 8B shape: its prologue sums 128 partials per row in every program);
+        ``"prologue"``: every program of the product re-reads its row tile
         to sum the squares (measured slower than ``"kernel"`` on the H100: +7.6 / +12 us per q/k/v / gate-up
         product at 1 row, +21 / +72 us at 60 rows, ``bench/results/target_forward_2026-11-24/``).
     inline_norm: the older spelling: ``True`` is ``norm_mode="prologue"``, ``False`` is ``norm_mode="kernel"``.
