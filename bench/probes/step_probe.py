@@ -5,7 +5,12 @@ captured plain and speculative step graphs replayed back to back, the same steps
 read), and the speculative step graph without its draft (the tree of the last draft reused) so that the draft's
 share of the step is the difference. Norm modes are compared with ``--norm-modes``.
 
-    python bench/probes/step_probe.py --out step_probe.json [--norm-modes partials,kernel] [--trees 60/7/10]
+    python bench/probes/step_probe.py --out step_probe.json [--shape 8b|smollm2] [--norm-modes partials,kernel]
+        [--trees 60/7/10] [--profile]
+
+``--shape smollm2``: SmolLM2-135M-Instruct's architecture with random weights and the shipped head (step times do not
+depend on the weights). ``--profile``: the kernels of 5 replays of each step graph (torch.profiler), top 30 by
+device time.
 """
 
 from __future__ import annotations
@@ -27,7 +32,10 @@ def main(argv=None) -> int:
     p.add_argument("--norm-modes", default="partials")
     p.add_argument("--trees", default="60/7/10")
     p.add_argument("--new-tokens", type=int, default=96)
+    p.add_argument("--shape", choices=["8b", "smollm2"], default="8b")
+    p.add_argument("--profile", action="store_true")
     args = p.parse_args(argv)
+    import bench_engine
     import bench_fused_drafter as bfd
     import bench_target as bt
 
@@ -36,11 +44,15 @@ def main(argv=None) -> int:
     from eagle_triton.engine.sampling import SamplingParams
 
     bw = bt.copy_bandwidth()
-    model = bt.build_8b()
+    if args.shape == "8b":
+        model = bt.build_8b()
+        head = bfd.make_head("llama31-8b", False)
+    else:
+        model, head = smollm2_random()
     floor = sum(q.numel() * q.element_size() for q in model.parameters()) / bw * 1e3
-    head = bfd.make_head("llama31-8b", False)
     ids = torch.randint(0, model.config.vocab_size, (64,), generator=torch.Generator().manual_seed(0)).tolist()
-    res = {"floor_ms": floor, "copy_bandwidth": bw, "runs": []}
+    res = {"shape": args.shape, "floor_ms": floor, "copy_bandwidth": bw, "versions": bench_engine.versions(),
+           "command": " ".join(sys.argv), "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "runs": []}
     greedy = SamplingParams()
     for mode in args.norm_modes.split(","):
         target = LlamaTarget.from_hf(model, norm_mode=mode)
@@ -62,6 +74,8 @@ def main(argv=None) -> int:
                 graphs = list(run._graphs.values())
                 if graphs:
                     r[name + "_graph_replay_ms"] = bt.median_ms(graphs[0].replay)
+                    if args.profile:
+                        r[name + "_kernels"] = profile_kernels(graphs[0].replay)
                 if spec:  # the step without its draft: verify + accept + commit + next inputs on the last tree
                     d = eng.drafter
 
@@ -91,6 +105,45 @@ def main(argv=None) -> int:
         torch.cuda.empty_cache()
     Path(args.out).write_text(json.dumps(res, indent=1))
     return 0
+
+
+def smollm2_random():
+    """SmolLM2-135M-Instruct's architecture (bf16, random weights) and the shipped head."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    from eagle_triton.engine.default_model import DEFAULT_HEAD_DIR
+    from eagle_triton.heads import load_draft_head
+
+    cfg = LlamaConfig(vocab_size=49152, hidden_size=576, intermediate_size=1536, num_hidden_layers=30,
+                      num_attention_heads=9, num_key_value_heads=3, head_dim=64, rms_norm_eps=1e-5,
+                      tie_word_embeddings=True, rope_parameters={"rope_theta": 100000.0, "rope_type": "default"},
+                      bos_token_id=None, eos_token_id=None, pad_token_id=None)
+    torch.manual_seed(0)
+    with torch.device("cuda"):
+        model = LlamaForCausalLM(cfg).to(torch.bfloat16).eval()
+    head = load_draft_head(DEFAULT_HEAD_DIR, embed_tokens=model.get_input_embeddings().weight, dtype=torch.bfloat16,
+                           device="cuda")
+    return model, head
+
+
+def profile_kernels(fn, reps: int = 5, top: int = 30) -> list[dict]:
+    """Device time per kernel name over ``reps`` calls of ``fn`` (per call), the ``top`` most expensive."""
+    from torch.profiler import ProfilerActivity, profile
+
+    fn()
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(reps):
+            fn()
+        torch.cuda.synchronize()
+    rows = []
+    for e in prof.key_averages():
+        t = getattr(e, "device_time_total", None) or getattr(e, "cuda_time_total", 0.0)
+        if t:
+            rows.append({"kernel": e.key[:120], "calls_per_step": e.count / reps, "us_per_step": t / reps})
+    rows.sort(key=lambda r: -r["us_per_step"])
+    total = sum(r["us_per_step"] for r in rows)
+    return [{"total_us_per_step": total, "kernels_per_step": sum(r["calls_per_step"] for r in rows)}] + rows[:top]
 
 
 if __name__ == "__main__":
