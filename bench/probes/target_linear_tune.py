@@ -8,6 +8,11 @@ the fused forward does); the residual products (o, down) with and without writin
 (``sumsq_out``). Prints weight TB/s; writes JSON to ``--out``.
 
     python bench/probes/target_linear_tune.py --out /tmp/tune.json [--quick]
+    python bench/probes/target_linear_tune.py --model smollm2 --norms none --out /tmp/tune_smollm2.json
+
+``--model smollm2``: SmolLM2-135M's shapes and a grid for small products (more, narrower tiles: few programs
+stream a small weight at one SM's bandwidth). ``--norms none``: the normed products without a norm (the default
+``norm_mode="kernel"`` runs the norm as its own kernel).
 """
 
 import argparse
@@ -31,21 +36,35 @@ SHAPES = {  # name: (N rows of W, K, flags)
     "down": (4096, 14336, dict(res=True)),
     "lm_head": (128256, 4096, {}),
 }
+SHAPES_SMOLLM2 = {
+    "qkv": (960, 576, dict(norm=True)),
+    "o": (576, 576, dict(res=True)),
+    "gate_up": (3072, 576, dict(norm=True, silu=True)),
+    "down": (576, 1536, dict(res=True)),
+    "lm_head": (49152, 576, {}),
+}
 
 
 def main():
     p = argparse.ArgumentParser()
     p.add_argument("--out", required=True)
     p.add_argument("--quick", action="store_true")
-    p.add_argument("--shapes", default=",".join(SHAPES))
+    p.add_argument("--shapes", default=None)
+    p.add_argument("--model", choices=["8b", "smollm2"], default="8b")
+    p.add_argument("--norms", default="none,row,partials", help="norm variants of the normed products")
     a = p.parse_args()
     dev, dt = "cuda", torch.bfloat16
+    shapes = SHAPES if a.model == "8b" else SHAPES_SMOLLM2
+    a.shapes = a.shapes or ",".join(shapes)
+    norms = a.norms.split(",")
     grid = list(itertools.product((16, 64), (32, 64, 128), (128, 256), (3, 4), (4,)))
+    if a.model == "smollm2":
+        grid = list(itertools.product((16, 64), (16, 32), (64, 128, 256), (2, 4), (4,)))
     if a.quick:
         grid = [(64, 32, 128, 4, 4), (64, 64, 256, 4, 4), (16, 64, 256, 4, 4)]
     rows = []
     for name in a.shapes.split(","):
-        N, K, fl = SHAPES[name]
+        N, K, fl = shapes[name]
         copies = max(2, int(150e6 // (N * K * 2)) + 1)
         ws = [torch.randn(N, K, device=dev, dtype=dt) * 0.02 for _ in range(copies)]
         nw = torch.rand(K, device=dev, dtype=dt) + 0.5 if fl.get("norm") else None
@@ -62,7 +81,7 @@ def main():
             for bm, bn, bk, st, nwp in grid:
                 cfg = LinearConfig(block_m=bm, block_n=bn, block_k=bk, num_stages=st, num_warps=nwp)
                 ss_out = torch.empty(sumsq_width(n_out, cfg), M, device=dev).t()
-                variants = ([("none", False), ("row", False), ("partials", False)] if fl.get("norm")
+                variants = ([(n, False) for n in norms] if fl.get("norm")
                             else [("none", False), ("none", True)] if fl.get("res") else [("none", False)])
                 for norm, write_ss in variants:
                     def fn(cfg=cfg, norm=norm, write_ss=write_ss, x=x, it=it, nw=nw, res=res, fl=fl, ss_in=ss_in,
@@ -84,6 +103,7 @@ def main():
         del ws
         torch.cuda.empty_cache()
     Path(a.out).write_text(json.dumps(dict(device=torch.cuda.get_device_name(), date=time.strftime("%F %T"),
+                                           model=a.model,
                                            torch=torch.__version__, command=" ".join(sys.argv), rows=rows),
                                       indent=1))
     best = {}
