@@ -145,11 +145,11 @@ def test_text_stream_matches_decode_with_split_characters():
 
 
 class _InterruptAfter:
-    """Wraps a target's ``decode`` so that its ``n``-th call raises KeyboardInterrupt (Ctrl-C mid-generation)."""
+    """Wraps a target's ``decode_rows`` so that its ``n``-th call raises KeyboardInterrupt (Ctrl-C mid-generation)."""
 
-    def __init__(self, target, n):
-        self.decode, self.n, self.calls = target.decode, n, 0
-        target.decode = self
+    def __init__(self, target, n):  # the plain decode step of the device-paced engine
+        self.decode, self.n, self.calls = target.decode_rows, n, 0
+        target.decode_rows = self
 
     def __call__(self, *args, **kwargs):
         self.calls += 1
@@ -170,7 +170,8 @@ def test_ctrl_c_mid_generation_returns_the_partial_output(capsys, tiny_models, m
 
     def interrupted_target(*args, **kwargs):
         t = real(*args, **kwargs)
-        _InterruptAfter(t, 6)  # the root token, 5 decode steps, then Ctrl-C
+        # the 7th step raises while it is queued, before the 6th is read: the root token and 5 steps are out
+        _InterruptAfter(t, 7)
         return t
 
     monkeypatch.setattr(loading, "load_target", interrupted_target)

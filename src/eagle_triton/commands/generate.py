@@ -237,8 +237,7 @@ def build_engine(args, tree, plain: bool = False, check_tokenizer=None):
     (prompt checks)."""
     from ..engine.default_model import default_draft_head_path, default_target_source
     from ..engine.engine import EagleEngine
-    from ..engine.loading import load_head, load_target, load_tokenizer, resolve_device
-    from ..heads.fp8 import apply_draft_dtype
+    from ..engine.loading import load_tokenizer, resolve_device
 
     check_model_args(args, tree_needed=False)
     default_target = args.target in (None, DEFAULT_TARGET_NAME)
@@ -265,13 +264,10 @@ def build_engine(args, tree, plain: bool = False, check_tokenizer=None):
         check_tokenizer(tokenizer)
     if note:
         print(note, file=sys.stderr)
-    kwargs = {} if args.target_impl == "generic" else {"ops": args.attention}
-    target = load_target(target_src, device=args.device, dtype=args.dtype, impl=args.target_impl, **kwargs)
-    head = load_head(draft_src, target, args.draft_kind) if draft_src is not None else None
-    if head is not None:
-        head = apply_draft_dtype(head, getattr(args, "draft_dtype", "model"))
-    engine = EagleEngine(target, head, tree, max_length=args.max_length, tokenizer=tokenizer,
-                         expect_kind=args.draft_kind, drafter_backend=args.drafter)
+    engine = EagleEngine.from_pretrained(
+        target_src, draft_src, tree, device=args.device, dtype=args.dtype, max_length=args.max_length,
+        target_impl=args.target_impl, draft_kind=args.draft_kind, attention=args.attention,
+        drafter_backend=args.drafter, tokenizer=tokenizer, draft_dtype=getattr(args, "draft_dtype", None))
     return engine, tokenizer, target_src, draft_src
 
 

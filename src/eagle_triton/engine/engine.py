@@ -25,7 +25,7 @@ from ..config import TreeConfig
 from ..drafter import TreeDrafter
 from ..heads import DraftHead
 from ..heads.fp8 import apply_draft_dtype
-from .loading import load_head, load_target, load_tokenizer
+from . import loading
 from .sampling import SamplingParams
 from .stats import GenerationStats, PhaseTimer
 from .step import StepRunner
@@ -145,14 +145,15 @@ class EagleEngine:
         kwargs = {}
         if not isinstance(target, TargetModel) and target_impl != "generic":
             kwargs = {"ops": attention, "cuda_graphs": cuda_graphs}
-        runner = load_target(target, device=device, dtype=dtype, impl=target_impl, gguf_file=gguf_file, **kwargs)
+        runner = loading.load_target(target, device=device, dtype=dtype, impl=target_impl, gguf_file=gguf_file,
+                                     **kwargs)
         tok = None
         if tokenizer is True:
             if isinstance(target, (str, os.PathLike)):
-                tok = load_tokenizer(target, gguf_file)
+                tok = loading.load_tokenizer(target, gguf_file)
         elif tokenizer not in (False, None):
             tok = tokenizer
-        head = load_head(draft, runner, draft_kind) if draft is not None else None
+        head = loading.load_head(draft, runner, draft_kind) if draft is not None else None
         if head is not None:
             head = apply_draft_dtype(head, draft_dtype)
         elif draft_dtype not in (None, "model"):
