@@ -22,13 +22,10 @@ DRAFTER_ROWS = ([("60/7/10", "decode", b) for b in (1, 2, 4, 8, 16)]
                 + [("60/5/10", "decode", 1), ("60/5/10", "decode", 16), ("60/5/10", "prefill", 1),
                    ("60/5/10", "prefill", 16)])
 # the engine runs (the README's engine table): (source, drafter as printed, name suffix, commit, note)
-ENGINE_RUNS = [
-    ("gpu_2026-11-25/bench_engine.json", "fused (`triton`)", "", "80a77ea",
-     "fused drafter and the batch-invariant fused target forward; commit: the code measured", "2026-11-25"),
-    ("gpu_2026-11-22/bench_engine.json", "reference (`torch`)", "_reference_drafter", "fd4b59a",
-     "an earlier run (session 1), reference drafter, previous target forward", "2026-11-22"),
-]
+# the engine runs of the README's former engine table (replaced by the step-graph table of bench_engine.py's parts)
+ENGINE_RUNS: list = []
 S7 = "gpu_2026-11-25/"  # session 7's result set (bench/results/gpu_2026-11-25/README.md)
+S8 = "step_graph_2026-11-25/"  # session 8's result set (bench/results/step_graph_2026-11-25/README.md)
 # The engine benchmark of issue 18 (a bench_engine.json with "parts": bench/bench_engine.py since schema 2). Its README
 # tables are printed by bench/engine_table.py, and every figure they print is an entry (engine_parts_entries).
 # None: the newest such file committed under bench/results/ (by its "date"); name one ("<set>/bench_engine.json") to
@@ -175,11 +172,6 @@ def session7_entries() -> list[dict]:
            "1a6e9d1", "previous path: 7.86 and 9.44 ms", "7.86"),
         s7("target_8b_bf16_identical", "prompts of 20", "target_8b.json", ["parts", "8b-identical", "identical"], 0,
            "1a6e9d1", "identical to plain greedy output on 20 of 20 random prompts", "20"),
-        s7("smollm2_plain_tok_s", "tok/s", "bench_engine.json", ["runs", {"dtype": "bfloat16"},
-                                                                  "plain_tokens_per_second"], 1, "80a77ea",
-           "plain decoding 794.2 tok/s", "794.2",
-           note="the engine benchmark (20 MT-bench prompts x 128 tokens); the target benchmark's 5-prompt run "
-                "measured 629.9 tok/s (target_smollm2.json)"),
         s7("smollm2_prefill_1k", "ms", "target_smollm2.json", sm + ["prefill_1000_ms"], 2, "80a77ea",
            "a 1,000-token prefill takes 5.26 ms", "5.26"),
         s7("smollm2_bf16_identical", "prompts of 20", "target_smollm2.json",
@@ -193,15 +185,6 @@ def session7_entries() -> list[dict]:
                 "2.39", "1.90"),
         drafter("draft_70b_60_7_10_b1", "llama33-70b", "bf16", 1, "Llama-3.3-70B head shape 7.10 ms (floor 6.53 ms)",
                 "7.10", "6.53"),
-        s7("safeailab_8b_step_unpatched", "ms", "bench_safeailab.json",
-           ["results", "headline", "safeailab_8b_step_unpatched"], 1, "80a77ea",
-           "`eagenerate` step: 79.2 ms unpatched", "79.2"),
-        s7("safeailab_8b_step_optimized", "ms", "bench_safeailab.json",
-           ["results", "headline", "safeailab_8b_step_optimized"], 1, "80a77ea",
-           "11.8 ms after `optimize_eagle_with_triton`", "11.8"),
-        s7("safeailab_8b_topk_call_patched", "ms", "bench_safeailab.json",
-           ["results", "headline", "safeailab_8b_topk_call_patched"], 2, "80a77ea",
-           "`topK_genrate` with the drafter patch 3.36 ms per call", "3.36"),
         entry("smollm2_cpu_default_tree_spec_tok_s", "tok/s", "cpu_tree/cpu_tree.json",
               ["runs", {"tree": "8/1/4"}, "speculative_tokens_per_second"], 1, CPU + " (2 cores, fp32, quiet)",
               "5696e0a", [{"text": "8/1/4 tree on the CPU: 17.0 vs 15.0 tok/s (1.14x)", "printed": "17.0"},
@@ -211,10 +194,44 @@ def session7_entries() -> list[dict]:
                            "field": "ratio"}],
               ["plain_tokens_per_second"], "baseline", "6 MT-bench prompts x 64 tokens, 2 timed runs each",
               date="2026-11-25"),
-        s7("spec_step_8b_60_7_10_session7", "ms", "bench_safeailab.json",
-           ["results", "headline", "spec_step_8b_60_7_10"], 1, "80a77ea",
-           "our engine's own speculative step at that shape, 11.5 ms", "11.5",
-           note="measured by bench/bench_safeailab.py (session 7); spec_step_8b_60_7_10 is the engine benchmark's"),
+    ]
+
+
+def session8_entries() -> list[dict]:
+    """The step-graph session's figures printed in the README's prose (bench/results/step_graph_2026-11-25/)."""
+    def s8(name, unit, source, path, decimals, commit, text, printed, note=None, ref_path=None, ref_kind=None,
+           ref_printed=None):
+        readme = [{"text": text, "printed": printed}]
+        if ref_printed:
+            readme.append({"text": text, "printed": ref_printed, "field": ref_kind})
+        return entry(name, unit, S8 + source, path, decimals, H100, commit, readme, ref_path, ref_kind, note,
+                     date="2026-11-25")
+
+    head = ["results", "headline"]
+    return [
+        s8("drafter_in_step_8b", "ms", "step_probe.json", ["runs", {"norm_mode": "kernel"},
+                                                           "spec_60/7/10_draft_in_step_ms"], 2, "823ea60",
+           "the draft inside it costs 2.48 ms", "2.48",
+           "the 60/7/10 step graph replayed minus the same graph without its draft (the last tree reused)"),
+        s8("smollm2_plain_tok_s", "tok/s", "bench_engine.json",
+           ["parts", "smollm2", "runs", {"dtype": "bfloat16"}, "plain", "tokens_per_second"], 1, "945743f",
+           "plain decoding 887.7 tok/s in the engine benchmark below", "887.7",
+           "the engine benchmark (20 MT-bench prompts x 128 tokens); same figure as engine_smollm2_bf16_plain_tok_s"),
+        s8("fp8_tau_ratio", "FP8 / bf16 mean accepted length", "acceptance_fp8.json",
+           ["engine", "fp8_tau_ratio", "mtbench/60/7/10", "ratio"], 3, "945743f",
+           "(fp8_tau_ratio 0.991;", "0.991", "shipped SmolLM2 head, 20 MT-bench prompts x 128 tokens, 60/7/10"),
+        s8("safeailab_8b_step_unpatched", "ms", "bench_safeailab.json", head + ["safeailab_8b_step_unpatched"], 1,
+           "4a66127", "`eagenerate` step: 59.1 ms unpatched", "59.1"),
+        s8("safeailab_8b_step_optimized", "ms", "bench_safeailab.json", head + ["safeailab_8b_step_optimized"], 2,
+           "4a66127", "10.78 ms after `optimize_eagle_with_triton`", "10.78"),
+        s8("safeailab_8b_topk_call_patched", "ms", "bench_safeailab.json", head + ["safeailab_8b_topk_call_patched"],
+           2, "4a66127", "`topK_genrate` with the drafter patch: 3.02 ms per call", "3.02"),
+        s8("safeailab_topk_patch_glue", "ms", "bench_safeailab.json", ["results", "topk_patch_glue_ms"], 2,
+           "4a66127", "so the patch's own glue is 0.18 ms", "0.18",
+           "patched topK_genrate minus the fused drafter called alone the same way, same run"),
+        s8("spec_step_8b_60_7_10_safeailab_run", "ms", "bench_safeailab.json", head + ["spec_step_8b_60_7_10"], 2,
+           "4a66127", "our engine's own speculative step at that shape in the same run, 9.84 ms", "9.84",
+           "measured by bench/bench_safeailab.py; spec_step_8b_60_7_10 is the engine benchmark's"),
     ]
 
 
@@ -272,7 +289,8 @@ def main() -> None:
                     "`source` at `source_path`, rounded; ratio = value / floor (or baseline); commit: the commit that "
                     "added the source file; readme: where the README prints the figure (tests/test_headline.py "
                     "checks all of it). Written by bench/make_headline.py.",
-           "entries": drafter_entries() + engine_entries() + session7_entries() + engine_parts_entries()}
+           "entries": drafter_entries() + engine_entries() + session7_entries() + session8_entries()
+                      + engine_parts_entries()}
     path = ROOT / RESULTS / "headline.json"
     path.write_text(json.dumps(doc, indent=1) + "\n")
     print(f"wrote {len(doc['entries'])} entries to {path.relative_to(ROOT)}")

@@ -89,7 +89,9 @@ def test_schema_and_unique_names():
 
 def test_the_fused_drafter_and_engine_figures_are_there():
     names = {e["name"] for e in _entries()}
-    for name in ("draft_8b_60_7_10_b1", "smollm2_plain_tok_s_bf16", "smollm2_spec_tok_s_bf16"):
+    for name in ("draft_8b_60_7_10_b1", "smollm2_plain_tok_s", "smollm2_spec_tok_s", "smollm2_spec_speedup",
+                 "smollm2_best_tree", "spec_step_8b_60_7_10", "drafter_in_step_8b", "projected_8b_tok_s_tau6",
+                 "fp8_tau_ratio", "safeailab_8b_topk_call_patched"):
         assert name in names
 
 

@@ -11,15 +11,15 @@ state (EAGLE-1).
 
 Two forwards share the weights and the cache. The PyTorch forward (``ops="torch"``, the CPU default) is the eager
 layer sequence. The fused Triton forward (``ops="triton"``, or ``"auto"`` on CUDA; on the CPU ``ops="triton"``
-runs it under Triton's interpreter) is six batch-invariant kernels per layer (see :mod:`eagle_triton.ops`): the
-q/k/v product with the input RMSNorm in its prologue, RoPE (+ Qwen3 q/k norm) fused with the KV-cache write,
-attention, the o product with the residual add, the gate/up product with the post-attention RMSNorm in its
-prologue and SiLU·mul in its epilogue, the down product with the residual add; then the final RMSNorm and the
-lm_head product. By default each RMSNorm is its own small kernel (``norm_mode="kernel"``); ``"partials"`` removes
-those launches (the kernels that write the residual stream also write per-tile partial sums of squares, and the
-normed products' prologue adds them) but measured 2.4x slower at the Llama-3.1-8B shape on the H100 (decode
-14.46 ms against 6.06, ``bench/results/step_graph_2026-11-25/``), so it is not the default. Every kernel reduces a row in an order that does
-not depend on how many rows run with it, so a verify row, a decode row and a prefill row round alike (bf16
+runs it under Triton's interpreter) is eight batch-invariant kernels per layer (see :mod:`eagle_triton.ops`): the
+input RMSNorm, the q/k/v product, RoPE (+ Qwen3 q/k norm) fused with the KV-cache write, attention, the o product
+with the residual add, the post-attention RMSNorm, the gate/up product with SiLU·mul in its epilogue, the down
+product with the residual add; then the final RMSNorm and the lm_head product. Each RMSNorm is its own small kernel
+by default (``norm_mode="kernel"``); ``"partials"`` removes those launches (the kernels that write the residual
+stream also write per-tile partial sums of squares, which the normed products' prologue adds) but measured 2.4x
+slower at the Llama-3.1-8B shape on the H100 (decode 14.46 ms against 6.06,
+``bench/results/step_graph_2026-11-25/``). Every kernel reduces a row in an order that does not depend on how many
+rows run with it, so a verify row, a decode row and a prefill row round alike (bf16
 speculation can equal plain decoding bit for bit once the attention is invariant too). Prefill runs through the
 same kernels in fixed-size chunks (``PREFILL_CHUNKS``), and no kernel is specialised on the row count, so no
 prompt length compiles anything new. Weight layout: q/k/v are concatenated into one ``[(Hq + 2 Hkv) D, H]`` matrix
