@@ -77,7 +77,8 @@ def load_prompts(path: Path, n: int) -> list[tuple[int, str]]:
 
 
 def git_commit() -> dict:
-    """The commit measured (``$EAGLE_TRITON_GIT_COMMIT`` where the tree has no git) and whether it had edits."""
+    """The commit measured and whether it had edits: ``$EAGLE_TRITON_GIT_COMMIT`` when set (a copy of the tree whose
+    ``.git`` is absent or stale, as on the lent GPU), else git's HEAD."""
     def git(*a: str) -> str | None:
         try:
             r = subprocess.run(["git", *a], cwd=REPO, capture_output=True, text=True, timeout=30)
@@ -86,7 +87,7 @@ def git_commit() -> dict:
         return r.stdout.strip() if r.returncode == 0 else None
 
     status = git("status", "--porcelain", "--untracked-files=no")
-    return {"git_commit": git("rev-parse", "HEAD") or os.environ.get("EAGLE_TRITON_GIT_COMMIT") or None,
+    return {"git_commit": os.environ.get("EAGLE_TRITON_GIT_COMMIT") or git("rev-parse", "HEAD") or None,
             "git_dirty": None if status is None else bool(status)}
 
 
@@ -112,7 +113,7 @@ def first_divergence(a: list[int], b: list[int]) -> int | None:
 
 
 def parse_trees(text: str) -> list[str]:
-    from eagle_triton.commands.tuned_trees import parse_tree
+    from eagle_triton.commands._tuned_trees import parse_tree
 
     trees = [t.strip() for t in text.split(",") if t.strip()]
     for t in trees:
@@ -466,7 +467,7 @@ def plot(doc: dict, path: Path) -> bool:
 
 def write_default_tree(doc: dict, source: str) -> None:
     """Record the run's best tree for the shipped head (only when the run measured the shipped head)."""
-    from eagle_triton.commands.tuned_trees import write_tuned_tree
+    from eagle_triton.commands._tuned_trees import write_tuned_tree
     from eagle_triton.engine.default_model import default_draft_head_path
 
     part = doc.get("parts", {}).get("smollm2")

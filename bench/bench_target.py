@@ -39,9 +39,7 @@ from __future__ import annotations
 import argparse
 import datetime as _dt
 import json
-import os
 import platform
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -71,20 +69,11 @@ def paths_for(args) -> dict:
 def versions() -> dict:
     import transformers
     import triton
+    from bench_engine import git_commit
 
-    def git(*a: str) -> str | None:
-        try:
-            r = subprocess.run(["git", *a], cwd=REPO, capture_output=True, text=True, timeout=30)
-        except (OSError, subprocess.SubprocessError):
-            return None
-        return r.stdout.strip() if r.returncode == 0 else None
-
-    commit = git("rev-parse", "HEAD") or os.environ.get("EAGLE_TRITON_GIT_COMMIT")
-    status = git("status", "--porcelain", "--untracked-files=no")
-    dirty = None if status is None else bool(status)
     return {"torch": torch.__version__, "triton": triton.__version__, "transformers": transformers.__version__,
             "python": platform.python_version(), "device_name": torch.cuda.get_device_name(),
-            "cuda": torch.version.cuda, "git_commit": commit or None, "git_dirty": dirty}
+            "cuda": torch.version.cuda, **git_commit()}
 
 
 def median_ms(fn, rep: int = 200) -> float:

@@ -12,6 +12,9 @@ import json
 import sys
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from make_headline import resolve  # noqa: E402  (one path walker for the table and the headline entries)
+
 SHORT = {"bfloat16": "bf16", "float32": "fp32", "float16": "fp16"}
 TAUS = (3, 4, 5, 6)
 SMOLLM2_HEADER = ["dtype", "tree", "tok/s", "speedup", "mean accepted length", "identical output", "step ms",
@@ -19,18 +22,6 @@ SMOLLM2_HEADER = ["dtype", "tree", "tok/s", "speedup", "mean accepted length", "
 LLAMA8B_HEADER = ["step", "tree", "ms", "floor ms", "vs floor", "draft ms in step", "drafter alone ms",
                   "break-even accepted length", *(f"projected tok/s, τ={t}" for t in TAUS)]
 HF_ROW = "transformers `generate`"
-
-
-def _get(doc, path):
-    for step in path:
-        if isinstance(step, dict):
-            hits = [x for x in doc if all(x.get(k) == v for k, v in step.items())]
-            if len(hits) != 1:
-                raise ValueError(f"filter {step} matches {len(hits)} items")
-            doc = hits[0]
-        else:
-            doc = doc[step]
-    return doc
 
 
 def _fmt(x: float, decimals: int) -> str:
@@ -59,7 +50,7 @@ class Table:
                suffix: str = "", ref: tuple | None = None, ratio_column: str | None = None, note: str | None = None,
                projection: bool = False) -> None:
         """Print the number at ``path`` in ``column`` of the last row; ``ref``: (kind, path, column or None)."""
-        value = _get(self.doc, path)
+        value = resolve(self.doc, path)
         self.set(column, _fmt(value, decimals) + suffix)
         fig = {"name": name, "unit": unit, "path": path, "decimals": decimals,
                "readme": [{"row": key, "column": column, "field": "value"}]}
@@ -67,10 +58,10 @@ class Table:
             kind, ref_path, ref_column = ref
             fig.update(ref_kind=kind, ref_path=ref_path)
             if ref_column is not None:
-                self.set(ref_column, _fmt(_get(self.doc, ref_path), decimals))
+                self.set(ref_column, _fmt(resolve(self.doc, ref_path), decimals))
                 fig["readme"].append({"row": key, "column": ref_column, "field": kind})
             if ratio_column is not None:
-                self.set(ratio_column, _fmt(value / _get(self.doc, ref_path), 2) + "x")
+                self.set(ratio_column, _fmt(value / resolve(self.doc, ref_path), 2) + "x")
                 fig["readme"].append({"row": key, "column": ratio_column, "field": "ratio"})
         if note:
             fig["note"] = note
@@ -140,7 +131,7 @@ def smollm2_table(doc: dict) -> tuple[Table, list[tuple[str, dict]]]:
         caption.append((sentence + ".", {
             "name": "smollm2_best_tree", "unit": "tree (total/depth/top-k)", "path": ["parts", "smollm2", "best_tree"],
             "decimals": None, "readme": [{"text": sentence, "printed": best_tree}]}))
-        speedup = _get(doc, bp + ["speedup"])
+        speedup = resolve(doc, bp + ["speedup"])
         sentence = f"{_fmt(speedup, 2)}x our plain decoding"
         caption.append((f"It runs at {sentence}.", {
             "name": "smollm2_spec_speedup", "unit": "x (speculative / plain tok/s)", "path": bp + ["speedup"],

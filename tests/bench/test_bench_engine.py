@@ -121,10 +121,10 @@ def _check_printed(doc: dict) -> list[dict]:
     text = engine_table.render(doc)
     figs = engine_table.figures(doc)
     for f in figs:
-        value = engine_table._get(doc, f["path"])
+        value = engine_table.resolve(doc, f["path"])
         for where in f["readme"]:
             field = where.get("field", "value")
-            ref = value if field == "value" else engine_table._get(doc, f["ref_path"])
+            ref = value if field == "value" else engine_table.resolve(doc, f["ref_path"])
             stored = value / ref if field == "ratio" else ref
             if "text" in where:
                 assert where["text"] in text and where["printed"] in where["text"]
@@ -147,7 +147,7 @@ def test_smollm2_table_and_figures(run):
     assert f"| fp32 | {engine_table.HF_ROW} |" in text and "2/2" in text
     figs = {f["name"]: f for f in _check_printed(doc)}
     assert figs["smollm2_spec_tok_s"]["ref_kind"] == "baseline"
-    assert engine_table._get(doc, figs["smollm2_best_tree"]["path"]) == best
+    assert engine_table.resolve(doc, figs["smollm2_best_tree"]["path"]) == best
     assert {"smollm2_spec_speedup", "hf_generate_smollm2_fp32_tok_s", "engine_smollm2_fp32_plain_tok_s"} <= set(figs)
 
 
@@ -175,7 +175,7 @@ def test_llama8b_table_and_figures(run, draft_ms):
     figs = {f["name"]: f for f in _check_printed(doc)}
     assert figs["spec_step_8b_60_7_10"]["ref_kind"] == "floor"
     assert figs["projected_8b_tok_s_tau6"]["projection"] and figs["projected_8b_60_5_10_tok_s_tau6"]["projection"]
-    assert engine_table._get(doc, figs["projected_8b_tok_s_tau6"]["path"]) == pytest.approx(6 / 11.5e-3)
+    assert engine_table.resolve(doc, figs["projected_8b_tok_s_tau6"]["path"]) == pytest.approx(6 / 11.5e-3)
     assert ("drafter_in_step_8b" in figs) == (draft_ms is not None)  # never invented when the engine did not time it
 
 
@@ -203,7 +203,7 @@ def test_headline_entries_from_a_committed_result(run, tmp_path, monkeypatch):
 
 
 def test_write_default_tree_from_a_result(run, models, tmp_path, monkeypatch):
-    from eagle_triton.commands.tuned_trees import read_tuned_trees
+    from eagle_triton.commands._tuned_trees import read_tuned_trees
     from eagle_triton.engine import default_model
 
     doc, out = run

@@ -6,8 +6,7 @@ import json
 import pytest
 
 from eagle_triton.cli import build_parser, main
-from eagle_triton.commands.generate import DEFAULT_TREES, check_model_args, register
-from eagle_triton.commands.tuned_trees import (
+from eagle_triton.commands._tuned_trees import (
     TUNED_TREES_FILE,
     WRITER,
     TunedTreesError,
@@ -16,6 +15,7 @@ from eagle_triton.commands.tuned_trees import (
     tuned_tree,
     write_tuned_tree,
 )
+from eagle_triton.commands.generate import DEFAULT_TREES, check_model_args, register
 from eagle_triton.engine import default_model
 
 

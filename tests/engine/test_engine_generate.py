@@ -10,7 +10,7 @@ import torch
 from engine_testlib import OracleDrafter, OracleRowsDrafter, hf_greedy, tiny_llama
 from scipy.stats import chi2
 
-from eagle_triton import CheckpointError, TreeConfig
+from eagle_triton import CheckpointError, TreeConfig, TreeDrafter
 from eagle_triton.engine import EagleEngine, HFTarget, LlamaTarget, ModelLoadError, load_head, load_target
 from eagle_triton.testing import random_eagle1_head, random_eagle3_head
 
@@ -157,16 +157,23 @@ def test_sampling_seed_reproduces(target):
     assert p1 == p2 and len(p1) == 30
 
 
-def test_sampled_tokens_follow_the_target_distribution():
+@pytest.mark.parametrize("backend", ["torch", "stub"])
+def test_sampled_tokens_follow_the_target_distribution(backend):
     """Tiny vocabulary (8): the first two new tokens (the second comes from tree verification) over 1000 seeds
-    follow p(t1) p(t2 | t1) of the processed target distribution (chi-square, significance 1e-3)."""
+    follow p(t1) p(t2 | t1) of the processed target distribution (chi-square, significance 1e-3). ``torch``: the
+    reference drafter, host-paced steps; ``stub``: device-paced steps (queued ahead, coins from the DeviceRNG)."""
     from eagle_triton.engine.sampling import SamplingParams, probs_from_logits
 
     Vs = 8
     m = tiny_llama(vocab=Vs, hidden=32, layers=4, heads=2, kv_heads=1, seed=4, std=0.3)
     head = random_eagle3_head(hidden_size=32, intermediate_size=48, num_attention_heads=2, num_key_value_heads=1,
                               vocab_size=Vs, draft_vocab_size=None, seed=5, std=0.5)
-    eng = EagleEngine(LlamaTarget.from_hf(m), head, TreeConfig(6, 2, 2), max_length=32)
+    if backend == "torch":
+        eng = EagleEngine(LlamaTarget.from_hf(m), head, TreeConfig(6, 2, 2), max_length=32)
+    else:
+        eng = EagleEngine(LlamaTarget.from_hf(m), drafter=TreeDrafter(head, TreeConfig(6, 2, 2), backend="stub"),
+                          max_length=32)
+    assert eng._runner(True).device_paced == (backend == "stub")
     params = SamplingParams(0.8, 0.95, 6)
     prompt = [1, 5, 2]
     n = 1000

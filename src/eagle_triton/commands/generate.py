@@ -10,7 +10,7 @@ import json
 import sys
 import time
 
-from .tuned_trees import TUNED_TREES_FILE
+from ._tuned_trees import TUNED_TREES_FILE
 
 DEFAULT_PROMPT = "Write a short poem about the sea."
 
@@ -112,9 +112,9 @@ def shipped_head_in_use(args):
 def default_tree(args) -> tuple[int, int, int]:
     """The default tree for the options' device: the shipped head's measured best tree on that kind of device
     (its ``tuned_trees.json``) when the shipped head is in use and one is recorded, else :data:`DEFAULT_TREES`.
-    A malformed tuned-tree file raises :class:`~eagle_triton.commands.tuned_trees.TunedTreesError`."""
+    A malformed tuned-tree file raises :class:`~eagle_triton.commands._tuned_trees.TunedTreesError`."""
     from ..engine.loading import resolve_device
-    from .tuned_trees import tuned_tree
+    from ._tuned_trees import tuned_tree
 
     kind = "cuda" if resolve_device(args.device).type == "cuda" else "cpu"
     head_dir = shipped_head_in_use(args)
