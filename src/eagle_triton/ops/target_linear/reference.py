@@ -2,8 +2,9 @@
 
 They follow the eager sequence of transformers' Llama-family layers, with the same roundings to the input dtype:
 LlamaRMSNorm (normalise in fp32, cast, multiply by the weight), ``F.linear``, ``F.silu(gate) * up``, ``x + y``.
-Partial sums of squares (``sumsq``) are added one column after the other in fp32, as the kernels add them; the
-partials written (``sumsq_out``) are the fp32 sums of squares of the stored values over the same column tiles.
+Partial sums of squares (``sumsq``) are added in fp32 by the kernels' pairwise tree (zero-padded to a power of
+two, neighbouring columns added level by level); the partials written (``sumsq_out``) are the fp32 sums of
+squares of the stored values over the same column tiles.
 """
 
 from __future__ import annotations
@@ -11,17 +12,20 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from .._utils import cdiv
+from .._utils import cdiv, next_power_of_2
 
 __all__ = ["target_linear_ref", "target_rms_norm_ref", "target_embedding_ref"]
 
 
 def _sum_partials(sumsq: torch.Tensor) -> torch.Tensor:
-    """The row sums of ``[..., P]`` fp32 partials, added in column order (the kernels' order)."""
-    ss = sumsq[..., 0].clone()
-    for p in range(1, sumsq.shape[-1]):
-        ss = ss + sumsq[..., p]
-    return ss
+    """The row sums of ``[..., P]`` partials in the kernels' order (``kernel._pairwise_row_sum``): zero-padded to
+    the next power of two, then columns ``2j`` and ``2j + 1`` added, level after level (one rounding per add, in
+    the dtype of ``sumsq``)."""
+    P = sumsq.shape[-1]
+    ss = F.pad(sumsq, (0, next_power_of_2(P) - P))
+    while ss.shape[-1] > 1:
+        ss = ss[..., 0::2] + ss[..., 1::2]
+    return ss[..., 0]
 
 
 def _tile_sumsq(y: torch.Tensor, width: int, P: int) -> torch.Tensor:
@@ -34,7 +38,7 @@ def _tile_sumsq(y: torch.Tensor, width: int, P: int) -> torch.Tensor:
 def target_rms_norm_ref(x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6, *,
                         sumsq: torch.Tensor | None = None, **_: object) -> torch.Tensor:
     """transformers' LlamaRMSNorm over the last dim: fp32 normalisation, cast to ``x.dtype``, times ``weight``;
-    with ``sumsq`` the mean of squares is the sum of the partials (column order) over the row width."""
+    with ``sumsq`` the mean of squares is the (pairwise) sum of the partials over the row width."""
     x32 = x.to(torch.float32)
     if sumsq is None:
         ms = x32.pow(2).mean(-1, keepdim=True)
