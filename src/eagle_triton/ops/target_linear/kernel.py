@@ -65,7 +65,13 @@ def _partials_rstd(ss_ptr, offs_m, m_mask, stride_sm, K, eps, BM: tl.constexpr, 
     tile is one run when its rows are consecutive), and the unit column stride is known to the compiler, so the
     load is 16-byte vectors; the row stride (``NUM_SS``) does not depend on the row count. Memory: at most
     ``BM * NSS_P2 * 4`` bytes from L2 (32 KiB at ``BM = 64``, 128 partials; masked rows are not read, so a 1-row
-    decode reads 512 B), against the program's ``BN * K`` weight bytes from HBM (512 KiB for q/k/v at 8B)."""
+    decode reads 512 B), against the program's ``BN * K`` weight bytes from HBM (512 KiB for q/k/v at 8B).
+
+    Why not fewer, wider partials: a producing program knows only its own ``BN`` columns. Merging tiles' sums
+    deterministically needs a wider producer tile (the o/down products' ``BN = 32`` was tuned to keep 128 programs
+    streaming weights on 132 SMs) or an ordered cross-program reduction (atomics add in arrival order, so the bits
+    would vary; a semaphore chain serialises the producers). Once the partials are one block load, their count
+    costs ``4 * NUM_SS`` bytes per row from L2 and ``log2`` add levels, so there is little left to save."""
     offs_p = tl.arange(0, NSS_P2)
     v = tl.load(ss_ptr + offs_m[:, None].to(tl.int64) * stride_sm + offs_p[None, :],
                 mask=m_mask[:, None] & (offs_p < NUM_SS)[None, :], other=0.0)
