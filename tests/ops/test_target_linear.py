@@ -156,7 +156,7 @@ def test_sumsq_out_matches_reference(M, N, K, cfg, flags, dtype, device):
 
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("flags", ["norm", "all"])
-@pytest.mark.parametrize("M,N,K,P", [(1, 50, 70, 5), (37, 24, 33, 3), (9, 17, 130, 1)])
+@pytest.mark.parametrize("M,N,K,P", [(1, 50, 70, 5), (37, 24, 33, 3), (9, 17, 130, 1), (4, 17, 130, 100)])
 def test_norm_from_partials_matches_reference(M, N, K, P, flags, dtype, device):
     """The prologue's RMSNorm reading P partial sums of squares of x: against the reference given the same
     partials, and against the norm that sums the row itself (within the dtype's tolerance)."""
@@ -173,26 +173,6 @@ def test_norm_from_partials_matches_reference(M, N, K, P, flags, dtype, device):
                                atol=atol, rtol=rtol)
     torch.testing.assert_close(h.float(), target_rms_norm(x, kw["norm_weight"], kw["eps"]).float(), atol=atol,
                                rtol=rtol)
-
-
-@pytest.mark.parametrize("P", [100, 128])
-def test_partials_are_summed_by_the_pairwise_tree(P, device):
-    """A large partial followed by ``P - 1`` partials of half its ulp: added one after the other, each small one
-    is rounded away (sum 1); the pairwise tree adds the small ones among themselves first (sum ``1 + 98 * 2^-24``
-    at ``P = 100``, zero-padded to 128; ``1 + 126 * 2^-24`` at 128). The norms from partials (prologue and
-    standalone kernel, every row of a batch) follow the reference's order, and the two orders differ by more than
-    fp32 rounding noise."""
-    K, M, eps = 4, 3, 1e-12  # eps below the fp32 resolution of mean(x^2) = 1/4, but no 1/0 in padded rows
-    ss = torch.full((M, P), 2.0 ** -24, device=device)
-    ss[:, 0] = 1.0
-    x, nw = torch.ones(M, K, device=device), torch.ones(K, device=device)
-    ref = target_rms_norm_ref(x, nw, eps, sumsq=ss)
-    sequential = torch.full_like(ref, 2.0)  # rsqrt(1 / K)
-    assert (sequential - ref).abs().min() > 2e-6
-    eye = torch.eye(K, device=device)  # the identity product (exact in fp32) shows the prologue's normalised rows
-    for y in (target_rms_norm(x, nw, eps, sumsq=ss),
-              target_linear(x, eye, norm_weight=nw, eps=eps, sumsq=ss, config=SMALL)):
-        torch.testing.assert_close(y, ref, atol=3e-7, rtol=0)
 
 
 @pytest.mark.parametrize("dtype", DTYPES)

@@ -19,7 +19,7 @@ lm_head product. By default each RMSNorm is its own small kernel (``norm_mode="k
 those launches (the kernels that write the residual stream also write per-tile partial sums of squares, and the
 normed products' prologue adds them) but measured 2.4x slower at the Llama-3.1-8B shape on the H100 (decode
 14.46 ms against 6.06, ``bench/results/step_graph_2026-11-25/``) while the prologue added the 128 partials one
-dependent load after the other; it now loads them as one block and adds them by a pairwise tree (not re-measured
+dependent load after the other; it now loads them as one block and reduces it with ``tl.sum`` (not re-measured
 yet), and is not the default. Every kernel reduces a row in an order that does
 not depend on how many rows run with it, so a verify row, a decode row and a prefill row round alike (bf16
 speculation can equal plain decoding bit for bit once the attention is invariant too). Prefill runs through the
@@ -184,7 +184,7 @@ class LlamaTarget(TargetModel):
         RMSNorm kernel before the product; ``"partials"``: from the partial sums written by the kernel that produced
         the row, the normalisation in the q/k/v and gate/up products' prologue (two launches per layer fewer; it
         measured 2.4x slower at the 8B shape while the prologue summed the 128 partials per row one dependent load
-        after the other, now one block load and a pairwise tree);
+        after the other, now one block load and one ``tl.sum``);
         ``"prologue"``: every program of the product re-reads its row tile
         to sum the squares (measured slower than ``"kernel"`` on the H100: +7.6 / +12 us per q/k/v / gate-up
         product at 1 row, +21 / +72 us at 60 rows, ``bench/results/target_forward_2026-11-24/``).

@@ -10,9 +10,8 @@ it is alone (a 1-row decode, padded to the ``BM`` tile with masked zeros) or the
 
 Prologue (``HAS_NORM``): transformers' LlamaRMSNorm of each x row, ``w * (x * rsqrt(mean(x^2) + eps)).to(dtype)``.
 The row's sum of squares comes either from ``NUM_SS`` partial sums written by the kernel that produced ``x`` (the
-residual epilogue below, or the embedding gather), loaded as one ``[BM, NSS_P2]`` tile and added by a fixed
-pairwise tree (:func:`_pairwise_row_sum`), or (``NUM_SS == 0``) from a first pass over the row tile in fixed ``BK``
-chunks.
+residual epilogue below, or the embedding gather), loaded as one ``[BM, NSS_P2]`` tile and added by ``tl.sum``
+(:func:`_partials_rstd`), or (``NUM_SS == 0``) from a first pass over the row tile in fixed ``BK`` chunks.
 Epilogues: ``+ bias``; ``SILU_MUL`` (W is ``[2N, K] = cat(gate, up)``: the program streams the matching gate rows
 ``n`` and up rows ``N + n`` and stores ``silu(gate) * up``); ``HAS_RES`` (``out = residual + y``); ``WRITE_SS``
 (per row, the fp32 sum of squares of the tile's stored outputs: one partial per ``BN`` columns, so the next
@@ -40,42 +39,34 @@ def _row_rstd(x_ptr, offs_m, m_mask, stride_xm, K, eps, BM: tl.constexpr, BK: tl
 
 
 @triton.jit
-def _pairwise_row_sum(v, BM: tl.constexpr, W: tl.constexpr):
-    """Row sums of ``v [BM, W]`` (``W`` a power of two) by a fixed pairwise tree: columns ``2j`` and ``2j + 1`` are
-    added, then the pair sums' neighbours, and so on (``log2 W`` levels). Unlike ``tl.sum``, whose order follows
-    the tensor's layout (tile shape, warps; numpy's under the interpreter), the order is written out, so every
-    kernel that calls this, the interpreter and the reference (``reference._sum_partials``) add the same way.
-    The first levels pair values one thread already holds (vector loads of 4 columns): no data movement."""
-    for i in tl.static_range(16):
-        if (W >> i) > 1:
-            a, b = tl.split(tl.reshape(v, [BM, (W >> i) // 2, 2]))
-            v = a + b
-    return tl.reshape(v, [BM])
-
-
-@triton.jit
 def _partials_rstd(ss_ptr, offs_m, m_mask, stride_sm, K, eps, BM: tl.constexpr, NUM_SS: tl.constexpr,
                    NSS_P2: tl.constexpr):
     """``rsqrt(sum(partials) / K + eps)`` per row from an fp32 ``[M, NUM_SS]`` buffer with unit column stride.
 
-    The row tile's partials are ONE ``[BM, NSS_P2]`` load (masked past ``NUM_SS`` and ``M``) and a pairwise sum:
-    one L2 round trip and ``log2 NSS_P2`` dependent add levels per program, instead of ``NUM_SS`` dependent
-    load+add steps (at Llama-8B, ``NUM_SS = 128``: 128 serialised round trips in every program of the q/k/v and
-    gate/up products). Row-major partials make the tile's rows contiguous runs of ``4 * NUM_SS`` bytes (the whole
-    tile is one run when its rows are consecutive), and the unit column stride is known to the compiler, so the
-    load is 16-byte vectors; the row stride (``NUM_SS``) does not depend on the row count. Memory: at most
+    The row tile's partials are ONE ``[BM, NSS_P2]`` load (masked past ``NUM_SS`` and ``M``) and a ``tl.sum`` over
+    the row: one L2 round trip, then in-thread adds and ``log2`` shuffle levels per program, instead of ``NUM_SS``
+    dependent load+add steps (at Llama-8B, ``NUM_SS = 128``: 128 serialised round trips in every program of the
+    q/k/v and gate/up products, whose 1024 unrolled loads per thread also spilled 3-8 KiB of registers per thread
+    on sm_90). Row-major partials make the tile's rows contiguous runs of ``4 * NUM_SS`` bytes (the whole tile is
+    one run when its rows are consecutive), and the unit column stride is known to the compiler, so the load is
+    16-byte vectors; the row stride (``NUM_SS``) does not depend on the row count. Memory: at most
     ``BM * NSS_P2 * 4`` bytes from L2 (32 KiB at ``BM = 64``, 128 partials; masked rows are not read, so a 1-row
     decode reads 512 B), against the program's ``BN * K`` weight bytes from HBM (512 KiB for q/k/v at 8B).
+
+    The reduction order is fixed by the compiled kernel (tile shape, warps), never by ``M``: a row's norm is
+    batch-invariant. It is not the same order in another kernel (the standalone RMSNorm) or in the interpreter. An
+    explicit pairwise tree (``tl.reshape`` + ``tl.split`` levels) would be, but Triton 3.6 then lays out the q/k/v
+    main loop so that it spills 2.4 KiB of registers per thread.
 
     Why not fewer, wider partials: a producing program knows only its own ``BN`` columns. Merging tiles' sums
     deterministically needs a wider producer tile (the o/down products' ``BN = 32`` was tuned to keep 128 programs
     streaming weights on 132 SMs) or an ordered cross-program reduction (atomics add in arrival order, so the bits
     would vary; a semaphore chain serialises the producers). Once the partials are one block load, their count
-    costs ``4 * NUM_SS`` bytes per row from L2 and ``log2`` add levels, so there is little left to save."""
+    costs ``4 * NUM_SS`` bytes per row from L2 and a few add levels, so there is little left to save."""
     offs_p = tl.arange(0, NSS_P2)
     v = tl.load(ss_ptr + offs_m[:, None].to(tl.int64) * stride_sm + offs_p[None, :],
                 mask=m_mask[:, None] & (offs_p < NUM_SS)[None, :], other=0.0)
-    return 1.0 / tl.sqrt(_pairwise_row_sum(v, BM, NSS_P2) / K + eps)
+    return 1.0 / tl.sqrt(tl.sum(v, 1) / K + eps)
 
 
 @triton.jit(do_not_specialize=["M"])
@@ -153,8 +144,8 @@ def _bi_linear_kernel(
 def _rms_norm_kernel(x_ptr, w_ptr, y_ptr, s_ptr, M, K, stride_xm, stride_ym, stride_s_m, eps,
                      BK: tl.constexpr, NUM_SS: tl.constexpr, NSS_P2: tl.constexpr):
     """Standalone LlamaRMSNorm, one row per program, the same fixed ``BK`` chunk order as the linear prologue; with
-    ``NUM_SS > 0`` the row's sum of squares is the sum of its partials (one pass over the row, not two), added by
-    the same pairwise tree as in the linear prologue."""
+    ``NUM_SS > 0`` the row's sum of squares is the sum of its partials (one pass over the row, not two), loaded as
+    one ``[1, NSS_P2]`` block."""
     row = tl.program_id(0)
     offs_k = tl.arange(0, BK)
     if NUM_SS > 0:

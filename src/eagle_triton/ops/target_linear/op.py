@@ -10,11 +10,11 @@ a new kernel. Tune the defaults on the GPU with ``bench/bench_target.py`` (``con
 residual stream (the residual products, :func:`target_embedding`) can also write ``P`` partial sums of the squares
 of its stored values (one per output tile of ``BN`` columns, :func:`sumsq_width`), and the RMSNorm that follows
 (:func:`target_linear` with ``norm_weight``, :func:`target_rms_norm`) loads its row tile's partials as one
-``[rows, P]`` block and adds each row's ``P`` by a fixed pairwise tree, instead of reading the whole row again.
-The tile boundaries are fixed by the producer's configuration and the tree by ``P``, so a row's partials, and
-hence its norm, never depend on ``M``. The buffers must have unit column stride (row-major ``[M, P]``, any row
-stride): a reader's block is then contiguous and vector-loaded, and its row stride ``P`` does not change with the
-row count (nothing recompiles for a new prompt length).
+``[rows, P]`` block and sums each row's ``P`` (``tl.sum``), instead of reading the whole row again. The tile
+boundaries are fixed by the producer's configuration and the reduction order by the reader's (never by ``M``), so
+a row's partials, and hence its norm, never depend on ``M``. The buffers must have unit column stride (row-major
+``[M, P]``, any row stride): a reader's block is then contiguous and vector-loaded, and its row stride ``P`` does
+not change with the row count (nothing recompiles for a new prompt length).
 """
 
 from __future__ import annotations
@@ -130,7 +130,7 @@ def target_linear(
     residual : Tensor ``[M, N]`` or None: return ``residual + y``.
     silu_mul : output column ``n`` is ``silu(gate_n) * up_n`` (the fused gate/up product of the MLP).
     sumsq : fp32 ``[M, P]`` (unit column stride) or None (needs ``norm_weight``): partial sums of squares of each
-        x row (their pairwise sum is the row's sum of squares), written by the kernel that produced ``x``; without
+        x row (their sum is the row's sum of squares), written by the kernel that produced ``x``; without
         it the prologue sums the squares over the row tile itself (every program re-reads its rows: slower).
     sumsq_out : fp32 ``[M, sumsq_width(N, config)]`` (unit column stride) or None: also write, per row and per
         ``BN``-wide output tile, the sum of squares of the returned values (as rounded to the output dtype).
@@ -197,7 +197,7 @@ def target_rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6, *,
     """LlamaRMSNorm of each row of ``x [M, K]`` (one row per program, fixed chunk order: batch-invariant).
 
     ``sumsq``: fp32 ``[M, P]`` partial sums of squares of the rows, unit column stride (see the module doc): the
-    row's sum of squares is their pairwise sum, and the kernel reads the row once instead of twice.
+    row's sum of squares is their sum, and the kernel reads the row once instead of twice.
     """
     if validate:
         check_tensor("x", x, ndim=2, dtypes=_FLOATS, last_dim_contiguous=True)
