@@ -46,7 +46,7 @@ def _partials_rstd(ss_ptr, offs_m, m_mask, stride_sm, K, eps, BM: tl.constexpr, 
     The row tile's partials are ONE ``[BM, NSS_P2]`` load (masked past ``NUM_SS`` and ``M``) and a ``tl.sum`` over
     the row: one L2 round trip, then in-thread adds and ``log2`` shuffle levels per program, instead of ``NUM_SS``
     dependent load+add steps (at Llama-8B, ``NUM_SS = 128``: 128 serialised round trips in every program of the
-    q/k/v and gate/up products, whose 1024 unrolled loads per thread also spilled 3-8 KiB of registers per thread
+    q/k/v and gate/up products, whose 1024-2048 unrolled loads per thread also spilled 3-8 KiB of registers per thread
     on sm_90). Row-major partials make the tile's rows contiguous runs of ``4 * NUM_SS`` bytes (the whole tile is
     one run when its rows are consecutive), and the unit column stride is known to the compiler, so the load is
     16-byte vectors; the row stride (``NUM_SS``) does not depend on the row count. Memory: at most
