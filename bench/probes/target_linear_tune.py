@@ -77,10 +77,10 @@ def main():
             rows.append(dict(shape=name, M=M, variant="cublas", us=t * 1e3, TBps=N * K * 2 / t / 1e9))
             print(f"{name:8s} M={M:3d} cublas {t*1e3:8.1f} us {N*K*2/t/1e9:5.2f} TB/s", flush=True)
             # partial sums of squares of x as the previous residual product (o/down tiles, BN 32) writes them
-            ss_in = torch.rand(sumsq_width(K, LinearConfig(block_n=32)), M, device=dev).t() * K
+            ss_in = torch.rand(M, sumsq_width(K, LinearConfig(block_n=32)), device=dev) * K
             for bm, bn, bk, st, nwp in grid:
                 cfg = LinearConfig(block_m=bm, block_n=bn, block_k=bk, num_stages=st, num_warps=nwp)
-                ss_out = torch.empty(sumsq_width(n_out, cfg), M, device=dev).t()
+                ss_out = torch.empty(M, sumsq_width(n_out, cfg), device=dev)
                 variants = ([(n, False) for n in norms] if fl.get("norm")
                             else [("none", False), ("none", True)] if fl.get("res") else [("none", False)])
                 for norm, write_ss in variants:

@@ -181,10 +181,12 @@ def launch_keys(monkeypatch):
 OWN_KERNELS = ("_bi_linear_kernel", "_rms_norm_kernel", "_embedding_kernel", "_rope_kv_kernel")
 
 
-def test_no_new_specialisation_for_new_prompt_lengths(small_chunks, launch_keys):
+@pytest.mark.parametrize("norm_mode", ["kernel", "partials"])
+def test_no_new_specialisation_for_new_prompt_lengths(norm_mode, small_chunks, launch_keys):
     """After a warm-up (one prompt spanning a full and a partial chunk, a decode, a verify), prompts of other
-    lengths launch every kernel with a specialisation key already seen: nothing would compile on the GPU."""
-    t = LlamaTarget.from_hf(_model("qwen3", head_dim=24), ops="triton")
+    lengths launch every kernel with a specialisation key already seen: nothing would compile on the GPU (also
+    with the partial sums of squares, whose buffers' strides must not follow the row count)."""
+    t = LlamaTarget.from_hf(_model("qwen3", head_dim=24), ops="triton", norm_mode=norm_mode)
     t.setup(64, "eagle3")
     parents = torch.tensor([[-1, 0, 0, 1]])
     mask, depths, *_ = build_tree_buffers(parents, 2)
@@ -305,9 +307,10 @@ def test_gpu_greedy_speculative_equals_plain_bf16():
 
 
 @pytest.mark.gpu
-def test_gpu_no_compilation_for_new_prompt_lengths():
+@pytest.mark.parametrize("norm_mode", ["kernel", "partials"])
+def test_gpu_no_compilation_for_new_prompt_lengths(norm_mode):
     m = _gpu_model("qwen3", head_dim=64)
-    t = LlamaTarget.from_hf(m, ops="triton")
+    t = LlamaTarget.from_hf(m, ops="triton", norm_mode=norm_mode)
     t.setup(1024, "eagle3")
     parents = torch.tensor([[-1, 0, 0, 1, 2, 3]])
     mask, depths, *_ = build_tree_buffers(parents, 3)

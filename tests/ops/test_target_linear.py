@@ -129,9 +129,9 @@ def _tile_sumsq(y, width, P):
     return y32.pow(2).view(y.shape[0], P, width).sum(-1)
 
 
-def _partials(M, P, device, transposed):
-    """An fp32 [M, P] buffer; ``transposed``: a [P, M] buffer viewed as [M, P] (what the target forward uses)."""
-    return torch.empty(P, M, device=device).t() if transposed else torch.empty(M, P, device=device)
+def _partials(M, P, device):
+    """An fp32 row-major [M, P] buffer (what the target forward allocates)."""
+    return torch.empty(M, P, device=device)
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
@@ -142,7 +142,7 @@ def test_sumsq_out_matches_reference(M, N, K, cfg, flags, dtype, device):
     x, w, kw = _inputs(M, N, K, dtype, device, seed=M * 7 + N, **FLAGS[flags])
     used = cfg or default_config(N, K, device, dtype, silu_mul=kw["silu_mul"])
     P = sumsq_width(N, used)
-    ss = _partials(M, P, device, transposed=M > 1)
+    ss = _partials(M, P, device)
     y = target_linear(x, w, sumsq_out=ss, config=cfg, **kw)
     # the partials are those of the stored (rounded) outputs, over BN-wide tiles
     torch.testing.assert_close(ss, _tile_sumsq(y, used.block_n, P), atol=1e-5, rtol=1e-5)
@@ -156,7 +156,7 @@ def test_sumsq_out_matches_reference(M, N, K, cfg, flags, dtype, device):
 
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("flags", ["norm", "all"])
-@pytest.mark.parametrize("M,N,K,P", [(1, 50, 70, 5), (37, 24, 33, 3), (9, 17, 130, 1)])
+@pytest.mark.parametrize("M,N,K,P", [(1, 50, 70, 5), (37, 24, 33, 3), (9, 17, 130, 1), (4, 17, 130, 100)])
 def test_norm_from_partials_matches_reference(M, N, K, P, flags, dtype, device):
     """The prologue's RMSNorm reading P partial sums of squares of x: against the reference given the same
     partials, and against the norm that sums the row itself (within the dtype's tolerance)."""
@@ -181,7 +181,7 @@ def test_embedding_matches_reference(P, dtype, device):
     g = torch.Generator().manual_seed(P)
     weight = torch.randn(23, 50, generator=g).to(device, dtype)
     ids = torch.tensor([5, 0, 22, 5, 13], device=device)
-    ss = _partials(5, P, device, transposed=P % 2 == 1)
+    ss = _partials(5, P, device)
     y = target_embedding(ids, weight, sumsq_out=ss)
     ref_ss = torch.empty(5, P, device=device)
     assert torch.equal(y, target_embedding_ref(ids, weight, sumsq_out=ref_ss))
@@ -200,13 +200,13 @@ def _norm_chain_weights(H, inter, V, dtype, device, seed):
                 nw=[(1 + 0.1 * torch.randn(H, generator=g)).to(device, dtype) for _ in range(3)])
 
 
-def _norm_chain(ids, p, cfg, transposed):
+def _norm_chain(ids, p, cfg):
     """embedding (partials out) -> normed gate/up product (partials in) -> down product with the residual
     (partials out) -> normed q/k/v-like product -> final RMSNorm (partials in): what one layer of the fused target
     forward does with the residual stream."""
     M, H = ids.shape[0], p["emb"].shape[1]
     P = sumsq_width(H, cfg or default_config(H, p["w_d"].shape[1], ids.device, p["emb"].dtype))
-    s0, s1 = _partials(M, P, ids.device, transposed), _partials(M, P, ids.device, transposed)
+    s0, s1 = _partials(M, P, ids.device), _partials(M, P, ids.device)
     x = target_embedding(ids, p["emb"], sumsq_out=s0)
     h = target_linear(x, p["w_gu"], norm_weight=p["nw"][0], sumsq=s0, silu_mul=True, config=cfg)
     x = target_linear(h, p["w_d"], residual=x, sumsq_out=s1, config=cfg)
@@ -217,16 +217,14 @@ def _norm_chain(ids, p, cfg, transposed):
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("cfg", [SMALL, None], ids=["16x16x16", "default"])
 def test_norm_chain_row_is_batch_invariant(cfg, dtype, device):
-    """A row computed alone equals, bit for bit, the same row inside a 37-row batch, through the whole chain of
-    partial sums of squares (buffers row-major or transposed)."""
+    """A row computed alone, or inside a 5-row batch, equals bit for bit the same row inside a 37-row batch,
+    through the whole chain of partial sums of squares."""
     p = _norm_chain_weights(40, 24, 31, dtype, device, seed=11)
     ids = torch.randint(0, 31, (37,), generator=torch.Generator().manual_seed(12)).to(device)
-    full = _norm_chain(ids, p, cfg, transposed=True)
-    for transposed in (True, False):
-        for r in (0, 17, 36):
-            alone = _norm_chain(ids[r:r + 1], p, cfg, transposed)
-            for a, b in zip(alone, full, strict=True):
-                assert torch.equal(a, b[r:r + 1]), (transposed, r)
+    full = _norm_chain(ids, p, cfg)
+    for lo, hi in ((0, 1), (17, 18), (36, 37), (14, 19)):
+        for a, b in zip(_norm_chain(ids[lo:hi], p, cfg), full, strict=True):
+            assert torch.equal(a, b[lo:hi]), (lo, hi)
 
 
 @pytest.mark.gpu
@@ -236,9 +234,9 @@ def test_gpu_norm_chain_invariant_at_real_shapes(H, inter):
     64-row chunk equal those of a 200-row batch bit for bit, and the norms match the row-sum norms closely."""
     p = _norm_chain_weights(H, inter, 1000, torch.bfloat16, "cuda", seed=H)
     ids = torch.randint(0, 1000, (200,), generator=torch.Generator().manual_seed(0)).cuda()
-    full = _norm_chain(ids, p, None, transposed=True)
+    full = _norm_chain(ids, p, None)
     for M in (1, 60, 64):
-        for a, b in zip(_norm_chain(ids[:M], p, None, transposed=True), full, strict=True):
+        for a, b in zip(_norm_chain(ids[:M], p, None), full, strict=True):
             assert torch.equal(a, b[:M]), M
     x, _, _, h = full
     torch.testing.assert_close(h.float(), target_rms_norm(x, p["nw"][2]).float(), atol=0.02, rtol=0.02)
@@ -256,6 +254,14 @@ def test_partials_bad_inputs_are_named(device):
         target_linear(x, w, sumsq_out=torch.empty(4, 2, device=device))
     with pytest.raises(ValueError, match="sumsq must have shape"):
         target_rms_norm(x, kw["norm_weight"], sumsq=torch.ones(4, 0, device=device))
+    transposed = torch.ones(3, 4, device=device).t()  # [4, 3] with column stride 4
+    with pytest.raises(ValueError, match="sumsq must be row-major"):
+        target_linear(x, w, sumsq=transposed, **kw)
+    with pytest.raises(ValueError, match="sumsq must be row-major"):
+        target_rms_norm(x, kw["norm_weight"], sumsq=transposed)
+    with pytest.raises(ValueError, match="sumsq_out must be row-major"):
+        target_embedding(torch.tensor([0, 1, 2, 3], device=device), torch.randn(5, 8, device=device),
+                         sumsq_out=transposed)
     emb = torch.randn(5, 8, device=device)
     with pytest.raises(TypeError, match="ids must have dtype"):
         target_embedding(torch.tensor([0.0], device=device), emb)

@@ -180,8 +180,9 @@ class LlamaTarget(TargetModel):
     norm_mode: fused forward only, how the input/post-attention and final RMSNorms get each row's sum of squares
         (all batch-invariant; they round alike up to the order of that sum): ``"kernel"`` (default): a separate
         RMSNorm kernel before the product; ``"partials"``: from the partial sums written by the kernel that produced
-        the row, the normalisation in the q/k/v and gate/up products' prologue (two launches per layer fewer, but
-        measured 2.4x slower at the 8B shape: its prologue sums 128 partials per row in every program);
+        the row, the normalisation in the q/k/v and gate/up products' prologue (two launches per layer fewer; it
+        measured 2.4x slower at the 8B shape while the prologue summed the 128 partials per row one dependent load
+        after the other, now one block load and one ``tl.sum``);
         ``"prologue"``: every program of the product re-reads its row tile
         to sum the squares (measured slower than ``"kernel"`` on the H100: +7.6 / +12 us per q/k/v / gate-up
         product at 1 row, +21 / +72 us at 60 rows, ``bench/results/target_forward_2026-11-24/``).
@@ -418,8 +419,9 @@ class LlamaTarget(TargetModel):
         scale = hd ** -0.5
         # Partial sums of squares of the residual stream (norm_mode "partials"): ss_mlp is written by the embedding
         # gather and the down products and read by the next q/k/v product (or the final norm), ss_attn is written
-        # by the o products and read by the gate/up product. [P, S] buffers used transposed ([S, P] views): a
-        # kernel's load of partial p for its rows is one contiguous run.
+        # by the o products and read by the gate/up product. Row-major [S, P]: a reading program loads its row
+        # tile's partials as one contiguous block (each partial is written once and read by every program of the
+        # next product, so the layout serves the reads).
         ss_mlp = ss_attn = None
         if self.norm_mode == "partials":
             ss_mlp = self._sumsq_buffer(S, "down")
@@ -457,13 +459,13 @@ class LlamaTarget(TargetModel):
         return logits, feats
 
     def _sumsq_buffer(self, S: int, producer: str) -> torch.Tensor:
-        """fp32 ``[S, P]`` (a transposed ``[P, S]``) for the partial sums of squares the ``producer`` product writes
+        """fp32 row-major ``[S, P]`` for the partial sums of squares the ``producer`` product writes
         (``P`` = its output tiles); the embedding gather writes the same ``P`` as the down product, so every q/k/v
         product reads one partial count (one compiled variant)."""
         from ..ops.target_linear import sumsq_width
 
         P = sumsq_width(self.hidden_size, self._linear_configs[producer])
-        return torch.empty(P, S, device=self.device, dtype=torch.float32).t()
+        return torch.empty(S, P, device=self.device, dtype=torch.float32)
 
     def _normed_linear(self, x, sumsq, norm_weight, weight, bias, config, silu_mul: bool = False):
         """``linear(rms_norm(x))`` as ``norm_mode`` says: the norm in the product's prologue from the partial sums

@@ -10,8 +10,8 @@ it is alone (a 1-row decode, padded to the ``BM`` tile with masked zeros) or the
 
 Prologue (``HAS_NORM``): transformers' LlamaRMSNorm of each x row, ``w * (x * rsqrt(mean(x^2) + eps)).to(dtype)``.
 The row's sum of squares comes either from ``NUM_SS`` partial sums written by the kernel that produced ``x`` (the
-residual epilogue below, or the embedding gather), added in column order, or (``NUM_SS == 0``) from a first pass
-over the row tile in fixed ``BK`` chunks.
+residual epilogue below, or the embedding gather), loaded as one ``[BM, NSS_P2]`` tile and added by ``tl.sum``
+(:func:`_partials_rstd`), or (``NUM_SS == 0``) from a first pass over the row tile in fixed ``BK`` chunks.
 Epilogues: ``+ bias``; ``SILU_MUL`` (W is ``[2N, K] = cat(gate, up)``: the program streams the matching gate rows
 ``n`` and up rows ``N + n`` and stores ``silu(gate) * up``); ``HAS_RES`` (``out = residual + y``); ``WRITE_SS``
 (per row, the fp32 sum of squares of the tile's stored outputs: one partial per ``BN`` columns, so the next
@@ -39,30 +39,51 @@ def _row_rstd(x_ptr, offs_m, m_mask, stride_xm, K, eps, BM: tl.constexpr, BK: tl
 
 
 @triton.jit
-def _partials_rstd(ss_ptr, offs_m, m_mask, stride_sm, stride_sp, K, eps, NUM_SS: tl.constexpr):
-    """``rsqrt(sum(partials) / K + eps)`` per row: the ``NUM_SS`` fp32 partial sums of squares added one after the
-    other in column order (a plain sequential sum: the same bits in every kernel that calls this and in the
-    reference; the unrolled loads are independent, so they are all in flight at once)."""
-    rows = ss_ptr + offs_m.to(tl.int64) * stride_sm
-    ss = tl.load(rows, mask=m_mask, other=0.0)
-    for p in tl.static_range(1, NUM_SS):
-        ss = ss + tl.load(rows + p * stride_sp, mask=m_mask, other=0.0)
-    return 1.0 / tl.sqrt(ss / K + eps)
+def _partials_rstd(ss_ptr, offs_m, m_mask, stride_sm, K, eps, BM: tl.constexpr, NUM_SS: tl.constexpr,
+                   NSS_P2: tl.constexpr):
+    """``rsqrt(sum(partials) / K + eps)`` per row from an fp32 ``[M, NUM_SS]`` buffer with unit column stride.
+
+    The row tile's partials are ONE ``[BM, NSS_P2]`` load (masked past ``NUM_SS`` and ``M``) and a ``tl.sum`` over
+    the row: one L2 round trip, then in-thread adds and ``log2`` shuffle levels per program, instead of ``NUM_SS``
+    dependent load+add steps (at Llama-8B, ``NUM_SS = 128``: 128 serialised round trips in every program of the
+    q/k/v and gate/up products, whose 1024-2048 unrolled loads per thread also spilled 3-8 KiB of registers per thread
+    on sm_90). Row-major partials make the tile's rows contiguous runs of ``4 * NUM_SS`` bytes (the whole tile is
+    one run when its rows are consecutive), and the unit column stride is known to the compiler, so the load is
+    16-byte vectors; the row stride (``NUM_SS``) does not depend on the row count. Memory: at most
+    ``BM * NSS_P2 * 4`` bytes from L2 (32 KiB at ``BM = 64``, 128 partials; masked rows are not read, so a 1-row
+    decode reads 512 B), against the program's ``BN * K`` weight bytes from HBM (512 KiB for q/k/v at 8B).
+
+    The reduction order is fixed by the compiled kernel (tile shape, warps), never by ``M``: a row's norm is
+    batch-invariant. It is not the same order in another kernel (the standalone RMSNorm) or in the interpreter. An
+    explicit pairwise tree (``tl.reshape`` + ``tl.split`` levels) would be, but Triton 3.6 then lays out the q/k/v
+    main loop so that it spills 2.4 KiB of registers per thread.
+
+    Why not fewer, wider partials: a producing program knows only its own ``BN`` columns. Merging tiles' sums
+    deterministically needs a wider producer tile (the o/down products' ``BN = 32`` was tuned to keep 128 programs
+    streaming weights on 132 SMs) or an ordered cross-program reduction (atomics add in arrival order, so the bits
+    would vary; a semaphore chain serialises the producers). Once the partials are one block load, their count
+    costs ``4 * NUM_SS`` bytes per row from L2 and a few add levels, so there is little left to save."""
+    offs_p = tl.arange(0, NSS_P2)
+    v = tl.load(ss_ptr + offs_m[:, None].to(tl.int64) * stride_sm + offs_p[None, :],
+                mask=m_mask[:, None] & (offs_p < NUM_SS)[None, :], other=0.0)
+    return 1.0 / tl.sqrt(tl.sum(v, 1) / K + eps)
 
 
-@triton.jit(do_not_specialize=["M", "stride_sin_p", "stride_sout_p"])
+@triton.jit(do_not_specialize=["M"])
 def _bi_linear_kernel(
     x_ptr, w_ptr, b_ptr, nw_ptr, r_ptr, y_ptr, sin_ptr, sout_ptr,
-    M, N, K, stride_xm, stride_wn, stride_rm, stride_ym, stride_sin_m, stride_sin_p, stride_sout_m, stride_sout_p,
+    M, N, K, stride_xm, stride_wn, stride_rm, stride_ym, stride_sin_m, stride_sout_m,
     eps,
-    HAS_NORM: tl.constexpr, NUM_SS: tl.constexpr, HAS_BIAS: tl.constexpr, HAS_RES: tl.constexpr,
+    HAS_NORM: tl.constexpr, NUM_SS: tl.constexpr, NSS_P2: tl.constexpr, HAS_BIAS: tl.constexpr,
+    HAS_RES: tl.constexpr,
     SILU_MUL: tl.constexpr, WRITE_SS: tl.constexpr,
     BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, PRECISION: tl.constexpr,
 ):
     """Grid ``(cdiv(M, BM), cdiv(N, BN))``: the M tiles of one weight tile are neighbours, so they share it in L2.
 
-    The partial-sum buffers' column strides are not specialised: a ``[P, M]`` buffer viewed as ``[M, P]`` (what
-    the target forward allocates, for coalesced column loads) has column stride ``M``."""
+    The partial-sum buffers are row-major ``[M, P]`` with unit column stride (their row stride is ``P``: a new row
+    count compiles nothing). The reader's ``[BM, P]`` tile is then contiguous; the writer's ``[BM]`` column is
+    strided, but it writes each partial once where up to ``cdiv(N', BN')`` programs of the next product read it."""
     pid_m = tl.program_id(0)
     pid_n = tl.program_id(1)
     offs_m = pid_m * BM + tl.arange(0, BM)
@@ -74,7 +95,7 @@ def _bi_linear_kernel(
 
     if HAS_NORM:
         if NUM_SS > 0:
-            rstd = _partials_rstd(sin_ptr, offs_m, m_mask, stride_sin_m, stride_sin_p, K, eps, NUM_SS)
+            rstd = _partials_rstd(sin_ptr, offs_m, m_mask, stride_sin_m, K, eps, BM, NUM_SS, NSS_P2)
         else:
             rstd = _row_rstd(x_ptr, offs_m, m_mask, stride_xm, K, eps, BM, BK)
 
@@ -115,20 +136,21 @@ def _bi_linear_kernel(
     if WRITE_SS:
         # the squares of the values as stored (the next RMSNorm reads the rounded residual stream)
         yf = tl.where(out_mask, y.to(tl.float32), 0.0)
-        tl.store(sout_ptr + offs_m.to(tl.int64) * stride_sout_m + pid_n * stride_sout_p, tl.sum(yf * yf, 1),
+        tl.store(sout_ptr + offs_m.to(tl.int64) * stride_sout_m + pid_n, tl.sum(yf * yf, 1),
                  mask=m_mask)
 
 
-@triton.jit(do_not_specialize=["M", "stride_s_p"])
-def _rms_norm_kernel(x_ptr, w_ptr, y_ptr, s_ptr, M, K, stride_xm, stride_ym, stride_s_m, stride_s_p, eps,
-                     BK: tl.constexpr, NUM_SS: tl.constexpr):
+@triton.jit(do_not_specialize=["M"])
+def _rms_norm_kernel(x_ptr, w_ptr, y_ptr, s_ptr, M, K, stride_xm, stride_ym, stride_s_m, eps,
+                     BK: tl.constexpr, NUM_SS: tl.constexpr, NSS_P2: tl.constexpr):
     """Standalone LlamaRMSNorm, one row per program, the same fixed ``BK`` chunk order as the linear prologue; with
-    ``NUM_SS > 0`` the row's sum of squares is the sum of its partials (one pass over the row, not two)."""
+    ``NUM_SS > 0`` the row's sum of squares is the sum of its partials (one pass over the row, not two), loaded as
+    one ``[1, NSS_P2]`` block."""
     row = tl.program_id(0)
     offs_k = tl.arange(0, BK)
     if NUM_SS > 0:
         one = row + tl.arange(0, 1)
-        rstd = _partials_rstd(s_ptr, one, one < M, stride_s_m, stride_s_p, K, eps, NUM_SS)
+        rstd = _partials_rstd(s_ptr, one, one < M, stride_s_m, K, eps, 1, NUM_SS, NSS_P2)
     else:
         ss = tl.zeros([BK], tl.float32)
         for k0 in range(0, K, BK):
@@ -145,9 +167,9 @@ def _rms_norm_kernel(x_ptr, w_ptr, y_ptr, s_ptr, M, K, stride_xm, stride_ym, str
         tl.store(y_ptr + row.to(tl.int64) * stride_ym + kk, y, mask=kk < K)
 
 
-@triton.jit(do_not_specialize=["ids_ptr", "stride_ids", "stride_s_p"])
+@triton.jit(do_not_specialize=["ids_ptr", "stride_ids"])
 def _embedding_kernel(ids_ptr, w_ptr, y_ptr, s_ptr, V, H, W, P, stride_ids, stride_wv, stride_ym, stride_s_m,
-                      stride_s_p, WRITE_SS: tl.constexpr, BP: tl.constexpr, BW: tl.constexpr):
+                      WRITE_SS: tl.constexpr, BP: tl.constexpr, BW: tl.constexpr):
     """One row per program: ``y[row] = weight[ids[row]]`` and (``WRITE_SS``) the row's ``P`` partial sums of
     squares over consecutive ``W``-wide column chunks; the row is read as ``[BP, BW]`` tiles (chunk by column), so
     a decode row is one or a few loads, not ``P`` dependent round trips. ``ids`` is not specialised (a prefill
@@ -165,4 +187,4 @@ def _embedding_kernel(ids_ptr, w_ptr, y_ptr, s_ptr, V, H, W, P, stride_ids, stri
         tl.store(y_ptr + row.to(tl.int64) * stride_ym + cols, e, mask=mask)
         if WRITE_SS:
             ef = e.to(tl.float32)
-            tl.store(s_ptr + row.to(tl.int64) * stride_s_m + pp * stride_s_p, tl.sum(ef * ef, 1), mask=pp < P)
+            tl.store(s_ptr + row.to(tl.int64) * stride_s_m + pp, tl.sum(ef * ef, 1), mask=pp < P)

@@ -9,10 +9,12 @@ a new kernel. Tune the defaults on the GPU with ``bench/bench_target.py`` (``con
 **Partial sums of squares** (``sumsq`` / ``sumsq_out``, fp32 ``[M, P]``): a kernel that produces a row of the
 residual stream (the residual products, :func:`target_embedding`) can also write ``P`` partial sums of the squares
 of its stored values (one per output tile of ``BN`` columns, :func:`sumsq_width`), and the RMSNorm that follows
-(:func:`target_linear` with ``norm_weight``, :func:`target_rms_norm`) adds the ``P`` partials in column order
-instead of reading the whole row again. The tile boundaries are fixed by the producer's configuration, so a row's
-partials, and hence its norm, never depend on ``M``. Any strides are accepted: the target forward allocates
-``[P, M]`` and passes the transposed view, so a kernel reading partial ``p`` of its rows reads one contiguous run.
+(:func:`target_linear` with ``norm_weight``, :func:`target_rms_norm`) loads its row tile's partials as one
+``[rows, P]`` block and sums each row's ``P`` (``tl.sum``), instead of reading the whole row again. The tile
+boundaries are fixed by the producer's configuration and the reduction order by the reader's (never by ``M``), so
+a row's partials, and hence its norm, never depend on ``M``. The buffers must have unit column stride (row-major
+``[M, P]``, any row stride): a reader's block is then contiguous and vector-loaded, and its row stride ``P`` does
+not change with the row count (nothing recompiles for a new prompt length).
 """
 
 from __future__ import annotations
@@ -92,6 +94,9 @@ def _check_sumsq(name: str, t: torch.Tensor, M: int, P: int | None, dev) -> None
     if t.shape[0] != M or (P is not None and t.shape[1] != P) or t.shape[1] < 1:
         want = f"[M={M}, {P if P is not None else 'P >= 1'}]"
         raise ValueError(f"{name} must have shape {want} (fp32 partial sums of squares), got {list(t.shape)}")
+    if t.shape[1] > 1 and t.stride(1) != 1:
+        raise ValueError(f"{name} must be row-major [M, P] with unit column stride (the kernels load a row tile's "
+                         f"partials as one contiguous block), got strides {list(t.stride())}")
 
 
 def _precision(dtype: torch.dtype) -> str:
@@ -124,11 +129,11 @@ def target_linear(
     norm_weight : Tensor ``[K]`` or None: normalise each x row first (LlamaRMSNorm with ``eps``).
     residual : Tensor ``[M, N]`` or None: return ``residual + y``.
     silu_mul : output column ``n`` is ``silu(gate_n) * up_n`` (the fused gate/up product of the MLP).
-    sumsq : fp32 ``[M, P]`` or None (needs ``norm_weight``): partial sums of squares of each x row (their sum is
-        the row's sum of squares), written by the kernel that produced ``x``; without it the prologue sums the
-        squares over the row tile itself (every program re-reads its rows: slower).
-    sumsq_out : fp32 ``[M, sumsq_width(N, config)]`` or None: also write, per row and per ``BN``-wide output tile,
-        the sum of squares of the returned values (as rounded to the output dtype).
+    sumsq : fp32 ``[M, P]`` (unit column stride) or None (needs ``norm_weight``): partial sums of squares of each
+        x row (their sum is the row's sum of squares), written by the kernel that produced ``x``; without
+        it the prologue sums the squares over the row tile itself (every program re-reads its rows: slower).
+    sumsq_out : fp32 ``[M, sumsq_width(N, config)]`` (unit column stride) or None: also write, per row and per
+        ``BN``-wide output tile, the sum of squares of the returned values (as rounded to the output dtype).
     out : Tensor ``[M, N]`` to write into (it may not alias ``x``), or None.
     config : tile configuration; default :func:`default_config` ``(N, K)``.
     validate : check shapes/dtypes (host-only checks, no device sync).
@@ -172,12 +177,13 @@ def target_linear(
     res = residual if residual is not None else y
     s_in = sumsq if sumsq is not None and norm_weight is not None else y
     s_out = sumsq_out if sumsq_out is not None else y
+    nss = s_in.shape[1] if s_in is sumsq else 0
     grid = (cdiv(M, cfg.block_m), cdiv(N, cfg.block_n))
     _bi_linear_kernel[grid](
         x, weight, bias if bias is not None else weight, norm_weight if norm_weight is not None else weight,
         res, y, s_in, s_out, M, N, K, x.stride(0), weight.stride(0), res.stride(0), y.stride(0),
-        s_in.stride(0), s_in.stride(1), s_out.stride(0), s_out.stride(1), float(eps),
-        HAS_NORM=norm_weight is not None, NUM_SS=s_in.shape[1] if s_in is sumsq else 0, HAS_BIAS=bias is not None,
+        s_in.stride(0), s_out.stride(0), float(eps),
+        HAS_NORM=norm_weight is not None, NUM_SS=nss, NSS_P2=next_power_of_2(max(nss, 1)), HAS_BIAS=bias is not None,
         HAS_RES=residual is not None, SILU_MUL=bool(silu_mul), WRITE_SS=sumsq_out is not None,
         BM=cfg.block_m, BN=cfg.block_n, BK=cfg.block_k, PRECISION=_precision(x.dtype),
         num_warps=cfg.num_warps, num_stages=cfg.num_stages,
@@ -190,8 +196,8 @@ def target_rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6, *,
                     block_k: int | None = None) -> torch.Tensor:
     """LlamaRMSNorm of each row of ``x [M, K]`` (one row per program, fixed chunk order: batch-invariant).
 
-    ``sumsq``: fp32 ``[M, P]`` partial sums of squares of the rows (see the module doc): the row's sum of squares is
-    their sum in column order, and the kernel reads the row once instead of twice.
+    ``sumsq``: fp32 ``[M, P]`` partial sums of squares of the rows, unit column stride (see the module doc): the
+    row's sum of squares is their sum, and the kernel reads the row once instead of twice.
     """
     if validate:
         check_tensor("x", x, ndim=2, dtypes=_FLOATS, last_dim_contiguous=True)
@@ -206,15 +212,17 @@ def target_rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6, *,
     # dependent round trips, which is what a 1-row decode waits for.
     bk = block_k or (min(64, next_power_of_2(K)) if is_interpreter() else min(8192, next_power_of_2(K)))
     s = sumsq if sumsq is not None else y
-    _rms_norm_kernel[(M,)](x, weight, y, s, M, K, x.stride(0), y.stride(0), s.stride(0), s.stride(1), float(eps),
-                           BK=bk, NUM_SS=sumsq.shape[1] if sumsq is not None else 0,
+    nss = sumsq.shape[1] if sumsq is not None else 0
+    _rms_norm_kernel[(M,)](x, weight, y, s, M, K, x.stride(0), y.stride(0), s.stride(0), float(eps),
+                           BK=bk, NUM_SS=nss, NSS_P2=next_power_of_2(max(nss, 1)),
                            num_warps=8 if bk >= 2048 else 4)
     return y
 
 
 def target_embedding(ids: torch.Tensor, weight: torch.Tensor, *, sumsq_out: torch.Tensor | None = None,
                      validate: bool = True) -> torch.Tensor:
-    """``weight[ids]`` (the embedding rows ``[M, H]``) and, into ``sumsq_out`` (fp32 ``[M, P]``), each row's ``P``
+    """``weight[ids]`` (the embedding rows ``[M, H]``) and, into ``sumsq_out`` (fp32 ``[M, P]``, unit column
+    stride), each row's ``P``
     partial sums of squares over consecutive column chunks of ``cdiv(H, P)`` (the first RMSNorm's input).
 
     ``ids``: ``[M]`` integer token ids in ``[0, V)`` (checked on the host for CPU tensors; on the GPU, in kernels
@@ -239,7 +247,7 @@ def target_embedding(ids: torch.Tensor, weight: torch.Tensor, *, sumsq_out: torc
     bp = max(1, min(next_power_of_2(P), (256 if is_interpreter() else 8192) // bw))
     s = sumsq_out if sumsq_out is not None else y
     _embedding_kernel[(M,)](ids, weight, y, s, V, H, W, P, ids.stride(0), weight.stride(0), y.stride(0),
-                            s.stride(0), s.stride(1), WRITE_SS=sumsq_out is not None, BP=bp, BW=bw,
+                            s.stride(0), WRITE_SS=sumsq_out is not None, BP=bp, BW=bw,
                             num_warps=8 if bp * bw >= 4096 else 4)
     return y
 
@@ -248,39 +256,46 @@ def _aot_specs():
     """Compile-only specs at Llama-3.1-8B shapes: every epilogue combination in bf16 at the default tiles (the
     normed products reading 128 partial sums of squares, the residual products writing them, and the older
     row-sum prologue), the largest smem user (norm + SiLU·mul, two weight tiles) at ``BN`` 64 and 16, fp16/fp32
-    once; the standalone RMSNorm with and without partials; the embedding gather."""
+    once, a partial count that is not a power of two (SmolLM2's 18: a masked ``[BM, 32]`` tile); the standalone
+    RMSNorm with and without partials; the embedding gather."""
     specs = []
-    div = ["N", "K", "stride_xm", "stride_wn", "stride_rm", "stride_ym"]
+    div = ["N", "K", "stride_xm", "stride_wn", "stride_rm", "stride_ym", "stride_sout_m"]
     # (HAS_NORM, NUM_SS, HAS_BIAS, HAS_RES, SILU_MUL, WRITE_SS)
     flags = [(True, 128, False, False, False, False), (False, 0, True, True, False, True),
              (True, 128, False, False, True, False), (False, 0, False, True, False, True),
              (True, 128, True, False, True, False), (True, 0, False, False, False, False),
              (True, 0, True, False, True, False), (False, 0, False, False, False, False)]
-    for dt, prec, cfg in (("bf16", "tf32", LinearConfig()), ("bf16", "tf32", LinearConfig(block_n=64)),
-                          ("bf16", "tf32", LinearConfig(block_n=16)), ("fp16", "tf32", LinearConfig(block_n=64)),
-                          ("fp32", "ieee", LinearConfig(block_m=32, block_n=32, block_k=32, num_stages=3))):
-        for norm, nss, bias, res, silu, wss in (flags if cfg == LinearConfig() else flags[2:3] if dt == "bf16"
-                                                else flags[:2]):
+    for dt, prec, cfg, cases in (
+            ("bf16", "tf32", LinearConfig(), flags), ("bf16", "tf32", LinearConfig(block_n=64), flags[2:3]),
+            ("bf16", "tf32", LinearConfig(block_n=16), flags[2:3]),
+            ("fp16", "tf32", LinearConfig(block_n=64), flags[:2]),
+            ("fp32", "ieee", LinearConfig(block_m=32, block_n=32, block_k=32, num_stages=3), flags[:2]),
+            ("bf16", "tf32", LinearConfig(block_n=64), [(True, 18, True, False, True, False)])):
+        for norm, nss, bias, res, silu, wss in cases:
             sig = {n: "i32" for n in _bi_linear_kernel.arg_names}
             sig.update({p: f"*{dt}" for p in ("x_ptr", "w_ptr", "b_ptr", "nw_ptr", "r_ptr", "y_ptr")})
             sig.update({"sin_ptr": "*fp32", "sout_ptr": "*fp32", "eps": "fp32"})
-            const = dict(HAS_NORM=norm, NUM_SS=nss, HAS_BIAS=bias, HAS_RES=res, SILU_MUL=silu, WRITE_SS=wss,
-                         BM=cfg.block_m, BN=cfg.block_n, BK=cfg.block_k, PRECISION=prec)
+            const = dict(HAS_NORM=norm, NUM_SS=nss, NSS_P2=next_power_of_2(max(nss, 1)), HAS_BIAS=bias,
+                         HAS_RES=res, SILU_MUL=silu, WRITE_SS=wss, BM=cfg.block_m, BN=cfg.block_n, BK=cfg.block_k,
+                         PRECISION=prec)
             sig.update({k: "constexpr" for k in const})
+            # the partials' row stride is their count (a multiple of 16 at 8B, not at SmolLM2's 18)
+            row_div = ["stride_sin_m"] if nss % 16 == 0 else []
             specs.append((_bi_linear_kernel, sig, const,
-                          {"num_warps": cfg.num_warps, "num_stages": cfg.num_stages, "div16": div}))
+                          {"num_warps": cfg.num_warps, "num_stages": cfg.num_stages, "div16": div + row_div}))
     for dt, nss in (("bf16", 0), ("bf16", 128), ("fp32", 0), ("fp32", 18)):
         sig = {n: "i32" for n in _rms_norm_kernel.arg_names}
         sig.update({"x_ptr": f"*{dt}", "w_ptr": f"*{dt}", "y_ptr": f"*{dt}", "s_ptr": "*fp32", "eps": "fp32",
-                    "BK": "constexpr", "NUM_SS": "constexpr"})
-        specs.append((_rms_norm_kernel, sig, {"BK": 4096, "NUM_SS": nss},
-                      {"num_warps": 8, "div16": ["K", "stride_xm", "stride_ym"]}))
+                    "BK": "constexpr", "NUM_SS": "constexpr", "NSS_P2": "constexpr"})
+        row_div = ["stride_s_m"] if nss % 16 == 0 else []
+        specs.append((_rms_norm_kernel, sig, {"BK": 4096, "NUM_SS": nss, "NSS_P2": next_power_of_2(max(nss, 1))},
+                      {"num_warps": 8, "div16": ["K", "stride_xm", "stride_ym"] + row_div}))
     for dt, wss in (("bf16", True), ("fp32", False)):
         sig = {n: "i32" for n in _embedding_kernel.arg_names}
         sig.update({"ids_ptr": "*i64", "w_ptr": f"*{dt}", "y_ptr": f"*{dt}", "s_ptr": "*fp32",
                     "WRITE_SS": "constexpr", "BP": "constexpr", "BW": "constexpr"})
         specs.append((_embedding_kernel, sig, {"WRITE_SS": wss, "BP": 128, "BW": 32},
-                      {"num_warps": 8, "div16": ["H", "W", "stride_wv", "stride_ym"]}))
+                      {"num_warps": 8, "div16": ["H", "W", "stride_wv", "stride_ym", "stride_s_m"]}))
     return specs
 
 

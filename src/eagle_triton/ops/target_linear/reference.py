@@ -2,8 +2,9 @@
 
 They follow the eager sequence of transformers' Llama-family layers, with the same roundings to the input dtype:
 LlamaRMSNorm (normalise in fp32, cast, multiply by the weight), ``F.linear``, ``F.silu(gate) * up``, ``x + y``.
-Partial sums of squares (``sumsq``) are added one column after the other in fp32, as the kernels add them; the
-partials written (``sumsq_out``) are the fp32 sums of squares of the stored values over the same column tiles.
+Partial sums of squares (``sumsq``) are summed in fp32 (the kernels' order of that sum is fixed per compiled
+kernel but not specified: compare within the dtype's tolerance); the partials written (``sumsq_out``) are the fp32
+sums of squares of the stored values over the same column tiles.
 """
 
 from __future__ import annotations
@@ -16,14 +17,6 @@ from .._utils import cdiv
 __all__ = ["target_linear_ref", "target_rms_norm_ref", "target_embedding_ref"]
 
 
-def _sum_partials(sumsq: torch.Tensor) -> torch.Tensor:
-    """The row sums of ``[..., P]`` fp32 partials, added in column order (the kernels' order)."""
-    ss = sumsq[..., 0].clone()
-    for p in range(1, sumsq.shape[-1]):
-        ss = ss + sumsq[..., p]
-    return ss
-
-
 def _tile_sumsq(y: torch.Tensor, width: int, P: int) -> torch.Tensor:
     """fp32 ``[M, P]``: per row, the sum of squares of ``y`` over column tiles ``[p * width, (p + 1) * width)``."""
     y32 = y.to(torch.float32)
@@ -34,12 +27,12 @@ def _tile_sumsq(y: torch.Tensor, width: int, P: int) -> torch.Tensor:
 def target_rms_norm_ref(x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6, *,
                         sumsq: torch.Tensor | None = None, **_: object) -> torch.Tensor:
     """transformers' LlamaRMSNorm over the last dim: fp32 normalisation, cast to ``x.dtype``, times ``weight``;
-    with ``sumsq`` the mean of squares is the sum of the partials (column order) over the row width."""
+    with ``sumsq`` the mean of squares is the sum of the partials over the row width."""
     x32 = x.to(torch.float32)
     if sumsq is None:
         ms = x32.pow(2).mean(-1, keepdim=True)
     else:
-        ms = (_sum_partials(sumsq.to(torch.float32)) / x.shape[-1]).unsqueeze(-1)
+        ms = (sumsq.to(torch.float32).sum(-1) / x.shape[-1]).unsqueeze(-1)
     x32 = x32 * torch.rsqrt(ms + eps)
     return weight * x32.to(x.dtype)
 
