@@ -658,7 +658,6 @@ class LlamaTarget(TargetModel):
         return self._forward(tokens, positions, tree_mask, None, last_only=False)
 
     def _run(self, tokens, positions, tree_mask):
-        self._require_batch1()
         S = tokens.shape[1]
         self.cache.check_room(S)
         if self._graphs is not None:
@@ -697,6 +696,7 @@ class LlamaTarget(TargetModel):
 
     @torch.no_grad()
     def decode(self, input_ids: torch.Tensor):
+        self._require_batch1()
         ids = self._check_ids(input_ids, "input_ids")
         positions = self.cache.seqlens.view(1, 1).long()
         logits, feats = self._run(ids, positions, None)
@@ -705,6 +705,7 @@ class LlamaTarget(TargetModel):
 
     @torch.no_grad()
     def verify(self, tokens: torch.Tensor, depths: torch.Tensor, tree_mask: torch.Tensor):
+        self._require_batch1()
         ids = self._check_ids(tokens, "tree tokens")
         positions = self.cache.seqlens.view(1, 1).long() + depths.to(self.device).long()
         return self._run(ids, positions, tree_mask.to(self.device, torch.bool))
