@@ -9,6 +9,11 @@ replayed from CUDA graphs. Each forward returns logits and the draft head's feat
 stream entering layers ``2, L // 2, L - 3``, concatenated in ascending layer order) or the final normalised hidden
 state (EAGLE-1).
 
+The cache has ``batch_size`` slots (``setup``; default 1): a batched target prefills one sequence per slot and
+verifies, commits and decodes every slot in one forward over their ``B S`` rows (``verify_rows``, ``commit_rows``,
+``decode_rows``), each slot at its own length. Through the fused forward a sequence's rows round exactly as when
+it runs alone.
+
 Two forwards share the weights and the cache. The PyTorch forward (``ops="torch"``, the CPU default) is the eager
 layer sequence. The fused Triton forward (``ops="triton"``, or ``"auto"`` on CUDA; on the CPU ``ops="triton"``
 runs it under Triton's interpreter) is eight batch-invariant kernels per layer (see :mod:`eagle_triton.ops`): the
@@ -63,6 +68,8 @@ class TargetModel:
     Methods
     -------
     setup(max_length, feature_mode): allocate caches for sequences of up to ``max_length`` tokens (plus one tree).
+        (:class:`LlamaTarget` also takes ``batch_size``: that many cache slots, stepped together by its
+        ``verify_rows`` / ``decode_rows`` / ``commit_rows``, each slot prefilled by ``prefill(ids, slot)``.)
     reset(): forget the sequence.
     prefill(input_ids [1, N]) -> (logits [1, V] of the last row, features [1, N, W] or None); commits N rows.
     decode(input_ids [1, 1]) -> (logits [1, V], features [1, 1, W] or None); commits the row.
