@@ -233,6 +233,7 @@ class LlamaTarget(TargetModel):
         # slot: see _chunk_graph), created on first use.
         self._use_chunk_graphs = self.use_cuda_graphs and self.fused_forward
         self._chunk_graphs: dict[tuple[bool, int], GraphedStep] = {}
+        self._chunk_pool = None  # one CUDA-graph memory pool for every chunk graph (they never run concurrently)
         self._max_length = 0
         self.batch_size = 1
         self._slot_lens: list[int] = [0]  # host mirrors of the slots' lengths when batch_size > 1
@@ -399,6 +400,7 @@ class LlamaTarget(TargetModel):
         if self._graphs is not None:
             self._graphs.reset()
         self._chunk_graphs.clear()  # their functions captured views of the old cache
+        self._chunk_pool = None
 
     def reset(self, slot: int | None = None) -> None:
         """Forget every sequence, or only the one in ``slot`` (the other slots keep their rows)."""
@@ -574,12 +576,16 @@ class LlamaTarget(TargetModel):
         One set per slot, each captured on views of that slot's cache: the kernels address the cache by the batch
         index of their program, so making the slot a runtime input would need a slot argument in the rope/KV and
         attention kernels, or a copy of the slot's cache in and out per chunk. The price is a capture per
-        (chunk size, with/without lm_head, slot) in use, each holding its own output buffers.
+        (chunk size, with/without lm_head, slot) in use, each holding its own output buffers; their intermediates
+        share one memory pool, so the activation memory does not grow with the slots.
         """
         g = self._chunk_graphs.get((last, slot))
         if g is None:
             g = self._chunk_graphs[(last, slot)] = GraphedStep(
                 lambda tokens, last=last, slot=slot: self._chunk_step(tokens, last, slot))
+            if self._chunk_pool is None:
+                self._chunk_pool = torch.cuda.graph_pool_handle()
+            g.pool = self._chunk_pool
         return g
 
     def _prefill_fused(self, ids: torch.Tensor, slot: int = 0):
