@@ -9,6 +9,11 @@ replayed from CUDA graphs. Each forward returns logits and the draft head's feat
 stream entering layers ``2, L // 2, L - 3``, concatenated in ascending layer order) or the final normalised hidden
 state (EAGLE-1).
 
+The cache has ``batch_size`` slots (``setup``; default 1): a batched target prefills one sequence per slot and
+verifies, commits and decodes every slot in one forward over their ``B S`` rows (``verify_rows``, ``commit_rows``,
+``decode_rows``), each slot at its own length. Through the fused forward a sequence's rows round exactly as when
+it runs alone.
+
 Two forwards share the weights and the cache. The PyTorch forward (``ops="torch"``, the CPU default) is the eager
 layer sequence. The fused Triton forward (``ops="triton"``, or ``"auto"`` on CUDA; on the CPU ``ops="triton"``
 runs it under Triton's interpreter) is eight batch-invariant kernels per layer (see :mod:`eagle_triton.ops`): the
@@ -63,6 +68,8 @@ class TargetModel:
     Methods
     -------
     setup(max_length, feature_mode): allocate caches for sequences of up to ``max_length`` tokens (plus one tree).
+        (:class:`LlamaTarget` also takes ``batch_size``: that many cache slots, stepped together by its
+        ``verify_rows`` / ``decode_rows`` / ``commit_rows``, each slot prefilled by ``prefill(ids, slot)``.)
     reset(): forget the sequence.
     prefill(input_ids [1, N]) -> (logits [1, V] of the last row, features [1, N, W] or None); commits N rows.
     decode(input_ids [1, 1]) -> (logits [1, V], features [1, 1, W] or None); commits the row.
@@ -223,11 +230,14 @@ class LlamaTarget(TargetModel):
         self.feature_mode: str | None = None
         self.taps: tuple[int, ...] = ()
         self._graphs = GraphedStep(self._step) if self.use_cuda_graphs else None
-        # Full prefill chunks of the fused forward replay graphs too (one with the lm_head, one without).
-        use_chunk_graphs = self.use_cuda_graphs and self.fused_forward
-        self._chunk_graphs = {last: GraphedStep(lambda tokens, last=last: self._chunk_step(tokens, last))
-                              for last in (False, True)} if use_chunk_graphs else {}
+        # Full prefill chunks of the fused forward replay graphs too (one with the lm_head, one without, per cache
+        # slot: see _chunk_graph), created on first use.
+        self._use_chunk_graphs = self.use_cuda_graphs and self.fused_forward
+        self._chunk_graphs: dict[tuple[bool, int], GraphedStep] = {}
+        self._chunk_pool = None  # one CUDA-graph memory pool for every chunk graph (they never run concurrently)
         self._max_length = 0
+        self.batch_size = 1
+        self._slot_lens: list[int] = [0]  # host mirrors of the slots' lengths when batch_size > 1
 
     # -- construction ------------------------------------------------------------------------------------------
     def _w(self, sd, name, required=True):
@@ -353,17 +363,27 @@ class LlamaTarget(TargetModel):
         return cls(tcfg, sd, inv_freq, scaling, device=device or "cpu", dtype=dtype, **kwargs)
 
     # -- caches ------------------------------------------------------------------------------------------------
-    def setup(self, max_length: int, feature_mode: str | None = None) -> None:
-        """Allocate the KV cache for ``max_length`` rows (callers add room for one tree) and choose features."""
+    def setup(self, max_length: int, feature_mode: str | None = None, batch_size: int = 1) -> None:
+        """Allocate the KV cache for ``max_length`` rows per sequence (callers add room for one tree) in
+        ``batch_size`` slots, choose features, and forget every slot.
+
+        A batched target (``batch_size > 1``) prefills one sequence per slot (:meth:`prefill` with ``slot``) and
+        steps all slots at once (:meth:`verify_rows`, :meth:`decode_rows`, :meth:`commit_rows`); the batch-1
+        methods :meth:`decode`, :meth:`verify`, :meth:`commit` and :attr:`length` are for ``batch_size == 1``.
+        """
         c = self.config
+        if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+            raise ValueError(f"batch_size must be an int >= 1, got {batch_size!r}")
         if feature_mode not in (None, "eagle3", "eagle1"):
             raise ValueError(f"feature_mode must be None, 'eagle3' or 'eagle1', got {feature_mode!r}")
         if c.sliding_window is not None and max_length > c.sliding_window:
             raise ValueError(f"{c.model_type} uses a sliding window of {c.sliding_window} tokens, which the fast path "
                              f"does not implement; use max_length <= {c.sliding_window}")
-        if self.cache is None or self.cache.max_length < max_length:
-            self.cache = StaticKVCache(c.num_layers, 1, max_length, c.num_kv_heads, c.head_dim, self.dtype,
+        if self.cache is None or self.cache.max_length < max_length or self.cache.k.shape[1] != batch_size:
+            self.cache = None  # free the old buffers before allocating the new ones
+            self.cache = StaticKVCache(c.num_layers, batch_size, max_length, c.num_kv_heads, c.head_dim, self.dtype,
                                        self.device)
+            self.batch_size = batch_size
             n = self.cache.max_length
             t = torch.arange(n, device=self.device, dtype=torch.float32)
             freqs = t[:, None] * self.inv_freq[None, :]
@@ -375,20 +395,79 @@ class LlamaTarget(TargetModel):
             self.feature_mode = feature_mode
             self.taps = eagle3_tap_layers(c.num_layers) if feature_mode == "eagle3" else ()
             self._reset_graphs()
-        self.cache.reset()
+        self.reset()
 
     def _reset_graphs(self) -> None:
-        for g in (self._graphs, *self._chunk_graphs.values()):
-            if g is not None:
-                g.reset()
+        if self._graphs is not None:
+            self._graphs.reset()
+        self._chunk_graphs.clear()  # their functions captured views of the old cache
+        self._chunk_pool = None
 
-    def reset(self) -> None:
-        if self.cache is not None:
+    def reset(self, slot: int | None = None) -> None:
+        """Forget every sequence, or only the one in ``slot`` (the other slots keep their rows)."""
+        if self.cache is None:
+            return
+        if slot is None:
             self.cache.reset()
+            self._slot_lens = [0] * self.batch_size
+            return
+        self._check_slot(slot)
+        self.cache.seqlens[slot:slot + 1].zero_()
+        self._set_host_len(slot, 0)
+
+    def _check_slot(self, slot) -> int:
+        if isinstance(slot, bool) or not isinstance(slot, int) or not 0 <= slot < self.batch_size:
+            raise ValueError(f"slot must be an int in [0, {self.batch_size}) (the batch_size given to setup), "
+                             f"got {slot!r}")
+        return slot
+
+    def _host_len(self, slot: int) -> int:
+        """Host mirror of ``slot``'s committed rows (batch 1: the cache's own ``host_len``)."""
+        return self.cache.host_len if self.batch_size == 1 else self._slot_lens[slot]
+
+    def _set_host_len(self, slot: int, n: int) -> None:
+        if self.batch_size == 1:
+            self.cache.host_len = n
+        else:
+            self._slot_lens[slot] = n
+
+    def _check_slot_room(self, slot: int, n: int) -> None:
+        if self.batch_size == 1:
+            self.cache.check_room(n)
+        elif self._slot_lens[slot] + n > self.cache.max_length:
+            raise ValueError(f"KV cache capacity exceeded in slot {slot}: {self._slot_lens[slot]} rows held + {n} "
+                             f"new > {self.cache.max_length} allocated")
+
+    def _check_batch_room(self, n: int) -> None:
+        """Capacity for ``n`` more rows in every slot, from the host mirrors (a lower bound of the device lengths,
+        so this never reads the device and never refuses a step that fits)."""
+        held = max(self.lengths)
+        if held + n > self.cache.max_length:
+            raise ValueError(f"KV cache capacity exceeded: a slot holds {held} rows + {n} new > "
+                             f"{self.cache.max_length} allocated")
+
+    def _kv(self, slot: int | None):
+        """``(k [NL, b, Lmax, Hkv, D], v, seqlens [b])``: every slot (``slot=None``) or views of one slot."""
+        c = self.cache
+        if slot is None:
+            return c.k, c.v, c.seqlens
+        return c.k[:, slot:slot + 1], c.v[:, slot:slot + 1], c.seqlens[slot:slot + 1]
 
     @property
     def length(self) -> int:
+        """Committed rows known to the host (batch 1; a batched target has one per slot: :attr:`lengths`)."""
+        if self.cache is not None and self.batch_size != 1:
+            raise ValueError(f"a target set up with batch_size={self.batch_size} has one length per slot: read "
+                             "`lengths`")
         return 0 if self.cache is None else self.cache.host_len
+
+    @property
+    def lengths(self) -> list[int]:
+        """Committed rows of each slot known to the host (they lag the device by the steps not yet noted with
+        :meth:`note_committed`)."""
+        if self.cache is None:
+            return []
+        return [self._host_len(b) for b in range(self.batch_size)]
 
     @property
     def capacity(self) -> int:
@@ -401,20 +480,26 @@ class LlamaTarget(TargetModel):
         return F.linear(h, self.lm_head_weight)
 
     # -- forward -----------------------------------------------------------------------------------------------
-    def _forward(self, tokens, positions, tree_mask, kv_limit, last_only: bool):
+    def _forward(self, tokens, positions, tree_mask, kv_limit, last_only: bool, slot: int | None = None):
         if self.fused_forward:
-            return self._forward_fused(tokens, positions, tree_mask, last_only)
-        return self._forward_torch(tokens, positions, tree_mask, kv_limit, last_only)
+            return self._forward_fused(tokens, positions, tree_mask, last_only, slot=slot)
+        return self._forward_torch(tokens, positions, tree_mask, kv_limit, last_only, slot=slot)
 
-    def _forward_fused(self, tokens, positions, tree_mask, last_only: bool, want_logits: bool = True):
-        """The fused batch-invariant forward of ``tokens [1, S]`` written at cache rows ``seqlens + j``."""
+    def _forward_fused(self, tokens, positions, tree_mask, last_only: bool, want_logits: bool = True,
+                       slot: int | None = None):
+        """The fused batch-invariant forward of ``tokens [B, S]`` written at cache rows ``seqlens[b] + j`` (every
+        slot, ``B = batch_size``; or ``B = 1`` into ``slot``). The weight products run over the ``B S`` rows,
+        each row reduced in an order independent of the others, so a sequence's rows round as when it runs
+        alone."""
         from .. import ops as tops
         from ..ops.rope_kv import target_rope_kv
         from ..ops.target_linear import target_embedding, target_linear, target_rms_norm
 
         attention = getattr(tops, "target_attention", None) or tops.tree_attention
-        c, cache, cfg = self.config, self.cache, self._linear_configs
-        S = tokens.shape[1]
+        c, cfg = self.config, self._linear_configs
+        k_all, v_all, seqlens = self._kv(slot)
+        B, S = tokens.shape
+        M = B * S
         eps, hd = c.rms_norm_eps, c.head_dim
         scale = hd ** -0.5
         # Partial sums of squares of the residual stream (norm_mode "partials"): ss_mlp is written by the embedding
@@ -424,22 +509,22 @@ class LlamaTarget(TargetModel):
         # next product, so the layout serves the reads).
         ss_mlp = ss_attn = None
         if self.norm_mode == "partials":
-            ss_mlp = self._sumsq_buffer(S, "down")
-            ss_attn = self._sumsq_buffer(S, "o")
-        x = target_embedding(tokens[0], self.embed, sumsq_out=ss_mlp, validate=False)  # [S, H]
-        pos = positions.reshape(S)
+            ss_mlp = self._sumsq_buffer(M, "down")
+            ss_attn = self._sumsq_buffer(M, "o")
+        x = target_embedding(tokens.reshape(M), self.embed, sumsq_out=ss_mlp, validate=False)  # [M, H]
+        pos = positions.reshape(B, S)
         taps = []
         for i, L in enumerate(self.layers):
             for t in self.taps:
                 if t == i:
                     taps.append(x)
             qkv = self._normed_linear(x, ss_mlp, L.ln_in, L.w_qkv, L.b_qkv, cfg["qkv"])
-            k_cache, v_cache = cache.layer(i)
-            q = target_rope_kv(qkv, k_cache, v_cache, cache.seqlens, pos, self.cos, self.sin, c.num_heads,
+            k_cache, v_cache = k_all[i], v_all[i]
+            q = target_rope_kv(qkv, k_cache, v_cache, seqlens, pos, self.cos, self.sin, c.num_heads,
                                c.num_kv_heads, L.q_norm, L.k_norm, eps, validate=False)
-            o = attention(q.view(1, S, c.num_heads, hd), k_cache, v_cache, cache.seqlens, tree_mask,
+            o = attention(q.view(B, S, c.num_heads, hd), k_cache, v_cache, seqlens, tree_mask,
                           softmax_scale=scale, validate=False)
-            x = target_linear(o.view(S, c.num_heads * hd), L.w_o, L.b_o, residual=x, sumsq_out=ss_attn,
+            x = target_linear(o.view(M, c.num_heads * hd), L.w_o, L.b_o, residual=x, sumsq_out=ss_attn,
                               config=cfg["o"], validate=False)
             h = self._normed_linear(x, ss_attn, L.ln_post, L.w_gate_up, L.b_gate_up, cfg["gate_up"], silu_mul=True)
             x = target_linear(h, L.w_down, L.b_down, residual=x, sumsq_out=ss_mlp, config=cfg["down"],
@@ -447,15 +532,16 @@ class LlamaTarget(TargetModel):
         # The final norm stays a kernel of its own: its output is both the lm_head input and the EAGLE-1 feature.
         h = target_rms_norm(x, self.norm, eps, sumsq=ss_mlp, validate=False)
         if self.feature_mode == "eagle3":
-            feats = torch.cat(taps, dim=-1).unsqueeze(0)
+            feats = torch.cat(taps, dim=-1).view(B, S, -1)
         elif self.feature_mode == "eagle1":
-            feats = h.unsqueeze(0)
+            feats = h.view(B, S, -1)
         else:
             feats = None
         logits = None
         if want_logits:
-            logits = target_linear(h[-1:] if last_only else h, self.lm_head_weight, config=cfg["lm_head"],
-                                   validate=False).unsqueeze(0)
+            rows = h.view(B, S, -1)[:, -1] if last_only else h  # last_only: each sequence's last row
+            logits = target_linear(rows, self.lm_head_weight, config=cfg["lm_head"],
+                                   validate=False).view(B, 1 if last_only else S, -1)
         return logits, feats
 
     def _sumsq_buffer(self, S: int, producer: str) -> torch.Tensor:
@@ -479,13 +565,32 @@ class LlamaTarget(TargetModel):
         return target_linear(x, weight, bias, norm_weight=norm_weight, eps=eps, silu_mul=silu_mul, sumsq=sumsq,
                              config=config, validate=False)
 
-    def _chunk_step(self, tokens, last: bool):
-        """One prefill chunk at rows ``seqlens + j`` (positions read from the device: graph-capturable)."""
+    def _chunk_step(self, tokens, last: bool, slot: int = 0):
+        """One prefill chunk of ``slot`` at rows ``seqlens[slot] + j`` (positions read from the device:
+        graph-capturable)."""
         n = tokens.shape[1]
-        positions = (self.cache.seqlens.long() + torch.arange(n, device=self.device)).view(1, n)
-        return self._forward_fused(tokens, positions, None, last_only=True, want_logits=last)
+        positions = (self.cache.seqlens[slot:slot + 1].long() + torch.arange(n, device=self.device)).view(1, n)
+        return self._forward_fused(tokens, positions, None, last_only=True, want_logits=last, slot=slot)
 
-    def _prefill_fused(self, ids: torch.Tensor):
+    def _chunk_graph(self, last: bool, slot: int) -> GraphedStep:
+        """The CUDA graphs of full prefill chunks into ``slot`` (keyed by chunk size inside).
+
+        One set per slot, each captured on views of that slot's cache: the kernels address the cache by the batch
+        index of their program, so making the slot a runtime input would need a slot argument in the rope/KV and
+        attention kernels, or a copy of the slot's cache in and out per chunk. The price is a capture per
+        (chunk size, with/without lm_head, slot) in use, each holding its own output buffers; their intermediates
+        share one memory pool, so the activation memory does not grow with the slots.
+        """
+        g = self._chunk_graphs.get((last, slot))
+        if g is None:
+            g = self._chunk_graphs[(last, slot)] = GraphedStep(
+                lambda tokens, last=last, slot=slot: self._chunk_step(tokens, last, slot))
+            if self._chunk_pool is None:
+                self._chunk_pool = torch.cuda.graph_pool_handle()
+            g.pool = self._chunk_pool
+        return g
+
+    def _prefill_fused(self, ids: torch.Tensor, slot: int = 0):
         """Prefill through the fused kernels in fixed-size chunks.
 
         A prompt of ``N`` rows runs in full chunks of ``C``, the largest of ``PREFILL_CHUNKS`` that is ``<= N``
@@ -496,30 +601,33 @@ class LlamaTarget(TargetModel):
         """
         N = ids.shape[1]
         C = next((c for c in PREFILL_CHUNKS if c <= N), N)
-        base = self.cache.host_len
+        base = self._host_len(slot)
+        seqlen = self.cache.seqlens[slot:slot + 1]
         starts = list(range(0, N - C + 1, C))
         if not starts or starts[-1] + C < N:
             starts.append(max(0, N - C))
         feats, logits, covered = [], None, 0
         for idx, s0 in enumerate(starts):
             s1, last = min(N, s0 + C), idx == len(starts) - 1
-            self.cache.seqlens.fill_(base + s0)  # rewinds onto the overlap for the last chunk
-            self.cache.host_len = base + s0
-            graph = self._chunk_graphs.get(last) if s1 - s0 == C else None
+            seqlen.fill_(base + s0)  # rewinds onto the overlap for the last chunk
+            self._set_host_len(slot, base + s0)
+            graph = self._chunk_graph(last, slot) if self._use_chunk_graphs and s1 - s0 == C else None
             if graph is not None:
                 logits, f = graph(("chunk", C), ids[:, s0:s1])
             else:
-                logits, f = self._chunk_step(ids[:, s0:s1], last)
+                logits, f = self._chunk_step(ids[:, s0:s1], last, slot)
             if f is not None:  # the new rows only; clone: a graph's outputs are overwritten by its next replay
                 feats.append(f[:, covered - s0:].clone())
             covered = s1
-        self.cache.seqlens.fill_(base + N)
-        self.cache.host_len = base + N
+        seqlen.fill_(base + N)
+        self._set_host_len(slot, base + N)
         return logits, (torch.cat(feats, dim=1) if feats else None)
 
-    def _forward_torch(self, tokens, positions, tree_mask, kv_limit, last_only: bool):
-        """Run the layers on ``tokens [1, S]`` written at rows ``seqlens + j``; returns (logits, features)."""
-        c, cache, ops = self.config, self.cache, self.ops
+    def _forward_torch(self, tokens, positions, tree_mask, kv_limit, last_only: bool, slot: int | None = None):
+        """Run the layers on ``tokens [B, S]`` written at rows ``seqlens[b] + j`` (every slot, or ``B = 1`` into
+        ``slot``); returns (logits, features)."""
+        c, ops = self.config, self.ops
+        k_all, v_all, seqlens = self._kv(slot)
         B, S = tokens.shape
         x = F.embedding(tokens, self.embed)
         cos = self.cos[positions].unsqueeze(2)  # [B, S, 1, D]
@@ -541,9 +649,9 @@ class LlamaTarget(TargetModel):
                 k = _rms_norm(k, L.k_norm, c.rms_norm_eps)
             q = q * cos + _rotate_half(q) * sin
             k = k * cos + _rotate_half(k) * sin
-            k_cache, v_cache = cache.layer(i)
-            ops.append_kv_cache(k_cache, v_cache, k, v, cache.seqlens)
-            o = ops.tree_attention(q, k_cache, v_cache, cache.seqlens, tree_mask, softmax_scale=scale,
+            k_cache, v_cache = k_all[i], v_all[i]
+            ops.append_kv_cache(k_cache, v_cache, k, v, seqlens)
+            o = ops.tree_attention(q, k_cache, v_cache, seqlens, tree_mask, softmax_scale=scale,
                                    kv_limit=kv_limit)
             x = x + F.linear(o.reshape(B, S, nq), L.w_o, L.b_o)
             h = _rms_norm(x, L.ln_post, c.rms_norm_eps)
@@ -577,22 +685,33 @@ class LlamaTarget(TargetModel):
             raise ValueError(f"{what} must be [1, S] token ids, got shape {list(ids.shape)}")
         return ids.to(self.device, torch.long)
 
+    def _require_batch1(self) -> None:
+        if self.cache is not None and self.batch_size != 1:
+            raise ValueError(f"decode/verify/commit step a batch-1 target; this one was set up with batch_size="
+                             f"{self.batch_size}: use decode_rows/verify_rows/commit_rows")
+
     @torch.no_grad()
-    def prefill(self, input_ids: torch.Tensor):
+    def prefill(self, input_ids: torch.Tensor, slot: int = 0):
+        """Prefill one sequence ``input_ids [1, N]`` after the rows ``slot`` holds (the other slots are untouched);
+        returns its last row's logits ``[1, V]`` and its features ``[1, N, W]`` (or None)."""
         ids = self._check_ids(input_ids, "input_ids")
+        slot = self._check_slot(slot)
         N = ids.shape[1]
-        self.cache.check_room(N)
+        self._check_slot_room(slot, N)
         if self.fused_forward:
-            logits, feats = self._prefill_fused(ids)
+            logits, feats = self._prefill_fused(ids, slot)
             return logits[:, -1].clone(), feats
-        positions = torch.arange(self.cache.host_len, self.cache.host_len + N, device=self.device).view(1, N)
-        limit = self.cache.host_len + N if self.ops.reads_kv_limit else None
-        logits, feats = self._forward(ids, positions, None, limit, last_only=True)
-        self.cache.advance(N)
+        base = self._host_len(slot)
+        positions = torch.arange(base, base + N, device=self.device).view(1, N)
+        limit = base + N if self.ops.reads_kv_limit else None
+        logits, feats = self._forward(ids, positions, None, limit, last_only=True, slot=slot)
+        self.cache.seqlens[slot:slot + 1].add_(N)
+        self._set_host_len(slot, base + N)
         return logits[:, -1], feats
 
     @torch.no_grad()
     def decode(self, input_ids: torch.Tensor):
+        self._require_batch1()
         ids = self._check_ids(input_ids, "input_ids")
         positions = self.cache.seqlens.view(1, 1).long()
         logits, feats = self._run(ids, positions, None)
@@ -601,11 +720,13 @@ class LlamaTarget(TargetModel):
 
     @torch.no_grad()
     def verify(self, tokens: torch.Tensor, depths: torch.Tensor, tree_mask: torch.Tensor):
+        self._require_batch1()
         ids = self._check_ids(tokens, "tree tokens")
         positions = self.cache.seqlens.view(1, 1).long() + depths.to(self.device).long()
         return self._run(ids, positions, tree_mask.to(self.device, torch.bool))
 
     def commit(self, accept_index: torch.Tensor, accept_len: torch.Tensor, accept_len_host: int) -> None:
+        self._require_batch1()
         self.cache.compact(self.ops, accept_index, accept_len, accept_len_host)
 
     # -- device-paced steps (lengths on the device; capturable in the engine's step graphs) --------------------
@@ -616,33 +737,64 @@ class LlamaTarget(TargetModel):
         synchronisation). The PyTorch ops on CUDA read lengths on the host (KV compaction)."""
         return isinstance(self.ops, TritonOps) or self.device.type == "cpu"
 
+    def _check_rows(self, what: str, t: torch.Tensor, shape: tuple) -> None:
+        """Shape check of a step input (metadata only: no device read, so capturable)."""
+        if self.cache is None:
+            raise ValueError("call setup() before stepping the target")
+        if tuple(t.shape) != shape:
+            raise ValueError(f"{what} must have shape {list(shape)} (batch_size={self.batch_size}), got "
+                             f"{list(t.shape)}")
+
     def verify_rows(self, tokens: torch.Tensor, depths: torch.Tensor, tree_mask: torch.Tensor,
                     kv_limit: int | None = None):
-        """:meth:`verify` without host checks or its own CUDA graph (the caller captures the whole step).
+        """:meth:`verify` of every slot at once, without device reads or its own CUDA graph (the caller captures
+        the whole step): ``tokens [B, S]``, ``depths [B, S]``, ``tree_mask [B, S, S]`` bool (``B = batch_size``;
+        sequences with smaller trees pad theirs with rows no real row sees), written at rows
+        ``seqlens[b] + j`` and not committed. Returns ``(logits [B, S, V], features [B, S, W] or None)``.
 
-        ``kv_limit``: an upper bound on the rows the step reads (an exact shortcut of the eager CPU attention;
-        ignored by the Triton kernels).
+        ``kv_limit``: an upper bound on the rows the step reads in any slot (an exact shortcut of the eager CPU
+        attention; ignored by the Triton kernels).
         """
-        positions = self.cache.seqlens.view(1, 1).long() + depths.long()
+        B = self.batch_size
+        S = tokens.shape[-1]
+        self._check_rows("tokens", tokens, (B, S))
+        self._check_rows("depths", depths, (B, S))
+        self._check_rows("tree_mask", tree_mask, (B, S, S))
+        self._check_batch_room(S)
+        positions = self.cache.seqlens.view(B, 1).long() + depths.long()
         limit = kv_limit if self.ops.reads_kv_limit else None
         return self._forward(tokens, positions, tree_mask, limit, last_only=False)
 
     def decode_rows(self, tokens: torch.Tensor, kv_limit: int | None = None):
-        """One plain decode step of ``tokens [1, 1]`` at row ``seqlens``, committed on the device only (see
-        :meth:`note_committed`). Returns ``(logits [1, V], features or None)``."""
-        positions = self.cache.seqlens.view(1, 1).long()
+        """One plain decode step of ``tokens [B, 1]`` at row ``seqlens[b]`` of every slot, committed on the
+        device only (see :meth:`note_committed`). Returns ``(logits [B, V], features [B, 1, W] or None)``."""
+        B = self.batch_size
+        self._check_rows("tokens", tokens, (B, 1))
+        self._check_batch_room(1)
+        positions = self.cache.seqlens.view(B, 1).long()
         limit = kv_limit if self.ops.reads_kv_limit else None
         logits, feats = self._forward(tokens, positions, None, limit, last_only=False)
         self.cache.seqlens.add_(1)
         return logits[:, -1], feats
 
     def commit_rows(self, accept_index: torch.Tensor, accept_len: torch.Tensor) -> None:
-        """:meth:`commit` on the device only: the host mirror follows in :meth:`note_committed`."""
+        """:meth:`commit` of every slot on the device only: ``accept_index [B, C]`` (tree rows of root + accepted
+        path), ``accept_len [B]`` (accepted drafts); the host mirrors follow in :meth:`note_committed`."""
+        B = self.batch_size
+        self._check_rows("accept_index", accept_index, (B, accept_index.shape[-1]))
+        self._check_rows("accept_len", accept_len, (B,))
         self.cache.compact(self.ops, accept_index, accept_len, None)
 
-    def note_committed(self, n: int) -> None:
-        """Advance the host mirror of the length by ``n`` rows the device already committed."""
-        self.cache.host_len += int(n)
+    def note_committed(self, n) -> None:
+        """Advance the host mirrors of the lengths by rows the device already committed: ``n`` an int (batch 1)
+        or one host int per slot (a list, tuple or CPU tensor of ``batch_size`` values)."""
+        if isinstance(n, torch.Tensor):
+            n = n.tolist()
+        counts = [int(v) for v in n] if isinstance(n, (list, tuple)) else [int(n)]
+        if len(counts) != self.batch_size:
+            raise ValueError(f"note_committed needs one count per slot ({self.batch_size}), got {len(counts)}")
+        for b, k in enumerate(counts):
+            self._set_host_len(b, self._host_len(b) + k)
 
 
 def _as_list(x) -> list[int]:

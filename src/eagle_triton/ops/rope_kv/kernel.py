@@ -2,6 +2,9 @@
 
 Status: tested under ``TRITON_INTERPRET=1`` (fp32/fp16) and compiled for sm_90 with Triton 3.9; Triton 3.6 subset.
 
+Rows come grouped by sequence (row ``m`` belongs to sequence ``m // S``), so one launch serves ``B`` sequences
+of ``S`` rows each (a batched verify or decode step); a row's arithmetic never depends on ``B`` or ``S``.
+
 Per element, so batch-invariant by construction (the per-head norm reduces ``D`` values of one head in one
 ``tl.sum``). Roundings follow the eager PyTorch forward: the norm's ``(x * rstd).to(dtype) * w``, then
 ``(x * cos).to(dtype) + (rotate_half(x) * sin).to(dtype)`` with the cos/sin tables in the model dtype.
@@ -35,15 +38,17 @@ def _norm_rope(x_base, heads, h_mask, w_ptr, c, s, offs_d, d_mask, eps, HEAD_DIM
     return (a + b).to(dt)
 
 
-@triton.jit(do_not_specialize=["M"])
+@triton.jit(do_not_specialize=["M", "S"])
 def _rope_kv_kernel(
     qkv_ptr, q_ptr, k_ptr, v_ptr, seqlens_ptr, pos_ptr, cos_ptr, sin_ptr, qn_ptr, kn_ptr,
-    M, Lmax, stride_qkv, stride_qm, stride_qh, stride_kl, stride_kh, stride_vl, stride_vh, stride_cp, eps,
+    M, S, Lmax, stride_qkv, stride_qm, stride_qh, stride_kb, stride_kl, stride_kh, stride_vb, stride_vl, stride_vh,
+    stride_cp, eps,
     HQ: tl.constexpr, HKV: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_HQ: tl.constexpr, BLOCK_HKV: tl.constexpr,
     BLOCK_D: tl.constexpr, HAS_NORM: tl.constexpr,
 ):
-    """Grid ``(M,)``: program ``m`` rotates the q heads of row ``m`` into ``q``, and rotates its k heads and copies
-    its v heads into cache row ``seqlens[0] + m`` (dropped at or past ``Lmax``)."""
+    """Grid ``(M,)``: program ``m`` (row ``j = m % S`` of sequence ``b = m // S``) rotates the q heads of row ``m``
+    into ``q``, and rotates its k heads and copies its v heads into row ``seqlens[b] + j`` of sequence ``b``'s
+    cache (dropped at or past ``Lmax``)."""
     m = tl.program_id(0)
     offs_d = tl.arange(0, BLOCK_D)
     d_mask = offs_d < HEAD_DIM
@@ -60,13 +65,16 @@ def _rope_kv_kernel(
              mask=hq_mask[:, None] & d_mask[None, :])
 
     hk = tl.arange(0, BLOCK_HKV)
-    dst = tl.load(seqlens_ptr).to(tl.int64) + m
+    b = m // S
+    dst = tl.load(seqlens_ptr + b).to(tl.int64) + (m - b * S)
     dst_v = tl.zeros([BLOCK_HKV], tl.int64) + dst  # a vector mask: the interpreter rejects scalar broadcasts
     hk_mask = (hk < HKV) & (dst_v < Lmax) & (dst_v >= 0)
     w_mask = hk_mask[:, None] & d_mask[None, :]
     k = _norm_rope(row + HQ * HEAD_DIM, hk, hk < HKV, kn_ptr, c, s, offs_d, d_mask, eps, HEAD_DIM, HAS_NORM, dt)
-    tl.store(k_ptr + dst * stride_kl + hk[:, None] * stride_kh + offs_d[None, :], k.to(k_ptr.dtype.element_ty),
+    k_seq = k_ptr + b.to(tl.int64) * stride_kb
+    v_seq = v_ptr + b.to(tl.int64) * stride_vb
+    tl.store(k_seq + dst * stride_kl + hk[:, None] * stride_kh + offs_d[None, :], k.to(k_ptr.dtype.element_ty),
              mask=w_mask)
     v = tl.load(row + (HQ + HKV) * HEAD_DIM + hk[:, None] * HEAD_DIM + offs_d[None, :], mask=w_mask, other=0.0)
-    tl.store(v_ptr + dst * stride_vl + hk[:, None] * stride_vh + offs_d[None, :], v.to(v_ptr.dtype.element_ty),
+    tl.store(v_seq + dst * stride_vl + hk[:, None] * stride_vh + offs_d[None, :], v.to(v_ptr.dtype.element_ty),
              mask=w_mask)

@@ -1,4 +1,4 @@
-"""Launcher for the fused RoPE + KV-cache write of the target forward (batch 1)."""
+"""Launcher for the fused RoPE + KV-cache write of the target forward (``B`` sequences of ``S`` rows each)."""
 
 from __future__ import annotations
 
@@ -31,29 +31,32 @@ def target_rope_kv(
     validate: bool = True,
 ) -> torch.Tensor:
     """Split the fused q/k/v product rows, apply the optional per-head RMSNorm (Qwen3) and RoPE, write the rotated
-    k and the v of row ``j`` into cache row ``cache_seqlens[0] + j``, and return the rotated q.
+    k and the v of row ``j`` of sequence ``b`` into row ``cache_seqlens[b] + j`` of that sequence's cache, and
+    return the rotated q.
 
     Parameters
     ----------
-    qkv : Tensor ``[M, (Hq + 2 Hkv) D]`` (q heads, then k heads, then v heads), last dim contiguous.
-    k_cache, v_cache : Tensor ``[1, Lmax, Hkv, D]`` (one layer of the static cache), dtype of ``qkv``.
-    cache_seqlens : Tensor ``[1]`` int32/int64: where the new rows start. Rows past ``Lmax`` are dropped (the
-        caller checks capacity on the host).
-    positions : Tensor ``[M]`` int64/int32: rotary positions (``seqlens + j`` for a chunk, ``seqlens + depth``
-        for tree rows).
+    qkv : Tensor ``[M, (Hq + 2 Hkv) D]`` (q heads, then k heads, then v heads), last dim contiguous; ``M = B S``
+        rows grouped by sequence (row ``m`` is row ``m % S`` of sequence ``m // S``).
+    k_cache, v_cache : Tensor ``[B, Lmax, Hkv, D]`` (one layer of the static cache), dtype of ``qkv``.
+    cache_seqlens : Tensor ``[B]`` int32/int64: where each sequence's new rows start. Rows past ``Lmax`` are
+        dropped (the caller checks capacity on the host).
+    positions : Tensor ``[B, S]`` or ``[M]`` int64/int32, contiguous: rotary positions of the rows (``seqlens + j``
+        for a chunk, ``seqlens + depth`` for tree rows).
     cos, sin : Tensor ``[P, D]``, dtype of ``qkv``: the rotary tables (``rotate_half`` convention).
     num_heads, num_kv_heads : Hq, Hkv.
     q_norm, k_norm : Tensor ``[D]`` or None (both or neither): Qwen3's per-head RMSNorm, applied before RoPE.
     out : Tensor ``[M, Hq, D]`` for q, or None.
     """
     M = qkv.shape[0]
-    D = k_cache.shape[-1]
+    B, D = k_cache.shape[0], k_cache.shape[-1]
+    S = M // B if B else 0  # rows per sequence
     if validate:
         check_tensor("qkv", qkv, ndim=2, dtypes=_FLOATS, last_dim_contiguous=True)
         dev = qkv.device
         check_tensor("k_cache", k_cache, ndim=4, dtypes=(qkv.dtype,), device=dev, last_dim_contiguous=True)
-        if k_cache.shape[0] != 1 or k_cache.shape[2] != num_kv_heads:
-            raise ValueError(f"k_cache must be [1, Lmax, Hkv={num_kv_heads}, D], got {list(k_cache.shape)}")
+        if k_cache.shape[2] != num_kv_heads:
+            raise ValueError(f"k_cache must be [B, Lmax, Hkv={num_kv_heads}, D], got {list(k_cache.shape)}")
         check_tensor("v_cache", v_cache, shape=tuple(k_cache.shape), dtypes=(qkv.dtype,), device=dev,
                      last_dim_contiguous=True)
         if qkv.shape[1] != (num_heads + 2 * num_kv_heads) * D:
@@ -61,8 +64,13 @@ def target_rope_kv(
                              f"got {list(qkv.shape)}")
         if D % 2:
             raise ValueError(f"RoPE needs an even head_dim, got {D}")
-        check_tensor("cache_seqlens", cache_seqlens, shape=(1,), dtypes=_INTS, device=dev)
-        check_tensor("positions", positions, shape=(M,), dtypes=_INTS, device=dev)
+        check_tensor("cache_seqlens", cache_seqlens, shape=(B,), dtypes=_INTS, device=dev)
+        if B < 1 or M % B:
+            raise ValueError(f"qkv has {M} rows, not S rows for each of the B={B} sequences of k_cache")
+        check_tensor("positions", positions, shape=(M,) if positions.dim() == 1 else (B, M // B), dtypes=_INTS,
+                     device=dev)
+        if not positions.is_contiguous():
+            raise ValueError("positions must be contiguous (row m's position is read at offset m)")
         check_tensor("cos", cos, ndim=2, dtypes=(qkv.dtype,), device=dev, last_dim_contiguous=True)
         if cos.shape[1] != D:
             raise ValueError(f"cos must be [P, D={D}], got {list(cos.shape)}")
@@ -75,13 +83,13 @@ def target_rope_kv(
             check_tensor("q_norm", q_norm, shape=(D,), dtypes=(qkv.dtype,), device=dev)
             check_tensor("k_norm", k_norm, shape=(D,), dtypes=(qkv.dtype,), device=dev)
     q = out if out is not None else torch.empty(M, num_heads, D, device=qkv.device, dtype=qkv.dtype)
-    if M == 0:
+    if M == 0 or S == 0:
         return q
     _rope_kv_kernel[(M,)](
         qkv, q, k_cache, v_cache, cache_seqlens, positions, cos, sin,
         q_norm if q_norm is not None else cos, k_norm if k_norm is not None else cos,
-        M, k_cache.shape[1], qkv.stride(0), q.stride(0), q.stride(1), k_cache.stride(1), k_cache.stride(2),
-        v_cache.stride(1), v_cache.stride(2), cos.stride(0), float(eps),
+        M, S, k_cache.shape[1], qkv.stride(0), q.stride(0), q.stride(1), k_cache.stride(0), k_cache.stride(1),
+        k_cache.stride(2), v_cache.stride(0), v_cache.stride(1), v_cache.stride(2), cos.stride(0), float(eps),
         HQ=num_heads, HKV=num_kv_heads, HEAD_DIM=D, BLOCK_HQ=next_power_of_2(num_heads),
         BLOCK_HKV=next_power_of_2(num_kv_heads), BLOCK_D=max(2, next_power_of_2(D)),
         HAS_NORM=q_norm is not None, num_warps=4, enable_fp_fusion=False,

@@ -42,13 +42,17 @@ def target_rope_kv_ref(
     if q_norm is not None:
         q = target_rms_norm_ref(q, q_norm, eps)
         k = target_rms_norm_ref(k, k_norm, eps)
-    c = cos[positions.long()].unsqueeze(1)
-    s = sin[positions.long()].unsqueeze(1)
+    c = cos[positions.reshape(M).long()].unsqueeze(1)
+    s = sin[positions.reshape(M).long()].unsqueeze(1)
     q = q * c + _rotate_half(q) * s
     k = k * c + _rotate_half(k) * s
-    rows = cache_seqlens.to(qkv.device).long()[0] + torch.arange(M, device=qkv.device)
-    k_cache[0, rows] = k.to(k_cache.dtype)
-    v_cache[0, rows] = v.to(v_cache.dtype)
+    B, Lmax = k_cache.shape[0], k_cache.shape[1]
+    S = M // B  # rows per sequence: row m is row m % S of sequence m // S
+    seq = torch.arange(M, device=qkv.device) // S
+    rows = cache_seqlens.to(qkv.device).long()[seq] + torch.arange(M, device=qkv.device) % S
+    keep = (rows >= 0) & (rows < Lmax)  # rows past the capacity are dropped, as the kernel does
+    k_cache[seq[keep], rows[keep]] = k[keep].to(k_cache.dtype)
+    v_cache[seq[keep], rows[keep]] = v[keep].to(v_cache.dtype)
     if out is not None:
         return out.copy_(q)
     return q.contiguous()
