@@ -140,3 +140,26 @@ def test_fused_draft_copies_its_outputs_unless_asked_not_to():
 
 _TREE_FIELDS = ("draft_tokens", "retrieve_indices_padded", "tree_mask", "positions", "parents", "num_leaves",
                 "max_depth")
+
+
+@pytest.mark.parametrize("sampling", [False, True])
+def test_padded_rows_draft_the_same_trees(sampling):
+    """``draft_replayed`` (what the patch calls; on CUDA its launch is replayed from a graph): a prompt takes the
+    plain launch, then steps of 1 to depth + 2 rows go through padded static buffers with the count on the device;
+    every tree equals the plain launch's, and the draft KV's host length follows."""
+    head = random_eagle3_head(seed=5, lm_head_scale=6.0)
+    tc = TreeConfig(12, 2, 3)
+    fused, plain = TreeDrafter(head, tc, backend="triton"), TreeDrafter(head, tc, backend="triton")
+    g = torch.Generator().manual_seed(2)
+    ids = torch.randint(0, 256, (1, 7), generator=g)
+    feats = torch.randn(1, 6, head.feature_width, generator=g)
+    for step, rows in enumerate((6, 1, 4, 2)):  # the prompt, then steps; depth + 2 = 4 rows at most
+        if step:
+            ids = torch.cat([ids, torch.randint(0, 256, (1, rows), generator=g)], 1)
+            feats = torch.randn(1, rows, head.feature_width, generator=g)
+        got = fused._impl.draft_replayed(feats, ids, sampling=sampling, max_len=64, padded=True)
+        want = plain._impl.draft(feats, ids, sampling=sampling)
+        for name in _TREE_FIELDS:
+            assert torch.equal(getattr(got, name), getattr(want, name)), (step, name)
+        assert fused.kv_len == plain.kv_len == ids.shape[1] - 1
+    assert fused._impl._replay["feats"].shape[1] == tc.depth + 2  # the steps went through the padded buffers

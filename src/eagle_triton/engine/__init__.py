@@ -9,19 +9,23 @@ from .engine import EagleEngine
 from .hf_target import HFTarget
 from .kv_cache import StaticKVCache
 from .loading import ModelLoadError, load_head, load_target, load_tokenizer
-from .sampling import SamplingParams, probs_from_logits, process_logits, sample_from_probs
+from .sampling import DeviceRNG, SamplingParams, probs_from_logits, process_logits, sample_from_probs
 from .stats import GenerationStats
+from .step import PendingTokens, StepRunner
 from .target import LlamaTarget, TargetConfig, TargetModel, eagle3_tap_layers
 
 __all__ = [
     "AcceptResult",
+    "DeviceRNG",
     "EagleEngine",
     "GenerationStats",
     "HFTarget",
     "LlamaTarget",
     "ModelLoadError",
+    "PendingTokens",
     "SamplingParams",
     "StaticKVCache",
+    "StepRunner",
     "TargetConfig",
     "TargetModel",
     "accept_greedy",

@@ -999,3 +999,54 @@ class FusedDraftBackend:
         return DraftTree(draft_tokens=out.draft_tokens, tree_mask=out.tree_mask, positions=bufs.positions,
                          parents=bufs.parents, retrieve_indices_padded=retrieve, num_leaves=bufs.num_leaves,
                          max_depth=bufs.max_depth, sampling=sampling)
+
+    @torch.no_grad()
+    def draft_replayed(self, hidden_states: torch.Tensor, input_ids: torch.Tensor, sampling: bool = False,
+                       max_len: int = 2048, padded: bool | None = None) -> DraftTree:
+        """:meth:`draft` with ``copy_outputs=False``, for loops that draft a few rows at a time (SafeAILab's
+        ``topK_genrate``): up to ``depth + 2`` new rows go into static buffers, padded, with their count on the
+        device (:meth:`draft_rows`), and on CUDA the launch is replayed from a CUDA graph after two eager calls, so a
+        call costs the host no launch work (Triton binds ~70 arguments per launch). Longer inputs (a prompt) take
+        the plain launch. ``max_len``: the accepted rows to reserve room for (grows when exceeded; a reallocation
+        drops the graphs). ``padded``: use the padded rows (default: on CUDA). The tree is the drafter's own
+        buffers, valid until the next draft."""
+        if self._ref is not None:
+            return self._ref.draft(hidden_states, input_ids, sampling=sampling)
+        check_draft_inputs(self.head, hidden_states, input_ids, self._kv_len)
+        B, S = hidden_states.shape[:2]
+        C = self.cfg_tree.depth + 2
+        cuda = hidden_states.device.type == "cuda" and not _interpreting()
+        if B != 1 or S > C or self._cfg is None or not (cuda if padded is None else padded):
+            return self.draft(hidden_states, input_ids, sampling=sampling, copy_outputs=False)
+        L = self._kv_len
+        self.reserve(max(int(max_len), L + C), C)
+        st = getattr(self, "_replay", None)
+        if st is None or st["bufs"] is not self.bufs:
+            dev = hidden_states.device
+            st = self._replay = dict(bufs=self.bufs, graphs={}, runs={},
+                                     feats=torch.zeros(1, C, self.head.feature_width, dtype=hidden_states.dtype,
+                                                       device=dev),
+                                     ids=torch.zeros(1, C, dtype=torch.long, device=dev),
+                                     num=torch.zeros(1, dtype=torch.int32, device=dev))
+        st["feats"][:, :S].copy_(hidden_states)
+        st["ids"][:, :S].copy_(input_ids[:, 1 + L:])
+        st["num"].fill_(S)
+
+        def launch():
+            return self.draft_rows(st["feats"], st["ids"], st["num"], sampling=sampling)
+
+        entry = st["graphs"].get(sampling)
+        if entry is not None:
+            entry[0].replay()
+            tree = entry[1]
+        elif not cuda or st["runs"].get(sampling, 0) < 2:
+            st["runs"][sampling] = st["runs"].get(sampling, 0) + 1
+            tree = launch()
+        else:
+            graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(graph):
+                tree = launch()
+            st["graphs"][sampling] = (graph, tree)
+            graph.replay()
+        self._kv_len = L + S
+        return tree

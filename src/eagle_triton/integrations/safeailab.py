@@ -296,7 +296,7 @@ class EaLayerDrafter:
             input_ids = input_ids.to(hidden_states.device)
         impl = self.drafter._impl
         if isinstance(impl, FusedDraftBackend):  # SafeAILab is done with a tree before it drafts the next
-            tree = impl.draft(hidden_states, input_ids, sampling=sampling, copy_outputs=False)
+            tree = impl.draft_replayed(hidden_states, input_ids, sampling=sampling)
         else:
             tree = self.drafter.draft(hidden_states, input_ids, sampling=sampling)
         kv = self.drafter.stable_kv
