@@ -21,9 +21,10 @@ input RMSNorm, the q/k/v product, RoPE (+ Qwen3 q/k norm) fused with the KV-cach
 with the residual add, the post-attention RMSNorm, the gate/up product with SiLU·mul in its epilogue, the down
 product with the residual add; then the final RMSNorm and the lm_head product. Each RMSNorm is its own small kernel
 by default (``norm_mode="kernel"``); ``"partials"`` removes those launches (the kernels that write the residual
-stream also write per-tile partial sums of squares, which the normed products' prologue adds) but measured 2.4x
-slower at the Llama-3.1-8B shape on the H100 (decode 14.46 ms against 6.06,
-``bench/results/step_graph_2026-11-25/``). Every kernel reduces a row in an order that does not depend on how many
+stream also write per-tile partial sums of squares, which the normed products' prologue adds) but measured slower
+at the Llama-3.1-8B shape on the H100: decode 7.53 ms against 6.04 (14.46 before its partials were loaded as one
+block; ``bench/results/step_graph_2026-11-25/``): normalising in the products' loop costs them more than the two
+launches. Every kernel reduces a row in an order that does not depend on how many
 rows run with it, so a verify row, a decode row and a prefill row round alike (bf16
 speculation can equal plain decoding bit for bit once the attention is invariant too). Prefill runs through the
 same kernels in fixed-size chunks (``PREFILL_CHUNKS``), and no kernel is specialised on the row count, so no
@@ -187,9 +188,8 @@ class LlamaTarget(TargetModel):
     norm_mode: fused forward only, how the input/post-attention and final RMSNorms get each row's sum of squares
         (all batch-invariant; they round alike up to the order of that sum): ``"kernel"`` (default): a separate
         RMSNorm kernel before the product; ``"partials"``: from the partial sums written by the kernel that produced
-        the row, the normalisation in the q/k/v and gate/up products' prologue (two launches per layer fewer; it
-        measured 2.4x slower at the 8B shape while the prologue summed the 128 partials per row one dependent load
-        after the other, now one block load and one ``tl.sum``);
+        the row, the normalisation in the q/k/v and gate/up products' prologue (two launches per layer fewer, but
+        slower on the H100: 8B decode 7.53 against 6.04 ms, SmolLM2 1.21 against 1.03 ms);
         ``"prologue"``: every program of the product re-reads its row tile
         to sum the squares (measured slower than ``"kernel"`` on the H100: +7.6 / +12 us per q/k/v / gate-up
         product at 1 row, +21 / +72 us at 60 rows, ``bench/results/target_forward_2026-11-24/``).
