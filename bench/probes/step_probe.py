@@ -41,7 +41,6 @@ def main(argv=None) -> int:
 
     from eagle_triton import TreeConfig
     from eagle_triton.engine import EagleEngine, LlamaTarget
-    from eagle_triton.engine.sampling import SamplingParams
 
     bw = bt.copy_bandwidth()
     if args.shape == "8b":
@@ -53,7 +52,6 @@ def main(argv=None) -> int:
     ids = torch.randint(0, model.config.vocab_size, (64,), generator=torch.Generator().manual_seed(0)).tolist()
     res = {"shape": args.shape, "floor_ms": floor, "copy_bandwidth": bw, "versions": bench_engine.versions(),
            "command": " ".join(sys.argv), "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "runs": []}
-    greedy = SamplingParams()
     for mode in args.norm_modes.split(","):
         target = LlamaTarget.from_hf(model, norm_mode=mode)
         r = {"norm_mode": mode}
@@ -71,33 +69,23 @@ def main(argv=None) -> int:
                 r[name + "_generate_ms_per_step"] = 1e3 * st.step_s / st.steps
                 r[name + "_wall_ms_per_step"] = 1e3 * wall / st.steps
                 run = eng._runners[spec]
-                graphs = list(run._graphs.values())
-                if graphs:
-                    r[name + "_graph_replay_ms"] = bt.median_ms(graphs[0].replay)
-                    if args.profile:
-                        r[name + "_kernels"] = profile_kernels(graphs[0].replay)
-                if spec:  # the step without its draft: verify + accept + commit + next inputs on the last tree
-                    d = eng.drafter
+                graphs = {key[0][0]: entry[0] for key, entry in run._graphs.items()}
+                if spec:
+                    draft_g, rest_g = graphs["draft"], graphs["rest"]
 
-                    class Reuse:
-                        def __init__(self, inner):
-                            self.inner, self.tree = inner, None
+                    def step(d=draft_g, g=rest_g):
+                        d.replay()
+                        g.replay()
 
-                        def draft_rows(self, *a, **k):
-                            if self.tree is None:
-                                self.tree = self.inner.draft_rows(*a, **k)
-                            return self.tree
-
-                    reuse = Reuse(d)
-                    run.drafter = reuse
-                    reuse.draft_rows(run.feats, run.ids, run.num_new, sampling=False)
-                    g = torch.cuda.CUDAGraph()
-                    with torch.cuda.graph(g):
-                        run._speculative_body(greedy, run.feats, run.ids, run.num_new, None)
-                    r[name + "_graph_without_draft_ms"] = bt.median_ms(g.replay)
+                    r[name + "_graph_replay_ms"] = bt.median_ms(step)
+                    # the step without its draft: verify + accept + commit + next inputs on the last tree
+                    r[name + "_graph_without_draft_ms"] = bt.median_ms(rest_g.replay)
                     r[name + "_draft_in_step_ms"] = r[name + "_graph_replay_ms"] - r[name + "_graph_without_draft_ms"]
-                    run.drafter = d
-                    del g
+                else:
+                    step = graphs["plain"].replay
+                    r[name + "_graph_replay_ms"] = bt.median_ms(step)
+                if args.profile:
+                    r[name + "_kernels"] = profile_kernels(step)
             del eng
         print(json.dumps(r, indent=1), flush=True)
         res["runs"].append(r)

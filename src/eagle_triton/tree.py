@@ -11,7 +11,7 @@ any scores (NaN scores are treated as -inf first). The same rule picks each leve
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 
@@ -174,6 +174,16 @@ class DraftTree:
             raise ValueError("retrieve_indices is defined per sequence; use retrieve_indices_padded for a batch")
         r, c = int(self.num_leaves[0]), int(self.max_depth[0]) + 1
         return self.retrieve_indices_padded[0, :r, :c]
+
+    def in_sampling_order(self) -> DraftTree:
+        """This tree with its retrieve rows in lexicographic order (what sampling verification walks), no host
+        synchronisation; the tree itself when it is already in that order."""
+        if self.sampling:
+            return self
+        rows = self.retrieve_indices_padded
+        order = lexicographic_row_order(rows)
+        return replace(self, retrieve_indices_padded=rows.gather(1, order.unsqueeze(-1).expand_as(rows)),
+                       sampling=True)
 
     @classmethod
     def from_selection(

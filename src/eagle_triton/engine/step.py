@@ -9,10 +9,12 @@ for Python.
 
 *Device-paced* steps (a target with lengths on the device, :attr:`TargetModel.device_lengths`, and for speculation
 a drafter that drafts from device-counted rows, :attr:`TreeDrafter.drafts_rows`) contain no host
-synchronisation, and on CUDA each kind of step (speculative: draft -> verify forward -> accept -> KV compaction ->
-the next draft's inputs; plain: forward -> pick -> commit) is captured once in a CUDA graph and replayed. The
-first two steps of a kind run eagerly (the second one with exactly the captured shapes, so every Triton kernel is
-compiled before the capture; a capture executes nothing, so no state needs saving). Other combinations (the
+synchronisation, and on CUDA each step is replayed from CUDA graphs: a speculative step from two (the draft;
+then verify forward -> accept -> KV compaction -> the next draft's inputs, reading the tree from the drafter's
+buffers, so a generation's first step, whose draft ingests the prompt, replays it too), a plain step (forward ->
+pick -> commit) from one. The first two runs of each graph's work are eager (the second with exactly the captured
+shapes, so every Triton kernel is compiled before the capture; a capture executes nothing, so no state needs
+saving). Other combinations (the
 generic transformers target, the reference drafter) run *host-paced*: the step reads its accepted length inside,
 and nothing is queued ahead.
 """
@@ -95,23 +97,23 @@ class StepRunner:
         return (id(getattr(t, "cache", None)), id(bufs), t.feature_mode)
 
     def _run(self, kind, fn):
-        """Run ``fn`` (a device-paced step) eagerly for its first two calls of this ``kind``, then from a graph."""
+        """Run ``fn`` (device-paced work) eagerly for its first two calls of this ``kind``, then from a graph;
+        returns ``fn``'s result (the captured one when replaying: its tensors are the graph's static outputs)."""
         key = (kind, self._buffers_key())
         if not self.use_graphs:
-            fn()
-            return
-        graph = self._graphs.get(key)
-        if graph is None:
+            return fn()
+        entry = self._graphs.get(key)
+        if entry is None:
             runs = self._eager_runs.get(key, 0)
             if runs < 2:
                 self._eager_runs[key] = runs + 1
-                fn()
-                return
+                return fn()
             graph = torch.cuda.CUDAGraph()
             with torch.cuda.graph(graph):
-                fn()
-            self._graphs[key] = graph
-        graph.replay()
+                out = fn()
+            entry = self._graphs[key] = (graph, out)
+        entry[0].replay()
+        return entry[1]
 
     def reset_graphs(self) -> None:
         self._graphs.clear()
@@ -143,21 +145,28 @@ class StepRunner:
 
     def speculative_step(self, params: SamplingParams, kv_bound: int | None) -> PendingTokens:
         """Queue one speculative step (``kv_bound``: an upper bound on the cache rows it reads, for eager CPU
-        attention). Host-paced runners finish the step before returning."""
+        attention). Host-paced runners finish the step before returning.
+
+        Two graphs make a step: the draft, and the rest (verify forward, accept, KV compaction, the next draft's
+        inputs), which reads the tree from the drafter's own buffers. So a generation's first step, whose draft
+        ingests the prompt's rows (a shape of its own: one eager launch), replays the same rest graph."""
         if not self.device_paced:
             return self._host_paced_step(params)
         first, self._first = self._first, None
-        if first is not None:  # the prompt's rows: their own shapes, always eager
-            self._speculative_body(params, first[0], first[1], None, kv_bound)
+        bound = kv_bound if not self.use_graphs else None
+        if first is not None:
+            tree = self.drafter.draft_rows(first[0], first[1], None)
         else:
-            self._run(("spec", params), lambda: self._speculative_body(params, self.feats, self.ids, self.num_new,
-                                                                        kv_bound if not self.use_graphs else None))
+            tree = self._run(("draft",), lambda: self.drafter.draft_rows(self.feats, self.ids, self.num_new))
+        self._run(("rest", params), lambda: self._verify_accept(params, tree, bound))
         return self._pending()
 
-    def _speculative_body(self, params, feats, ids, num_new, kv_bound) -> None:
+    def _verify_accept(self, params, tree, kv_bound) -> None:
+        """Verify ``tree`` (leaf-ordered, as drafted), accept, commit, and leave the next draft's inputs and this
+        step's tokens in the static buffers."""
         t = self.target
-        sampling = not params.greedy
-        tree = self.drafter.draft_rows(feats, ids, num_new, sampling=sampling)
+        if not params.greedy:  # sampling verification walks the paths in lexicographic order
+            tree = tree.in_sampling_order()
         logits, tfeats = t.verify_rows(tree.draft_tokens, tree.positions, tree.tree_mask[:, 0] > 0.5, kv_bound)
         res = accept_tree(tree, logits, params, self.rng)
         t.commit_rows(res.accept_index, res.accept_len)
