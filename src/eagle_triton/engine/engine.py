@@ -9,9 +9,9 @@ One loop (reference/EAGLE_ALGORITHM.md section 3) composed from plain steps:
 4. ``accept_tree`` (greedy or lossless sampling) -> accepted path, accepted drafts and the bonus token.
 5. ``target.commit`` compacts the KV cache to root + accepted path; the features of those rows feed step 2.
 
-Each step reads back from the device once (the accepted tokens, for the stop check). ``speculative=False`` runs
-the same target and sampling code one token per step: the fair baseline, and the oracle of the equality tests.
-Batch size 1.
+Steps are queued ahead of the host (:mod:`.step`): step ``i + 1`` is queued before the host reads step ``i``'s
+tokens, its one device read, and on CUDA each step replays CUDA graphs. ``speculative=False`` runs the same target
+and sampling code one token per step: the fair baseline, and the oracle of the equality tests. Batch size 1.
 """
 
 from __future__ import annotations
@@ -239,14 +239,8 @@ class EagleEngine:
             speculative = self.speculative
         if speculative and self.drafter is None:
             raise ValueError("speculative decoding needs a draft head: this engine has none")
-        if eos_token_id == "default":
-            eos = set(self.target.eos_token_ids)
-        elif eos_token_id is None:
-            eos = set()
-        else:
-            eos = {int(eos_token_id)} if isinstance(eos_token_id, int) else {int(x) for x in eos_token_id}
-        t = self.target
-        dev = t.device
+        eos = self._stop_tokens(eos_token_id)
+        dev = self.target.device
         N = len(ids)
         budget = min(max_new_tokens, self.max_length - N)
         stats = GenerationStats(prompt_tokens=N, speculative=bool(speculative), device=str(dev),
@@ -257,30 +251,22 @@ class EagleEngine:
         if seed is None:
             seed = int(torch.randint(0, 2**62, (1,)).item())  # a CPU draw: no device read
         t0 = time.perf_counter()
-        run = self._runner(speculative)
         timer = PhaseTimer(dev)
         timer.start("prefill")
-        prompt_t = self._upload(ids)
-        logits, feats = t.prefill(prompt_t)
-        root = run.pick(logits, params, run.rng.manual_seed(int(seed)))
-        pending = run.begin(prompt_t, root, feats)
+        run, pending = self._prefill(ids, params, speculative, int(seed))
         timer.stop()
-        step = run.speculative_step if speculative else run.plain_step
+        step = self._speculative_step if speculative else self._plain_step
         most = self.tree_config.max_levels + 1 if speculative else 1  # tokens one step can emit
         out: list[int] = []
         reason = None
         emitted = 0  # tokens the steps produced, before the stop cuts
-        unread = 1  # queued results the host has not read (bounds the rows the queued steps touch)
         timer.start("steps")
         while True:
-            # queue the next step before reading this one, unless this one may exhaust the budget
-            ahead = None
-            if len(out) + (1 if not out else most) < budget and run.device_paced:
-                ahead = step(params, self._kv_bound(run, unread, most))
-                unread += 1
+            # queue the next step before reading this one (the first read is the prefill's token), unless this one
+            # may reach the budget: a queued step past a stop is dropped, its tokens never emitted
+            ahead = step(run, params) if run.device_paced and len(out) + (most if out else 1) < budget else None
             a, new = pending.result()
-            unread -= 1
-            if out:  # the root is not a step
+            if out:
                 stats.record_step(a if speculative else 0)
                 run.committed(a + 1)
                 emitted += len(new)
@@ -289,10 +275,8 @@ class EagleEngine:
             if on_tokens is not None and new:
                 on_tokens(list(new))
             if reason is not None or len(out) >= budget:
-                break  # a queued step is dropped: its tokens are never emitted
-            pending = ahead if ahead is not None else step(params, self._kv_bound(run, unread, most))
-            if ahead is None:
-                unread += 1
+                break
+            pending = ahead if ahead is not None else step(run, params)
         timer.stop()
         if reason is None:
             reason = "max_new_tokens" if budget == max_new_tokens else "max_length"
@@ -330,9 +314,33 @@ class EagleEngine:
             return host.to(self.target.device)
         return host.pin_memory().to(self.target.device, non_blocking=True)
 
-    def _kv_bound(self, run: StepRunner, unread: int, most: int) -> int:
-        """An upper bound on the cache rows the next queued step reads (exact shortcut of eager CPU attention)."""
-        return self.target.length + unread * most + self.tree_config.total_tokens + 1
+    def _prefill(self, ids: list[int], params: SamplingParams, speculative: bool, seed: int):
+        """Prefill the prompt and pick the first token: ``(runner, the pending first token)``."""
+        run = self._runner(speculative)
+        prompt_t = self._upload(ids)
+        logits, feats = self.target.prefill(prompt_t)
+        root = run.pick(logits, params, run.rng.manual_seed(seed))
+        return run, run.begin(prompt_t, root, feats)
+
+    def _speculative_step(self, run: StepRunner, params: SamplingParams):
+        """Queue one speculative step: draft, verify, accept, commit (see :class:`StepRunner`)."""
+        return run.speculative_step(params, self._kv_bound(self.tree_config.max_levels + 1))
+
+    def _plain_step(self, run: StepRunner, params: SamplingParams):
+        """Queue one plain decoding step."""
+        return run.plain_step(params, self._kv_bound(1))
+
+    def _kv_bound(self, most: int) -> int:
+        """An upper bound on the cache rows the next queued step reads (an exact shortcut of eager CPU attention):
+        the rows the host knows of, the two steps that may be queued unread, and one tree."""
+        return self.target.length + 2 * most + self.tree_config.total_tokens + 1
+
+    def _stop_tokens(self, eos_token_id) -> set[int]:
+        if eos_token_id == "default":
+            return set(self.target.eos_token_ids)
+        if eos_token_id is None:
+            return set()
+        return {int(eos_token_id)} if isinstance(eos_token_id, int) else {int(x) for x in eos_token_id}
 
     @staticmethod
     def _cut(new: list[int], eos: set[int], room: int) -> str | None:
