@@ -82,7 +82,6 @@ class StepRunner:
         self._slot = 0
         self._graphs: dict = {}
         self._eager_runs: dict = {}
-        self._owner = None
         if self.speculative and self.device_paced:
             drafter.reserve(max_rows, max(max_prompt, self.C))
         self.host_len = 0  # rows the host knows are committed (host-paced steps)
@@ -114,10 +113,6 @@ class StepRunner:
             entry = self._graphs[key] = (graph, out)
         entry[0].replay()
         return entry[1]
-
-    def reset_graphs(self) -> None:
-        self._graphs.clear()
-        self._eager_runs.clear()
 
     def _pending(self) -> PendingTokens:
         slot = self._slot

@@ -963,14 +963,6 @@ class FusedDraftBackend:
         self._max_len = max(self._max_len, _pow2(need))
         self._ensure(batch, _pow2(max(int(max_new_rows), 1)))
 
-    @property
-    def reserved(self) -> tuple[int, int]:
-        """``(accepted rows, new rows per draft)`` the buffers hold now (``(0, 0)`` before the first draft)."""
-        if self._cfg is None:
-            return 0, 0
-        tc = self.cfg_tree
-        return self._cfg.max_len - tc.depth * tc.top_k, self._cfg.max_new_rows
-
     @torch.no_grad()
     def draft_rows(self, features: torch.Tensor, new_ids: torch.Tensor, num_new: torch.Tensor | None = None,
                    sampling: bool = False) -> DraftTree:
