@@ -69,7 +69,7 @@ def main(argv=None) -> int:
                 r[name + "_generate_ms_per_step"] = 1e3 * st.step_s / st.steps
                 r[name + "_wall_ms_per_step"] = 1e3 * wall / st.steps
                 run = eng._runners[spec]
-                graphs = {key[0][0]: entry[0] for key, entry in run._graphs.items()}
+                graphs = {kind[0]: entry[0] for kind, entry in run._graphs.items()}
                 if spec:
                     draft_g, rest_g = graphs["draft"], graphs["rest"]
 

@@ -97,3 +97,35 @@ def test_device_rng_stream_is_counter_based():
     again = DeviceRNG("cpu", seed=7).uniform(19)
     assert torch.equal(torch.cat([u1.flatten(), u2]), again)  # draws continue one counter stream
     assert not torch.equal(DeviceRNG("cpu", seed=8).uniform(19), again)
+
+
+def test_graph_bookkeeping_captures_after_two_eager_runs_and_again_after_a_reallocation(monkeypatch, target):
+    """``StepRunner._run`` (CUDA-graph bookkeeping, with a stand-in graph on the CPU): two eager runs, a capture on
+    the third call, replays after it, and a fresh capture when a buffer it points into was reallocated."""
+    import contextlib
+
+    from eagle_triton.engine.step import StepRunner
+
+    log = []
+
+    class FakeGraph:
+        def replay(self):
+            log.append("replay")
+
+    monkeypatch.setattr(torch.cuda, "CUDAGraph", FakeGraph)
+    monkeypatch.setattr(torch.cuda, "graph", lambda g: contextlib.nullcontext())
+    eng = EagleEngine(target, max_length=64)
+    run = StepRunner(target, None, 3, 64, 96)
+    run.use_graphs = True
+
+    def work():
+        log.append("run")
+        return "out"
+
+    for _ in range(4):
+        assert run._run(("plain", 0), work) == "out"
+    assert log == ["run", "run", "run", "replay", "replay"]  # eager, eager, capture (+ replay), replay
+    log.clear()
+    target.setup(target.capacity + 64, None)  # a new cache: the graph points into freed memory
+    assert run._run(("plain", 0), work) == "out"
+    assert log == ["run"] and eng is not None  # eager again, then a new capture

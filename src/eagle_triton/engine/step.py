@@ -88,29 +88,31 @@ class StepRunner:
         self.seq = None  # host-paced speculation: every accepted token, on the device
 
     # -- graphs --------------------------------------------------------------------------------------------------
-    def _buffers_key(self):
-        """Identity of every buffer a captured graph points into (a reallocation invalidates the graphs)."""
-        t, d = self.target, self.drafter
-        impl = getattr(d, "_impl", None)
-        bufs = getattr(impl, "bufs", None)
-        return (id(getattr(t, "cache", None)), id(bufs), t.feature_mode)
+    def _buffers(self) -> tuple:
+        """Every buffer object a captured graph points into: the target's cache and the drafter's buffers (a
+        reallocation invalidates the graphs). Kept referenced with the graphs, so identity cannot be reused."""
+        impl = getattr(self.drafter, "_impl", None)
+        return getattr(self.target, "cache", None), getattr(impl, "bufs", None), self.target.feature_mode
 
     def _run(self, kind, fn):
         """Run ``fn`` (device-paced work) eagerly for its first two calls of this ``kind``, then from a graph;
         returns ``fn``'s result (the captured one when replaying: its tensors are the graph's static outputs)."""
-        key = (kind, self._buffers_key())
         if not self.use_graphs:
             return fn()
-        entry = self._graphs.get(key)
+        owners = self._buffers()
+        entry = self._graphs.get(kind)
+        if entry is not None and any(a is not b for a, b in zip(entry[2], owners, strict=True)):
+            entry = None  # buffers reallocated since the capture: capture again
+            self._eager_runs.pop(kind, None)
         if entry is None:
-            runs = self._eager_runs.get(key, 0)
+            runs = self._eager_runs.get(kind, 0)
             if runs < 2:
-                self._eager_runs[key] = runs + 1
+                self._eager_runs[kind] = runs + 1
                 return fn()
             graph = torch.cuda.CUDAGraph()
             with torch.cuda.graph(graph):
                 out = fn()
-            entry = self._graphs[key] = (graph, out)
+            entry = self._graphs[kind] = (graph, out, owners)
         entry[0].replay()
         return entry[1]
 
