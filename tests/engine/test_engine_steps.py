@@ -129,3 +129,10 @@ def test_graph_bookkeeping_captures_after_two_eager_runs_and_again_after_a_reall
     target.setup(target.capacity + 64, None)  # a new cache: the graph points into freed memory
     assert run._run(("plain", 0), work) == "out"
     assert log == ["run"] and eng is not None  # eager again, then a new capture
+
+
+def test_draft_rows_needs_a_back_end_that_drafts_rows():
+    drafter = TreeDrafter(_head(), TreeConfig(6, 2, 2), backend="torch")
+    assert not drafter.drafts_rows
+    with pytest.raises(ValueError, match="drafts from host-known lengths only"):
+        drafter.draft_rows(torch.zeros(1, 1, 192), torch.zeros(1, 1, dtype=torch.long))

@@ -103,6 +103,6 @@ class TreeDrafter:
         Lengths stay on the device: no host synchronisation (the engine's step graphs). Back ends with
         :attr:`drafts_rows` only."""
         if not self.drafts_rows:
-            raise NotImplementedError(f"the {self.backend!r} drafter back end drafts from host-known lengths only "
-                                      "(use draft())")
+            raise ValueError(f"the {self.backend!r} drafter back end drafts from host-known lengths only: use "
+                             "draft(), or a back end with drafts_rows (the fused 'triton' one, 'stub')")
         return self._impl.draft_rows(features, new_ids, num_new, sampling=sampling)
