@@ -10,13 +10,10 @@ import torch
 from engine_testlib import tiny_llama
 
 import eagle_triton.engine.target as target_mod
-from eagle_triton import ops
 from eagle_triton.engine import LlamaTarget
 from eagle_triton.tree import build_tree_buffers
 
 V = 97
-needs_invariant_attention = pytest.mark.skipif(
-    not hasattr(ops, "target_attention"), reason="needs the batch-invariant ops.target_attention")
 
 
 @pytest.fixture
@@ -108,14 +105,12 @@ def _bitwise(x, y, what):
     assert x.shape == y.shape and torch.equal(x, y), what
 
 
-@needs_invariant_attention
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16], ids=["fp32", "fp16"])
 def test_fused_batched_rows_equal_each_sequence_alone(dtype, small_chunks):
     _check_each_sequence(lambda m: LlamaTarget.from_hf(m, ops="triton"), _bitwise, dtype=dtype,
                          attention_bias=True, mlp_bias=True)
 
 
-@needs_invariant_attention
 def test_fused_batched_qwen3_and_slot_reset(small_chunks):
     """Qwen3 (q/k norm) in fp16; then slot 1 is reset and prefilled with a new prompt while slots 0 and 2 keep
     their rows, and a batched decode step still equals each sequence alone."""
@@ -211,7 +206,6 @@ def test_bad_batched_input_is_named():
 
 
 @pytest.mark.gpu
-@needs_invariant_attention
 def test_gpu_batched_prefill_graphs_per_slot_bf16():
     """On CUDA, full prefill chunks replay per-slot graphs: slot-by-slot prefills (and a batched verify and
     decode) equal the same steps without CUDA graphs, bit for bit."""

@@ -11,18 +11,13 @@ import torch
 from engine_testlib import OracleDrafter, tiny_llama
 
 import eagle_triton.engine.target as target_mod
-from eagle_triton import TreeConfig, ops
+from eagle_triton import TreeConfig
 from eagle_triton.drafter.tree import build_tree_buffers
 from eagle_triton.engine import EagleEngine, LlamaTarget
 
 V = 97
 FAMILIES = [("llama", {"attention_bias": True, "mlp_bias": True}), ("qwen2", {}), ("qwen3", {"head_dim": 24}),
             ("mistral", {"sliding_window": None, "tie_word_embeddings": True})]
-HAS_INVARIANT_ATTENTION = hasattr(ops, "target_attention")
-needs_invariant_attention = pytest.mark.skipif(
-    not HAS_INVARIANT_ATTENTION,
-    reason="needs the batch-invariant ops.target_attention (branch target-attention); ops.tree_attention splits "
-           "the keys by row count, so verify and decode rows may round differently")
 
 
 @pytest.fixture
@@ -98,7 +93,6 @@ def test_fused_forward_needs_triton_ops():
         LlamaTarget.from_hf(_model(), ops="torch", fused_forward=True)
 
 
-@needs_invariant_attention
 @pytest.mark.parametrize("model,extra", [FAMILIES[0], FAMILIES[2]], ids=["llama", "qwen3"])
 def test_verify_rows_equal_decode_rows_bitwise(model, extra, small_chunks):
     """fp16: each verified node's logits and features equal bit for bit those of decoding its path token by token
@@ -129,7 +123,6 @@ def test_verify_rows_equal_decode_rows_bitwise(model, extra, small_chunks):
     assert torch.equal(ld, lv[:, 4]) and torch.equal(fd[:, 0], fv[:, 4]), (model, "after commit")
 
 
-@needs_invariant_attention
 def test_greedy_speculative_equals_plain_fp16(small_chunks):
     """fp16 under the interpreter: an oracle drafter makes long accepted chunks (deep verify rows); the output
     must equal plain greedy decoding token for token."""
@@ -199,7 +192,7 @@ def test_no_new_specialisation_for_new_prompt_lengths(norm_mode, small_chunks, l
         t.reset()
         t.prefill(torch.randint(0, V, (1, n)))
         t.decode(torch.randint(0, V, (1, 1)))
-    checked = [k for k in launch_keys if k in OWN_KERNELS or HAS_INVARIANT_ATTENTION]
+    checked = list(launch_keys)
     new = {k: launch_keys[k] - warm.get(k, set()) for k in checked}
     assert not any(new.values()), f"new specialisations after warm-up: {new}"
 
@@ -210,7 +203,7 @@ def _gpu_model(model="llama", **extra):
     return m.to("cuda", torch.bfloat16)
 
 
-def _jit_kernels(own_only: bool):
+def _jit_kernels():
     """Every Triton kernel of :mod:`eagle_triton.ops` that the fused forward may launch."""
     import sys
 
@@ -220,7 +213,7 @@ def _jit_kernels(own_only: bool):
     for name, mod in list(sys.modules.items()):
         if name.startswith("eagle_triton.ops.") and name.endswith(".kernel"):
             for attr, obj in vars(mod).items():
-                if isinstance(obj, JITFunction) and (not own_only or attr in OWN_KERNELS):
+                if isinstance(obj, JITFunction):
                     found[f"{name}.{attr}"] = obj
     return found
 
@@ -251,7 +244,6 @@ def test_gpu_fused_forward_matches_torch_forward_bf16(model, extra):
 
 
 @pytest.mark.gpu
-@needs_invariant_attention
 @pytest.mark.parametrize("model,extra", FAMILIES[:3], ids=[f[0] for f in FAMILIES[:3]])
 def test_gpu_verify_rows_equal_decode_rows_bitwise_bf16(model, extra):
     from eagle_triton.drafter.tree import build_tree_buffers as btb
@@ -293,7 +285,6 @@ def test_gpu_verify_rows_equal_decode_rows_bitwise_bf16(model, extra):
 
 
 @pytest.mark.gpu
-@needs_invariant_attention
 def test_gpu_greedy_speculative_equals_plain_bf16():
     m = _gpu_model("qwen2")
     t = LlamaTarget.from_hf(m, ops="triton")
@@ -317,7 +308,7 @@ def test_gpu_no_compilation_for_new_prompt_lengths(norm_mode):
     t.prefill(torch.randint(0, 512, (1, 70)).cuda())  # a full chunk and a partial one
     t.decode(torch.randint(0, 512, (1, 1)).cuda())
     t.verify(torch.randint(0, 512, (1, 6)).cuda(), depths.cuda(), mask.cuda())
-    kernels = _jit_kernels(own_only=not HAS_INVARIANT_ATTENTION)
+    kernels = _jit_kernels()
     before = _compiled_count(kernels)
     assert sum(before.values()) > 0
     for n in (1, 3, 17, 64, 65, 128, 200, 333, 900):

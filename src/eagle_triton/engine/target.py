@@ -495,7 +495,7 @@ class LlamaTarget(TargetModel):
         from ..ops.rope_kv import target_rope_kv
         from ..ops.target_linear import target_embedding, target_linear, target_rms_norm
 
-        attention = getattr(tops, "target_attention", None) or tops.tree_attention
+        attention = tops.target_attention
         c, cfg = self.config, self._linear_configs
         k_all, v_all, seqlens = self._kv(slot)
         B, S = tokens.shape

@@ -21,7 +21,7 @@ from ..heads.base import DraftHead
 from ..ops._utils import cdiv
 from ..ops._utils import is_interpreter as _interpreting
 from ..ops._utils import next_power_of_2 as _pow2
-from ..tree import DraftTree, lexicographic_row_order
+from ..tree import DraftTree
 
 __all__ = [
     "DrafterConfig",
@@ -867,6 +867,7 @@ class FusedDraftBackend:
         self.bufs = None
         self.weights = None
         self._kv_len = 0
+        self._replay: dict | None = None  # draft_replayed's static rows and graphs
 
     # -- state ------------------------------------------------------------------------------------------------
     def reset(self) -> None:
@@ -933,17 +934,13 @@ class FusedDraftBackend:
         self._kv_len += S
         bufs = self.bufs
         keep = (lambda t: t.clone()) if copy_outputs else (lambda t: t)
-        retrieve = bufs.retrieve
-        if sampling:  # gather makes a new tensor: no copy of the leaf-ordered rows first
-            order = lexicographic_row_order(retrieve)
-            retrieve = retrieve.gather(1, order.unsqueeze(-1).expand_as(retrieve))
-        else:
-            retrieve = keep(retrieve)
-        return DraftTree(
+        # sampling reorders the rows into a new tensor: no copy of the leaf-ordered rows first
+        tree = DraftTree(
             draft_tokens=keep(bufs.draft_tokens), tree_mask=keep(bufs.tree_mask), positions=keep(bufs.positions),
-            parents=keep(bufs.parents), retrieve_indices_padded=retrieve,
-            num_leaves=keep(bufs.num_leaves), max_depth=keep(bufs.max_depth), sampling=sampling,
+            parents=keep(bufs.parents), retrieve_indices_padded=bufs.retrieve if sampling else keep(bufs.retrieve),
+            num_leaves=keep(bufs.num_leaves), max_depth=keep(bufs.max_depth),
         )
+        return tree.in_sampling_order() if sampling else tree
 
     # -- device-paced drafting (the engine's step graphs) -------------------------------------------------------
     def reserve(self, max_len: int, max_new_rows: int, batch: int = 1) -> None:
@@ -984,13 +981,10 @@ class FusedDraftBackend:
         self._kv_len = -1  # unknown on the host from here on (reset() restores it)
         out = launch_drafter(cfg, DraftInputs(features, new_ids, num_new), self.weights, self.bufs, fallback=False)
         bufs = self.bufs
-        retrieve = out.retrieve_indices
-        if sampling:
-            order = lexicographic_row_order(retrieve)
-            retrieve = retrieve.gather(1, order.unsqueeze(-1).expand_as(retrieve))
-        return DraftTree(draft_tokens=out.draft_tokens, tree_mask=out.tree_mask, positions=bufs.positions,
-                         parents=bufs.parents, retrieve_indices_padded=retrieve, num_leaves=bufs.num_leaves,
-                         max_depth=bufs.max_depth, sampling=sampling)
+        tree = DraftTree(draft_tokens=out.draft_tokens, tree_mask=out.tree_mask, positions=bufs.positions,
+                         parents=bufs.parents, retrieve_indices_padded=out.retrieve_indices,
+                         num_leaves=bufs.num_leaves, max_depth=bufs.max_depth)
+        return tree.in_sampling_order() if sampling else tree
 
     @torch.no_grad()
     def draft_replayed(self, hidden_states: torch.Tensor, input_ids: torch.Tensor, sampling: bool = False,
@@ -1012,7 +1006,7 @@ class FusedDraftBackend:
             return self.draft(hidden_states, input_ids, sampling=sampling, copy_outputs=False)
         L = self._kv_len
         self.reserve(max(int(max_len), L + C), C)
-        st = getattr(self, "_replay", None)
+        st = self._replay
         if st is None or st["bufs"] is not self.bufs:
             dev = hidden_states.device
             st = self._replay = dict(bufs=self.bufs, graphs={}, runs={},
