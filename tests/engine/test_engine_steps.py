@@ -115,7 +115,7 @@ def test_graph_bookkeeping_captures_after_two_eager_runs_and_again_after_a_reall
     monkeypatch.setattr(torch.cuda, "CUDAGraph", FakeGraph)
     monkeypatch.setattr(torch.cuda, "graph", lambda g: contextlib.nullcontext())
     eng = EagleEngine(target, max_length=64)
-    run = StepRunner(target, None, 3, 64, 96)
+    run = StepRunner(target, None, 3)
     run.use_graphs = True
 
     def work():

@@ -298,12 +298,11 @@ class EagleEngine:
         key = bool(speculative)
         run = self._runners.get(key)
         if run is None:
-            run = StepRunner(t, self.drafter if speculative else None, self.tree_config.max_levels + 1,
-                             self.max_length, self._capacity)
+            run = StepRunner(t, self.drafter if speculative else None, self.tree_config.max_levels + 1)
             self._runners[key] = run
         if speculative:
             self.drafter.reset()
-            if run.device_paced:
+            if run.device_paced:  # room for the prompt's rows (the first draft) and every accepted row
                 self.drafter.reserve(self._capacity, max(self.max_length, run.C))
         return run
 

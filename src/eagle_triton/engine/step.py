@@ -56,11 +56,9 @@ class StepRunner:
     target: the engine's :class:`~eagle_triton.engine.target.TargetModel`.
     drafter: a :class:`~eagle_triton.TreeDrafter` (or compatible) for speculation, else ``None``.
     max_path: the longest accepted path in nodes (tree depth + 2: root, drafts and bonus).
-    max_prompt: the longest prompt (the first draft ingests its rows).
-    max_rows: the most rows the target's cache will hold (the drafter reserves as many).
     """
 
-    def __init__(self, target, drafter, max_path: int, max_prompt: int, max_rows: int):
+    def __init__(self, target, drafter, max_path: int):
         self.target, self.drafter = target, drafter
         dev = target.device
         self.device = dev
@@ -82,8 +80,6 @@ class StepRunner:
         self._slot = 0
         self._graphs: dict = {}
         self._eager_runs: dict = {}
-        if self.speculative and self.device_paced:
-            drafter.reserve(max_rows, max(max_prompt, self.C))
         self.host_len = 0  # rows the host knows are committed (host-paced steps)
         self.seq = None  # host-paced speculation: every accepted token, on the device
 
