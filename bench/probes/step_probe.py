@@ -34,6 +34,9 @@ def main(argv=None) -> int:
     p.add_argument("--new-tokens", type=int, default=96)
     p.add_argument("--shape", choices=["8b", "smollm2"], default="8b")
     p.add_argument("--profile", action="store_true")
+    p.add_argument("--attn-split-blocks", default="",
+                   help="comma list: also time the target attention with these key blocks per split (probe only: "
+                        "patches the module's GPU config; the library default is unchanged)")
     args = p.parse_args(argv)
     import bench_engine
     import bench_fused_drafter as bfd
@@ -52,9 +55,16 @@ def main(argv=None) -> int:
     ids = torch.randint(0, model.config.vocab_size, (64,), generator=torch.Generator().manual_seed(0)).tolist()
     res = {"shape": args.shape, "floor_ms": floor, "copy_bandwidth": bw, "versions": bench_engine.versions(),
            "command": " ".join(sys.argv), "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "runs": []}
-    for mode in args.norm_modes.split(","):
+    import dataclasses
+
+    from eagle_triton.ops.target_attention import op as attn_op
+
+    default_attn = attn_op.GPU_CONFIG
+    splits = [int(v) for v in args.attn_split_blocks.split(",") if v] or [default_attn.split_blocks]
+    for sb, mode in [(sb, mode) for sb in splits for mode in args.norm_modes.split(",")]:
+        attn_op.GPU_CONFIG = dataclasses.replace(default_attn, split_blocks=sb)
         target = LlamaTarget.from_hf(model, norm_mode=mode)
-        r = {"norm_mode": mode}
+        r = {"norm_mode": mode, "attn_split_blocks": sb}
         r.update(bt.time_steps(target, 64, 60, 8))
         for tree in args.trees.split(","):
             tc = TreeConfig(*map(int, tree.split("/")))
@@ -91,6 +101,7 @@ def main(argv=None) -> int:
         res["runs"].append(r)
         del target
         torch.cuda.empty_cache()
+    attn_op.GPU_CONFIG = default_attn
     Path(args.out).write_text(json.dumps(res, indent=1))
     return 0
 

@@ -106,6 +106,21 @@ def test_bad_inputs_are_named(device):
         target_linear(x, w, norm_weight=torch.randn(7, device=device))
 
 
+@pytest.mark.parametrize("flags", ["plain", "all"])
+@pytest.mark.parametrize("K", [16, 33, 48, 70])  # one chunk, a partial second, exactly three, more than the prefetch
+def test_weight_prefetch_changes_no_bit(K, flags, device):
+    """``prefetch`` (weight chunks loaded before waiting on the previous kernel) reduces the same chunks in the same
+    order: the result is bit-identical to the plain loop, with and without the norm and SiLU·mul."""
+    dtype = torch.float32 if device == "cpu" else torch.bfloat16
+    x, w, kw = _inputs(5, 21, K, dtype, device, seed=K, **FLAGS[flags])
+    base = target_linear(x, w, config=SMALL, **kw)
+    for pre in (1, 2):
+        cfg = LinearConfig(block_m=16, block_n=16, block_k=16, num_warps=4, num_stages=1, prefetch=pre)
+        assert torch.equal(target_linear(x, w, config=cfg, **kw), base), pre
+    with pytest.raises(ValueError, match="prefetch"):
+        LinearConfig(prefetch=3)
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize("N,K", [(1536, 2048), (4096, 4096), (300, 576)])
 def test_gpu_linear_default_config_invariant_at_real_shapes(N, K):

@@ -19,6 +19,8 @@ __all__ = [
     "is_capturing",
     "check_tensor",
     "dtype_of",
+    "pdl_enabled",
+    "pdl_kwargs",
 ]
 
 
@@ -52,6 +54,35 @@ def num_sms(device: torch.device | str | None = None) -> int:
     if device is None or device.type != "cuda":
         return 8
     return _num_sms(device.index if device.index is not None else torch.cuda.current_device())
+
+
+@functools.cache
+def _pdl_device(index: int) -> bool:
+    import triton.language as tl
+
+    return (torch.cuda.get_device_capability(index)[0] >= 9 and hasattr(tl.extra, "cuda")
+            and hasattr(tl.extra.cuda, "gdc_wait"))
+
+
+def pdl_enabled(device: torch.device | str | None) -> bool:
+    """Whether launches on ``device`` use programmatic dependent launch (Hopper and later, not the interpreter).
+
+    A kernel launched so may start while the previous kernel in the stream finishes: it loads what does not depend
+    on that kernel (weights), then waits for it (``gdc_wait``) before touching its outputs. That hides the launch
+    gap and the first loads' latency, which is most of a small kernel's time. ``EAGLE_TRITON_PDL=0`` turns it off
+    (the results are the same bits either way)."""
+    device = torch.device(device) if device is not None else None
+    if device is None or device.type != "cuda" or is_interpreter():
+        return False
+    if os.environ.get("EAGLE_TRITON_PDL", "1") in ("0", ""):
+        return False
+    return _pdl_device(device.index if device.index is not None else torch.cuda.current_device())
+
+
+def pdl_kwargs(device: torch.device | str | None) -> dict:
+    """Launch keywords of a kernel with a ``PDL`` constexpr: ``PDL=True`` and ``launch_pdl=True`` where
+    :func:`pdl_enabled`, else none (the kernel's default, ``PDL=False``)."""
+    return {"PDL": True, "launch_pdl": True} if pdl_enabled(device) else {}
 
 
 def is_capturing(device: torch.device | None = None) -> bool:

@@ -44,7 +44,7 @@ def _rope_kv_kernel(
     M, S, Lmax, stride_qkv, stride_qm, stride_qh, stride_kb, stride_kl, stride_kh, stride_vb, stride_vl, stride_vh,
     stride_cp, eps,
     HQ: tl.constexpr, HKV: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_HQ: tl.constexpr, BLOCK_HKV: tl.constexpr,
-    BLOCK_D: tl.constexpr, HAS_NORM: tl.constexpr,
+    BLOCK_D: tl.constexpr, HAS_NORM: tl.constexpr, PDL: tl.constexpr = False,
 ):
     """Grid ``(M,)``: program ``m`` (row ``j = m % S`` of sequence ``b = m // S``) rotates the q heads of row ``m``
     into ``q``, and rotates its k heads and copies its v heads into row ``seqlens[b] + j`` of sequence ``b``'s
@@ -53,6 +53,9 @@ def _rope_kv_kernel(
     offs_d = tl.arange(0, BLOCK_D)
     d_mask = offs_d < HEAD_DIM
     dt = q_ptr.dtype.element_ty
+    if PDL:  # programmatic dependent launch: wait for the q/k/v product (and everything before it)
+        tl.extra.cuda.gdc_wait()
+        tl.extra.cuda.gdc_launch_dependents()
     pos = tl.load(pos_ptr + m).to(tl.int64)
     c = tl.load(cos_ptr + pos * stride_cp + offs_d, mask=d_mask, other=0.0).to(tl.float32)
     s = tl.load(sin_ptr + pos * stride_cp + offs_d, mask=d_mask, other=0.0).to(tl.float32)

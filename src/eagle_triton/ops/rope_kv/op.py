@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from .._utils import check_tensor, next_power_of_2
+from .._utils import check_tensor, next_power_of_2, pdl_kwargs
 from .kernel import _rope_kv_kernel
 
 __all__ = ["target_rope_kv", "AOT_SPECS"]
@@ -92,7 +92,7 @@ def target_rope_kv(
         k_cache.stride(2), v_cache.stride(0), v_cache.stride(1), v_cache.stride(2), cos.stride(0), float(eps),
         HQ=num_heads, HKV=num_kv_heads, HEAD_DIM=D, BLOCK_HQ=next_power_of_2(num_heads),
         BLOCK_HKV=next_power_of_2(num_kv_heads), BLOCK_D=max(2, next_power_of_2(D)),
-        HAS_NORM=q_norm is not None, num_warps=4, enable_fp_fusion=False,
+        HAS_NORM=q_norm is not None, num_warps=4, enable_fp_fusion=False, **pdl_kwargs(qkv.device),
     )
     return q
 
@@ -105,10 +105,12 @@ def _aot_specs():
         sig.update({p: f"*{dt}" for p in ("qkv_ptr", "q_ptr", "k_ptr", "v_ptr", "cos_ptr", "sin_ptr", "qn_ptr",
                                           "kn_ptr")})
         sig.update({"seqlens_ptr": "*i32", "pos_ptr": "*i64", "eps": "fp32"})
-        const = dict(HQ=32, HKV=8, HEAD_DIM=128, BLOCK_HQ=32, BLOCK_HKV=8, BLOCK_D=128, HAS_NORM=norm)
+        const = dict(HQ=32, HKV=8, HEAD_DIM=128, BLOCK_HQ=32, BLOCK_HKV=8, BLOCK_D=128, HAS_NORM=norm,
+                     PDL=dt == "bf16")
         sig.update({k: "constexpr" for k in const})
         div = [n for n in _rope_kv_kernel.arg_names if n.startswith("stride_") or n == "Lmax"]
-        specs.append((_rope_kv_kernel, sig, const, {"num_warps": 4, "enable_fp_fusion": False, "div16": div}))
+        specs.append((_rope_kv_kernel, sig, const, {"num_warps": 4, "enable_fp_fusion": False, "div16": div,
+                                                    "launch_pdl": const["PDL"]}))
     return specs
 
 

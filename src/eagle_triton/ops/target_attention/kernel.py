@@ -74,7 +74,7 @@ def _shared_kernel(
     S, Hq, Lmax, NSPLIT, qk_scale,
     HEAD_DIM: tl.constexpr, GROUP: tl.constexpr, CAUSAL: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, SPLIT_BLOCKS: tl.constexpr,
-    PRECISION: tl.constexpr,
+    PRECISION: tl.constexpr, PDL: tl.constexpr = False,
 ):
     """Splits over key blocks shared by a tile of tokens; grid ``(cdiv(S, BLOCK_M // GROUP), B * Hkv, Z)``.
 
@@ -82,6 +82,9 @@ def _shared_kernel(
     change its arithmetic).
     """
     TPT: tl.constexpr = BLOCK_M // GROUP
+    if PDL:  # programmatic dependent launch: wait for the kernels that wrote q and the cache
+        tl.extra.cuda.gdc_wait()
+        tl.extra.cuda.gdc_launch_dependents()
     pid_t = tl.program_id(0)
     pid_bh = tl.program_id(1)
     n_kv = Hq // GROUP
@@ -141,7 +144,7 @@ def _tree_kernel(
     S, Hq, Lmax, NSPLIT, qk_scale,
     HEAD_DIM: tl.constexpr, GROUP: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_S: tl.constexpr,
-    SPLIT_BLOCKS: tl.constexpr, PRECISION: tl.constexpr,
+    SPLIT_BLOCKS: tl.constexpr, PRECISION: tl.constexpr, PDL: tl.constexpr = False,
 ):
     """Blocks from ``L // BLOCK_N`` to the row's own position, one token per program; grid ``(S, B * Hkv)``.
 
@@ -149,6 +152,9 @@ def _tree_kernel(
     index of the ``d``-th true column of ``tree_mask[b, i]``.
     """
     i = tl.program_id(0)
+    if PDL:  # programmatic dependent launch: wait for the kernels that wrote q and the cache
+        tl.extra.cuda.gdc_wait()
+        tl.extra.cuda.gdc_launch_dependents()
     pid_bh = tl.program_id(1)
     n_kv = Hq // GROUP
     b = pid_bh // n_kv
@@ -213,7 +219,7 @@ def _combine_kernel(
     stride_ob, stride_ot, stride_oh,
     S, Hq, Lmax, NSPLIT, qk_scale,
     HEAD_DIM: tl.constexpr, CAUSAL: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_D: tl.constexpr,
-    BLOCK_S: tl.constexpr, BLOCK_C: tl.constexpr, SPLIT: tl.constexpr,
+    BLOCK_S: tl.constexpr, BLOCK_C: tl.constexpr, SPLIT: tl.constexpr, PDL: tl.constexpr = False,
 ):
     """Merge a row's split states in split order; grid ``(B * S, cdiv(Hq, BLOCK_H))``.
 
@@ -222,6 +228,9 @@ def _combine_kernel(
     exactly 0), so the same partials always give the same bits, whatever the cache capacity or the row count.
     """
     bi = tl.program_id(0)
+    if PDL:  # programmatic dependent launch: wait for the split states
+        tl.extra.cuda.gdc_wait()
+        tl.extra.cuda.gdc_launch_dependents()
     i = bi % S
     b = bi // S
     offs_h = tl.program_id(1) * BLOCK_H + tl.arange(0, BLOCK_H)

@@ -14,7 +14,16 @@ from dataclasses import dataclass
 
 import torch
 
-from .._utils import cdiv, check_attention_cache, check_tensor, is_capturing, is_interpreter, next_power_of_2, num_sms
+from .._utils import (
+    cdiv,
+    check_attention_cache,
+    check_tensor,
+    is_capturing,
+    is_interpreter,
+    next_power_of_2,
+    num_sms,
+    pdl_kwargs,
+)
 from .kernel import LOG2E, _combine_kernel, _shared_kernel, _tree_kernel
 
 __all__ = ["target_attention", "TargetAttentionConfig", "target_attention_config", "AOT_SPECS"]
@@ -143,7 +152,8 @@ def target_attention(
     acc_part = torch.empty(B * S * Hq * nsplit * block_d, device=dev, dtype=torch.float32)
     ml_part = torch.empty(B * S * Hq * nsplit * 2, device=dev, dtype=torch.float32)
     causal = tree_mask is None
-    opts = dict(num_warps=cfg.num_warps, num_stages=cfg.num_stages, enable_fp_fusion=False)
+    pdl = pdl_kwargs(dev)
+    opts = dict(num_warps=cfg.num_warps, num_stages=cfg.num_stages, enable_fp_fusion=False, **pdl)
     common = dict(HEAD_DIM=D, GROUP=G, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, BLOCK_D=block_d,
                   SPLIT_BLOCKS=cfg.split_blocks, PRECISION=_precision(q.dtype))
 
@@ -177,7 +187,7 @@ def target_attention(
         S, Hq, Lmax, nsplit, qk_scale,
         HEAD_DIM=D, CAUSAL=causal, BLOCK_H=block_h, BLOCK_D=block_d, BLOCK_S=block_s, BLOCK_C=cfg.combine_chunk,
         SPLIT=cfg.split,
-        num_warps=1 if block_d <= 64 else 2, enable_fp_fusion=False,
+        num_warps=1 if block_d <= 64 else 2, enable_fp_fusion=False, **pdl,
     )
     return out
 
@@ -197,9 +207,11 @@ def _aot_specs():
     for dt in ("bf16", "fp16", "fp32"):
         cfg = GPU_FP32_CONFIG if dt == "fp32" else GPU_CONFIG
         prec = "ieee" if dt == "fp32" else "tf32"
-        opts = {"num_warps": cfg.num_warps, "num_stages": cfg.num_stages, "enable_fp_fusion": False}
+        pdl = dt == "bf16"  # the launch the GPU runs (programmatic dependent launch on sm_90)
+        opts = {"num_warps": cfg.num_warps, "num_stages": cfg.num_stages, "enable_fp_fusion": False,
+                "launch_pdl": pdl}
         common = dict(HEAD_DIM=128, GROUP=4, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, BLOCK_D=128,
-                      SPLIT_BLOCKS=cfg.split_blocks, PRECISION=prec)
+                      SPLIT_BLOCKS=cfg.split_blocks, PRECISION=prec, PDL=pdl)
         ptrs = {"q_ptr": f"*{dt}", "k_ptr": f"*{dt}", "v_ptr": f"*{dt}", "seqlens_ptr": "*i32",
                 "acc_ptr": "*fp32", "ml_ptr": "*fp32", "qk_scale": "fp32"}
         for causal in ((True, False) if dt == "bf16" else (False,)):
@@ -219,10 +231,11 @@ def _aot_specs():
             sig.update({"seqlens_ptr": "*i32", "mask_ptr": "*u8", "acc_ptr": "*fp32", "ml_ptr": "*fp32",
                         "o_ptr": f"*{dt}", "qk_scale": "fp32"})
             const = dict(HEAD_DIM=128, CAUSAL=causal, BLOCK_H=1, BLOCK_D=128, BLOCK_S=64, BLOCK_C=cfg.combine_chunk,
-                         SPLIT=cfg.split)
+                         SPLIT=cfg.split, PDL=pdl)
             sig.update({k: "constexpr" for k in const})
             specs.append((_combine_kernel, sig, const,
-                          {"num_warps": 2, "enable_fp_fusion": False, "div16": _div16(_combine_kernel)}))
+                          {"num_warps": 2, "enable_fp_fusion": False, "launch_pdl": pdl,
+                           "div16": _div16(_combine_kernel)}))
     return specs
 
 

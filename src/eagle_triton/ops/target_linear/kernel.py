@@ -69,6 +69,22 @@ def _partials_rstd(ss_ptr, offs_m, m_mask, stride_sm, K, eps, BM: tl.constexpr, 
     return 1.0 / tl.sqrt(tl.sum(v, 1) / K + eps)
 
 
+@triton.jit
+def _k_chunk(acc, acc_u, x_rows, m_mask, kk, w, wu, rstd, nw_ptr, K, HAS_NORM: tl.constexpr,
+             SILU_MUL: tl.constexpr, PRECISION: tl.constexpr, dt: tl.constexpr):
+    """One ``BK`` chunk of the reduction: load (and normalise) the x tile, multiply by the weight tile(s)."""
+    k_mask = kk < K
+    xk = tl.load(x_rows + kk[None, :], mask=m_mask[:, None] & k_mask[None, :], other=0.0)
+    if HAS_NORM:
+        xn = (xk.to(tl.float32) * rstd[:, None]).to(dt)
+        nw = tl.load(nw_ptr + kk, mask=k_mask, other=0.0).to(tl.float32)
+        xk = (nw[None, :] * xn.to(tl.float32)).to(dt)
+    acc = tl.dot(xk, tl.trans(w), acc, input_precision=PRECISION)
+    if SILU_MUL:
+        acc_u = tl.dot(xk, tl.trans(wu), acc_u, input_precision=PRECISION)
+    return acc, acc_u
+
+
 @triton.jit(do_not_specialize=["M"])
 def _bi_linear_kernel(
     x_ptr, w_ptr, b_ptr, nw_ptr, r_ptr, y_ptr, sin_ptr, sout_ptr,
@@ -78,12 +94,18 @@ def _bi_linear_kernel(
     HAS_RES: tl.constexpr,
     SILU_MUL: tl.constexpr, WRITE_SS: tl.constexpr,
     BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, PRECISION: tl.constexpr,
+    PRE: tl.constexpr = 0, PDL: tl.constexpr = False,
 ):
     """Grid ``(cdiv(M, BM), cdiv(N, BN))``: the M tiles of one weight tile are neighbours, so they share it in L2.
 
     The partial-sum buffers are row-major ``[M, P]`` with unit column stride (their row stride is ``P``: a new row
     count compiles nothing). The reader's ``[BM, P]`` tile is then contiguous; the writer's ``[BM]`` column is
-    strided, but it writes each partial once where up to ``cdiv(N', BN')`` programs of the next product read it."""
+    strided, but it writes each partial once where up to ``cdiv(N', BN')`` programs of the next product read it.
+
+    ``PRE`` (0-2): the weight tiles of the first ``PRE`` chunks are loaded before anything that depends on the
+    previous kernel; with ``PDL`` (programmatic dependent launch) the program then waits for the previous kernel
+    (``gdc_wait``), so those loads overlap its tail and the launch. The chunks are reduced in the same order with
+    the same tiles either way: ``PRE`` and ``PDL`` never change a bit of the result."""
     pid_m = tl.program_id(0)
     pid_n = tl.program_id(1)
     offs_m = pid_m * BM + tl.arange(0, BM)
@@ -93,6 +115,25 @@ def _bi_linear_kernel(
     n_mask = offs_n < N
     dt = y_ptr.dtype.element_ty
 
+    w_rows = w_ptr + offs_n[:, None].to(tl.int64) * stride_wn
+    u_rows = w_ptr + (offs_n + N)[:, None].to(tl.int64) * stride_wn  # the up half (SILU_MUL)
+    # weights first: they do not depend on the previous kernel
+    if PRE >= 1:
+        w0 = tl.load(w_rows + offs_k[None, :], mask=n_mask[:, None] & (offs_k < K)[None, :], other=0.0)
+        u0 = w0
+        if SILU_MUL:
+            u0 = tl.load(u_rows + offs_k[None, :], mask=n_mask[:, None] & (offs_k < K)[None, :], other=0.0)
+    if PRE >= 2:
+        k1 = BK + offs_k
+        w1 = tl.load(w_rows + k1[None, :], mask=n_mask[:, None] & (k1 < K)[None, :], other=0.0)
+        u1 = w1
+        if SILU_MUL:
+            u1 = tl.load(u_rows + k1[None, :], mask=n_mask[:, None] & (k1 < K)[None, :], other=0.0)
+    if PDL:
+        tl.extra.cuda.gdc_wait()
+        tl.extra.cuda.gdc_launch_dependents()
+
+    rstd = tl.zeros([BM], tl.float32)
     if HAS_NORM:
         if NUM_SS > 0:
             rstd = _partials_rstd(sin_ptr, offs_m, m_mask, stride_sin_m, K, eps, BM, NUM_SS, NSS_P2)
@@ -100,24 +141,24 @@ def _bi_linear_kernel(
             rstd = _row_rstd(x_ptr, offs_m, m_mask, stride_xm, K, eps, BM, BK)
 
     x_rows = x_ptr + offs_m[:, None].to(tl.int64) * stride_xm
-    w_rows = w_ptr + offs_n[:, None].to(tl.int64) * stride_wn
     acc = tl.zeros([BM, BN], tl.float32)
-    if SILU_MUL:
-        u_rows = w_ptr + (offs_n + N)[:, None].to(tl.int64) * stride_wn
-        acc_u = tl.zeros([BM, BN], tl.float32)
-    for k0 in range(0, K, BK):
+    acc_u = tl.zeros([BM, BN], tl.float32)
+    if PRE >= 1:
+        acc, acc_u = _k_chunk(acc, acc_u, x_rows, m_mask, offs_k, w0, u0, rstd, nw_ptr, K, HAS_NORM, SILU_MUL,
+                              PRECISION, dt)
+    if PRE >= 2:
+        if K > BK:  # a chunk past K is skipped, as the loop would
+            acc, acc_u = _k_chunk(acc, acc_u, x_rows, m_mask, k1, w1, u1, rstd, nw_ptr, K, HAS_NORM, SILU_MUL,
+                                  PRECISION, dt)
+    for k0 in range(PRE * BK, K, BK):
         kk = k0 + offs_k
         k_mask = kk < K
-        xk = tl.load(x_rows + kk[None, :], mask=m_mask[:, None] & k_mask[None, :], other=0.0)
-        if HAS_NORM:
-            xn = (xk.to(tl.float32) * rstd[:, None]).to(dt)
-            nw = tl.load(nw_ptr + kk, mask=k_mask, other=0.0).to(tl.float32)
-            xk = (nw[None, :] * xn.to(tl.float32)).to(dt)
         w = tl.load(w_rows + kk[None, :], mask=n_mask[:, None] & k_mask[None, :], other=0.0)
-        acc = tl.dot(xk, tl.trans(w), acc, input_precision=PRECISION)
+        wu = w
         if SILU_MUL:
             wu = tl.load(u_rows + kk[None, :], mask=n_mask[:, None] & k_mask[None, :], other=0.0)
-            acc_u = tl.dot(xk, tl.trans(wu), acc_u, input_precision=PRECISION)
+        acc, acc_u = _k_chunk(acc, acc_u, x_rows, m_mask, kk, w, wu, rstd, nw_ptr, K, HAS_NORM, SILU_MUL,
+                              PRECISION, dt)
 
     if HAS_BIAS:
         acc += tl.load(b_ptr + offs_n, mask=n_mask, other=0.0).to(tl.float32)[None, :]
@@ -142,12 +183,15 @@ def _bi_linear_kernel(
 
 @triton.jit(do_not_specialize=["M"])
 def _rms_norm_kernel(x_ptr, w_ptr, y_ptr, s_ptr, M, K, stride_xm, stride_ym, stride_s_m, eps,
-                     BK: tl.constexpr, NUM_SS: tl.constexpr, NSS_P2: tl.constexpr):
+                     BK: tl.constexpr, NUM_SS: tl.constexpr, NSS_P2: tl.constexpr, PDL: tl.constexpr = False):
     """Standalone LlamaRMSNorm, one row per program, the same fixed ``BK`` chunk order as the linear prologue; with
     ``NUM_SS > 0`` the row's sum of squares is the sum of its partials (one pass over the row, not two), loaded as
     one ``[1, NSS_P2]`` block."""
     row = tl.program_id(0)
     offs_k = tl.arange(0, BK)
+    if PDL:
+        tl.extra.cuda.gdc_wait()
+        tl.extra.cuda.gdc_launch_dependents()
     if NUM_SS > 0:
         one = row + tl.arange(0, 1)
         rstd = _partials_rstd(s_ptr, one, one < M, stride_s_m, K, eps, 1, NUM_SS, NSS_P2)
@@ -169,12 +213,15 @@ def _rms_norm_kernel(x_ptr, w_ptr, y_ptr, s_ptr, M, K, stride_xm, stride_ym, str
 
 @triton.jit(do_not_specialize=["ids_ptr", "stride_ids"])
 def _embedding_kernel(ids_ptr, w_ptr, y_ptr, s_ptr, V, H, W, P, stride_ids, stride_wv, stride_ym, stride_s_m,
-                      WRITE_SS: tl.constexpr, BP: tl.constexpr, BW: tl.constexpr):
+                      WRITE_SS: tl.constexpr, BP: tl.constexpr, BW: tl.constexpr, PDL: tl.constexpr = False):
     """One row per program: ``y[row] = weight[ids[row]]`` and (``WRITE_SS``) the row's ``P`` partial sums of
     squares over consecutive ``W``-wide column chunks; the row is read as ``[BP, BW]`` tiles (chunk by column), so
     a decode row is one or a few loads, not ``P`` dependent round trips. ``ids`` is not specialised (a prefill
     chunk's ids may be a slice at any offset of the prompt)."""
     row = tl.program_id(0)
+    if PDL:
+        tl.extra.cuda.gdc_wait()
+        tl.extra.cuda.gdc_launch_dependents()
     tok = tl.load(ids_ptr + row * stride_ids).to(tl.int64)
     tl.device_assert((tok >= 0) & (tok < V), "token id out of the embedding's range")
     offs_p = tl.arange(0, BP)

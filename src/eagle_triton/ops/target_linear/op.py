@@ -23,7 +23,7 @@ from dataclasses import dataclass
 
 import torch
 
-from .._utils import cdiv, check_tensor, is_interpreter, next_power_of_2
+from .._utils import cdiv, check_tensor, is_interpreter, next_power_of_2, pdl_kwargs
 from .kernel import _bi_linear_kernel, _embedding_kernel, _rms_norm_kernel
 
 __all__ = ["target_linear", "target_rms_norm", "target_embedding", "sumsq_width", "LinearConfig", "default_config",
@@ -35,13 +35,19 @@ _FLOATS = (torch.float16, torch.bfloat16, torch.float32)
 @dataclass(frozen=True)
 class LinearConfig:
     """One fixed tile configuration: ``BM`` rows (a 1-row decode pads to it), ``BN`` output columns per program,
-    ``BK`` reduction chunk, and the launch's warps/stages."""
+    ``BK`` reduction chunk, the launch's warps/stages, and ``prefetch`` (0-2): weight chunks a program loads before
+    waiting for the previous kernel (see the kernel; it changes timing, never the result)."""
 
     block_m: int = 64
     block_n: int = 32
     block_k: int = 128
     num_warps: int = 4
     num_stages: int = 4
+    prefetch: int = 0
+
+    def __post_init__(self):
+        if self.prefetch not in (0, 1, 2):
+            raise ValueError(f"LinearConfig.prefetch must be 0, 1 or 2, got {self.prefetch}")
 
 
 def default_config(N: int, K: int, device: torch.device | str | None = None,
@@ -57,6 +63,12 @@ def default_config(N: int, K: int, device: torch.device | str | None = None,
     - ``N < 65536`` (gate/up): ``BN = 64``, ``BK = 128``, 4 stages (94.6 us, cuBLAS 95.4);
     - larger (lm_head): ``BN = 128``, ``BK = 128``, 3 stages (355.8 us, 2.95 TB/s; cuBLAS 389.1).
 
+    Small models (``K <= 2048``; SmolLM2-135M, ``bench/results/pdl_2026-11-25/``, products chained in one CUDA graph
+    with programmatic dependent launch): ``BN = 16``, ``BK = 256``, 3 stages, the first weight chunk loaded before
+    waiting on the previous kernel (2.8 / 2.8 / 4.8 / 4.3 us for q/k/v, o, gate/up, down at M = 1, against 3.2 /
+    3.2 / 5.1 / 4.6 with the 8B tiles); their lm_head ``64 x 128``, 2 stages, two chunks prefetched (22.4 us against
+    26.9).
+
     The narrow tiles of the small products keep enough programs (and bytes in flight) on 132 SMs. ``silu_mul``
     streams two weight tiles per step (gate and up): the stages are cut to what fits the shared-memory budget.
     fp32 (IEEE dots
@@ -67,6 +79,10 @@ def default_config(N: int, K: int, device: torch.device | str | None = None,
         return LinearConfig(block_m=64, block_n=64, block_k=64, num_warps=4, num_stages=1)
     if dtype == torch.float32:
         return LinearConfig(block_m=32, block_n=32, block_k=32, num_warps=4, num_stages=3)
+    if K <= 2048 and N * K <= _SMALL_PRODUCT:  # small models (SmolLM2): latency-bound, many narrow programs
+        return LinearConfig(block_m=64, block_n=16, block_k=256, num_warps=4, num_stages=3, prefetch=1)
+    if K <= 2048:  # a small model's lm_head
+        return LinearConfig(block_m=64, block_n=64, block_k=128, num_warps=4, num_stages=2, prefetch=2)
     if N <= 4096:
         bn, bk, stages = 32, 256, 4
     elif N <= 8192:
@@ -82,6 +98,8 @@ def default_config(N: int, K: int, device: torch.device | str | None = None,
 
 # Pipeline buffers per program: an H100 SM has 227 KiB of shared memory; leave room for the epilogue's scratch.
 _SMEM_BUDGET = 200 * 1024
+#: Weights up to this many elements with ``K <= 2048`` count as small products (SmolLM2's largest is 1536 x 576).
+_SMALL_PRODUCT = 4 * 1024 * 1024
 
 
 def sumsq_width(N: int, config: LinearConfig) -> int:
@@ -185,8 +203,8 @@ def target_linear(
         s_in.stride(0), s_out.stride(0), float(eps),
         HAS_NORM=norm_weight is not None, NUM_SS=nss, NSS_P2=next_power_of_2(max(nss, 1)), HAS_BIAS=bias is not None,
         HAS_RES=residual is not None, SILU_MUL=bool(silu_mul), WRITE_SS=sumsq_out is not None,
-        BM=cfg.block_m, BN=cfg.block_n, BK=cfg.block_k, PRECISION=_precision(x.dtype),
-        num_warps=cfg.num_warps, num_stages=cfg.num_stages,
+        BM=cfg.block_m, BN=cfg.block_n, BK=cfg.block_k, PRECISION=_precision(x.dtype), PRE=cfg.prefetch,
+        num_warps=cfg.num_warps, num_stages=cfg.num_stages, **pdl_kwargs(x.device),
     )
     return y
 
@@ -215,7 +233,7 @@ def target_rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6, *,
     nss = sumsq.shape[1] if sumsq is not None else 0
     _rms_norm_kernel[(M,)](x, weight, y, s, M, K, x.stride(0), y.stride(0), s.stride(0), float(eps),
                            BK=bk, NUM_SS=nss, NSS_P2=next_power_of_2(max(nss, 1)),
-                           num_warps=8 if bk >= 2048 else 4)
+                           num_warps=8 if bk >= 2048 else 4, **pdl_kwargs(x.device))
     return y
 
 
@@ -248,7 +266,7 @@ def target_embedding(ids: torch.Tensor, weight: torch.Tensor, *, sumsq_out: torc
     s = sumsq_out if sumsq_out is not None else y
     _embedding_kernel[(M,)](ids, weight, y, s, V, H, W, P, ids.stride(0), weight.stride(0), y.stride(0),
                             s.stride(0), WRITE_SS=sumsq_out is not None, BP=bp, BW=bw,
-                            num_warps=8 if bp * bw >= 4096 else 4)
+                            num_warps=8 if bp * bw >= 4096 else 4, **pdl_kwargs(weight.device))
     return y
 
 
@@ -268,6 +286,9 @@ def _aot_specs():
     for dt, prec, cfg, cases in (
             ("bf16", "tf32", LinearConfig(), flags), ("bf16", "tf32", LinearConfig(block_n=64), flags[2:3]),
             ("bf16", "tf32", LinearConfig(block_n=16), flags[2:3]),
+            # SmolLM2's products and lm_head (default_config's small-model tiles, weights prefetched)
+            ("bf16", "tf32", LinearConfig(64, 16, 256, 4, 3, prefetch=1), flags[:5]),
+            ("bf16", "tf32", LinearConfig(64, 64, 128, 4, 2, prefetch=2), flags[7:]),
             ("fp16", "tf32", LinearConfig(block_n=64), flags[:2]),
             ("fp32", "ieee", LinearConfig(block_m=32, block_n=32, block_k=32, num_stages=3), flags[:2]),
             ("bf16", "tf32", LinearConfig(block_n=64), [(True, 18, True, False, True, False)])):
@@ -277,25 +298,29 @@ def _aot_specs():
             sig.update({"sin_ptr": "*fp32", "sout_ptr": "*fp32", "eps": "fp32"})
             const = dict(HAS_NORM=norm, NUM_SS=nss, NSS_P2=next_power_of_2(max(nss, 1)), HAS_BIAS=bias,
                          HAS_RES=res, SILU_MUL=silu, WRITE_SS=wss, BM=cfg.block_m, BN=cfg.block_n, BK=cfg.block_k,
-                         PRECISION=prec)
+                         PRECISION=prec, PRE=cfg.prefetch, PDL=cfg.prefetch > 0)
             sig.update({k: "constexpr" for k in const})
             # the partials' row stride is their count (a multiple of 16 at 8B, not at SmolLM2's 18)
             row_div = ["stride_sin_m"] if nss % 16 == 0 else []
             specs.append((_bi_linear_kernel, sig, const,
-                          {"num_warps": cfg.num_warps, "num_stages": cfg.num_stages, "div16": div + row_div}))
+                          {"num_warps": cfg.num_warps, "num_stages": cfg.num_stages, "div16": div + row_div,
+                           "launch_pdl": cfg.prefetch > 0}))
     for dt, nss in (("bf16", 0), ("bf16", 128), ("fp32", 0), ("fp32", 18)):
         sig = {n: "i32" for n in _rms_norm_kernel.arg_names}
         sig.update({"x_ptr": f"*{dt}", "w_ptr": f"*{dt}", "y_ptr": f"*{dt}", "s_ptr": "*fp32", "eps": "fp32",
-                    "BK": "constexpr", "NUM_SS": "constexpr", "NSS_P2": "constexpr"})
+                    "BK": "constexpr", "NUM_SS": "constexpr", "NSS_P2": "constexpr", "PDL": "constexpr"})
         row_div = ["stride_s_m"] if nss % 16 == 0 else []
-        specs.append((_rms_norm_kernel, sig, {"BK": 4096, "NUM_SS": nss, "NSS_P2": next_power_of_2(max(nss, 1))},
-                      {"num_warps": 8, "div16": ["K", "stride_xm", "stride_ym"] + row_div}))
+        pdl = dt == "bf16"
+        specs.append((_rms_norm_kernel, sig, {"BK": 4096, "NUM_SS": nss, "NSS_P2": next_power_of_2(max(nss, 1)),
+                                              "PDL": pdl},
+                      {"num_warps": 8, "div16": ["K", "stride_xm", "stride_ym"] + row_div, "launch_pdl": pdl}))
     for dt, wss in (("bf16", True), ("fp32", False)):
         sig = {n: "i32" for n in _embedding_kernel.arg_names}
         sig.update({"ids_ptr": "*i64", "w_ptr": f"*{dt}", "y_ptr": f"*{dt}", "s_ptr": "*fp32",
-                    "WRITE_SS": "constexpr", "BP": "constexpr", "BW": "constexpr"})
-        specs.append((_embedding_kernel, sig, {"WRITE_SS": wss, "BP": 128, "BW": 32},
-                      {"num_warps": 8, "div16": ["H", "W", "stride_wv", "stride_ym", "stride_s_m"]}))
+                    "WRITE_SS": "constexpr", "BP": "constexpr", "BW": "constexpr", "PDL": "constexpr"})
+        specs.append((_embedding_kernel, sig, {"WRITE_SS": wss, "BP": 128, "BW": 32, "PDL": wss},
+                      {"num_warps": 8, "div16": ["H", "W", "stride_wv", "stride_ym", "stride_s_m"],
+                       "launch_pdl": wss}))
     return specs
 
 
