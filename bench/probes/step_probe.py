@@ -34,9 +34,10 @@ def main(argv=None) -> int:
     p.add_argument("--new-tokens", type=int, default=96)
     p.add_argument("--shape", choices=["8b", "smollm2"], default="8b")
     p.add_argument("--profile", action="store_true")
-    p.add_argument("--attn-split-blocks", default="",
-                   help="comma list: also time the target attention with these key blocks per split (probe only: "
-                        "patches the module's GPU config; the library default is unchanged)")
+    p.add_argument("--attn-variants", default="",
+                   help="';'-separated target-attention config changes to time, each 'field=value[,field=value]' "
+                        "(e.g. 'split_blocks=1;num_stages=2'; probe only: patches the module's GPU config, the "
+                        "library default is unchanged)")
     args = p.parse_args(argv)
     import bench_engine
     import bench_fused_drafter as bfd
@@ -60,11 +61,12 @@ def main(argv=None) -> int:
     from eagle_triton.ops.target_attention import op as attn_op
 
     default_attn = attn_op.GPU_CONFIG
-    splits = [int(v) for v in args.attn_split_blocks.split(",") if v] or [default_attn.split_blocks]
-    for sb, mode in [(sb, mode) for sb in splits for mode in args.norm_modes.split(",")]:
-        attn_op.GPU_CONFIG = dataclasses.replace(default_attn, split_blocks=sb)
+    variants = [dict((kv.split("=")[0], int(kv.split("=")[1])) for kv in v.split(",") if kv)
+                for v in args.attn_variants.split(";")] if args.attn_variants else [{}]
+    for var, mode in [(var, mode) for var in variants for mode in args.norm_modes.split(",")]:
+        attn_op.GPU_CONFIG = dataclasses.replace(default_attn, **var)
         target = LlamaTarget.from_hf(model, norm_mode=mode)
-        r = {"norm_mode": mode, "attn_split_blocks": sb}
+        r = {"norm_mode": mode, "attn_config": dataclasses.asdict(attn_op.GPU_CONFIG)}
         r.update(bt.time_steps(target, 64, 60, 8))
         for tree in args.trees.split(","):
             tc = TreeConfig(*map(int, tree.split("/")))

@@ -39,7 +39,10 @@ class TargetAttentionConfig:
 
     ``block_m`` query rows per tile (``block_m // group`` tokens of one KV head; at least ``group``), ``block_n``
     keys per block, ``split_blocks`` blocks per split (splits start at multiples of ``block_n * split_blocks``
-    positions), ``combine_chunk`` splits merged per step of the combine.
+    positions), ``combine_chunk`` splits merged per step of the combine. ``num_stages`` pipelines the shared
+    kernel's key blocks; ``tree_stages`` the tree kernel's, which runs one or two blocks per program: without
+    pipeline buffers it needs 48 KiB of shared memory instead of 144 KiB at D = 128 (sm_90), so several of its
+    programs share an SM (a 60-row verify at 8B launches 480). Stages change no result.
     """
 
     block_m: int
@@ -48,6 +51,7 @@ class TargetAttentionConfig:
     num_warps: int
     num_stages: int
     combine_chunk: int = 16
+    tree_stages: int = 1
 
     @property
     def split(self) -> int:
@@ -71,11 +75,11 @@ def target_attention_config(dtype: torch.dtype, head_dim: int, group: int) -> Ta
     else:
         cfg = GPU_CONFIG
         if head_dim > 128:  # keep the K/V tiles of a pipelined block within shared memory; same split positions
-            cfg = TargetAttentionConfig(64, 32, cfg.split // 32, cfg.num_warps, 2, cfg.combine_chunk)
+            cfg = TargetAttentionConfig(64, 32, cfg.split // 32, cfg.num_warps, 2, cfg.combine_chunk, cfg.tree_stages)
     bm = max(cfg.block_m, next_power_of_2(group))
     if bm != cfg.block_m:
         cfg = TargetAttentionConfig(bm, cfg.block_n, cfg.split_blocks, cfg.num_warps, cfg.num_stages,
-                                    cfg.combine_chunk)
+                                    cfg.combine_chunk, cfg.tree_stages)
     return cfg
 
 
@@ -177,7 +181,7 @@ def target_attention(
             k_cache.stride(0), k_cache.stride(1), k_cache.stride(2),
             v_cache.stride(0), v_cache.stride(1), v_cache.stride(2),
             ms[0], ms[1], ms[2],
-            S, Hq, Lmax, nsplit, qk_scale, BLOCK_S=block_s, **common, **opts,
+            S, Hq, Lmax, nsplit, qk_scale, BLOCK_S=block_s, **common, **dict(opts, num_stages=cfg.tree_stages),
         )
     block_h = min(16, next_power_of_2(Hq)) if is_interpreter() else 1
     _combine_kernel[(B * S, cdiv(Hq, block_h))](
@@ -225,7 +229,7 @@ def _aot_specs():
         sig.update(ptrs)
         sig["mask_ptr"] = "*u8"
         sig.update({k: "constexpr" for k in const})
-        specs.append((_tree_kernel, sig, const, {**opts, "div16": _div16(_tree_kernel)}))
+        specs.append((_tree_kernel, sig, const, {**opts, "num_stages": cfg.tree_stages, "div16": _div16(_tree_kernel)}))
         for causal in (True, False):
             sig = {n: "i32" for n in _combine_kernel.arg_names}
             sig.update({"seqlens_ptr": "*i32", "mask_ptr": "*u8", "acc_ptr": "*fp32", "ml_ptr": "*fp32",
