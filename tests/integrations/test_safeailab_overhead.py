@@ -153,7 +153,8 @@ def test_padded_rows_draft_the_same_trees(sampling):
     g = torch.Generator().manual_seed(2)
     ids = torch.randint(0, 256, (1, 7), generator=g)
     feats = torch.randn(1, 6, head.feature_width, generator=g)
-    for step, rows in enumerate((6, 1, 4, 2)):  # the prompt, then steps; depth + 2 = 4 rows at most
+    # the prompt, then steps; depth + 2 = 4 rows at most; repeated counts take the steady-state path
+    for step, rows in enumerate((6, 1, 4, 2, 4, 1, 4)):
         if step:
             ids = torch.cat([ids, torch.randint(0, 256, (1, rows), generator=g)], 1)
             feats = torch.randn(1, rows, head.feature_width, generator=g)
@@ -162,4 +163,7 @@ def test_padded_rows_draft_the_same_trees(sampling):
         for name in _TREE_FIELDS:
             assert torch.equal(getattr(got, name), getattr(want, name)), (step, name)
         assert fused.kv_len == plain.kv_len == ids.shape[1] - 1
-    assert fused._impl._replay["feats"].shape[1] == tc.depth + 2  # the steps went through the padded buffers
+    st = fused._impl._replay
+    assert st.feats.shape[1] == tc.depth + 2  # the steps went through the padded buffers, one entry per count
+    assert sorted(e.rows for e in st.entries.values()) == [1, 2, 4] and all(e.num.item() == e.rows
+                                                                              for e in st.entries.values())
