@@ -942,13 +942,16 @@ class FusedDraftBackend:
         self._kv_len += S
         bufs = self.bufs
         keep = (lambda t: t.clone()) if copy_outputs else (lambda t: t)
-        # sampling reorders the rows into a new tensor: no copy of the leaf-ordered rows first
+        # sampling reorders the rows into a new tensor: no copy of the leaf-ordered rows first (without copies,
+        # back into the buffer: the outputs stay in one allocation)
         tree = DraftTree(
             draft_tokens=keep(bufs.draft_tokens), tree_mask=keep(bufs.tree_mask), positions=keep(bufs.positions),
             parents=keep(bufs.parents), retrieve_indices_padded=bufs.retrieve if sampling else keep(bufs.retrieve),
             num_leaves=keep(bufs.num_leaves), max_depth=keep(bufs.max_depth),
         )
-        return tree.in_sampling_order() if sampling else tree
+        if not sampling:
+            return tree
+        return tree.in_sampling_order() if copy_outputs else _reordered_in_place(tree)
 
     # -- device-paced drafting (the engine's step graphs) -------------------------------------------------------
     def reserve(self, max_len: int, max_new_rows: int, batch: int = 1) -> None:
@@ -1060,15 +1063,35 @@ class FusedDraftBackend:
             tree = entry.tree
         elif not st.cuda or st.runs.get(sampling, 0) < 2:
             st.runs[sampling] = st.runs.get(sampling, 0) + 1
-            tree = entry.tree = self.draft_rows(st.feats, st.ids, entry.num, sampling=sampling)
+            tree = entry.tree = self._launch_padded(st, entry, sampling)
         else:
-            graph = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(graph):
-                tree = self.draft_rows(st.feats, st.ids, entry.num, sampling=sampling)
+            graph, tree = _capture_graph(lambda: self._launch_padded(st, entry, sampling))
             entry.graph, entry.tree = graph, tree
             graph.replay()
         self._kv_len = L + entry.rows
         return tree
+
+    def _launch_padded(self, st: _PaddedRows, entry: _PaddedEntry, sampling: bool) -> DraftTree:
+        """The launch a padded entry's graph holds. A sampling tree's rows are put back into the retrieve buffer
+        in their new order, so that every output stays in the buffers' one allocation (one host copy moves them)."""
+        tree = self.draft_rows(st.feats, st.ids, entry.num)
+        return _reordered_in_place(tree) if sampling else tree
+
+
+def _reordered_in_place(tree: DraftTree) -> DraftTree:
+    """``tree.in_sampling_order()`` with the reordered rows written back into ``tree``'s retrieve buffer (the
+    drafter's own, overwritten by the next draft anyway)."""
+    rows = tree.in_sampling_order().retrieve_indices_padded
+    tree.retrieve_indices_padded.copy_(rows)
+    return replace(tree, sampling=True)
+
+
+def _capture_graph(launch):
+    """``(graph, outputs)``: ``launch()`` captured in a CUDA graph (the tests substitute a CPU stand-in)."""
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out = launch()
+    return graph, out
 
 
 class _PaddedRows:
