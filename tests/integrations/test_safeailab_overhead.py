@@ -256,3 +256,38 @@ def test_padded_rows_draft_the_same_trees(sampling):
     assert st.feats.shape[1] == tc.depth + 2  # the steps went through the padded buffers, one entry per count
     assert sorted(e.rows for e in st.entries.values()) == [1, 2, 4] and all(e.num.item() == e.rows
                                                                               for e in st.entries.values())
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("sampling", [False, True])
+def test_gpu_replayed_drafts_equal_plain_launches(sampling):
+    """On CUDA, ``draft_replayed`` captures one graph per row count after two eager launches and replays it; every
+    tree equals a plain launch's, and the patch's outputs (one blocking copy into pinned memory, views of it) equal
+    the tree's exact retrieve indices and mask."""
+    from eagle_triton.integrations.safeailab import SafeAILabOutputs
+
+    head = random_eagle3_head(seed=5, hidden_size=256, intermediate_size=512, num_attention_heads=8,
+                              num_key_value_heads=2, vocab_size=1024, draft_vocab_size=512,
+                              lm_head_scale=6.0).cuda().to(torch.bfloat16)
+    tc = TreeConfig(20, 3, 5)
+    fused, plain = TreeDrafter(head, tc, backend="triton"), TreeDrafter(head, tc, backend="triton")
+    outputs = SafeAILabOutputs()
+    g = torch.Generator(device="cuda").manual_seed(2)
+    W = head.feature_width
+    ids = torch.randint(0, 1024, (1, 9), generator=g, device="cuda")
+    feats = torch.randn(1, 8, W, generator=g, device="cuda", dtype=torch.bfloat16)
+    for step, rows in enumerate((8, 3, 3, 3, 3, 1, 5, 1, 3, 5, 2, 3)):  # depth + 2 = 5 rows at most
+        if step:
+            ids = torch.cat([ids, torch.randint(0, 1024, (1, rows), generator=g, device="cuda")], 1)
+            feats = torch.randn(1, rows, W, generator=g, device="cuda", dtype=torch.bfloat16)
+        got = fused._impl.draft_replayed(feats, ids, sampling=sampling)
+        want = plain._impl.draft(feats, ids, sampling=sampling)
+        for name in _TREE_FIELDS:
+            assert torch.equal(getattr(got, name), getattr(want, name)), (step, name)
+        tokens, retrieve, mask, positions = outputs(got)
+        assert retrieve.device.type == "cpu" and torch.equal(retrieve, want.retrieve_indices.cpu()), step
+        assert mask.device.type == "cpu" and torch.equal(mask, want.tree_mask[:1].cpu()), step
+        assert tokens is got.draft_tokens and torch.equal(positions, want.positions[0]), step
+        assert fused.kv_len == plain.kv_len == ids.shape[1] - 1
+    entries = fused._impl._replay.entries.values()
+    assert sorted(e.rows for e in entries) == [1, 2, 3, 5] and all(e.graph is not None for e in entries)
