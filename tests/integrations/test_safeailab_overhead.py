@@ -256,6 +256,14 @@ def test_padded_rows_draft_the_same_trees(sampling):
     assert st.feats.shape[1] == tc.depth + 2  # the steps went through the padded buffers, one entry per count
     assert sorted(e.rows for e in st.entries.values()) == [1, 2, 4] and all(e.num.item() == e.rows
                                                                               for e in st.entries.values())
+    # a known row count whose ids disagree with the draft KV, or features of another dtype, are refused as before
+    feats = torch.randn(1, 4, head.feature_width, generator=g)
+    ids = torch.cat([ids, torch.randint(0, 256, (1, 4), generator=g)], 1)
+    with pytest.raises(ValueError, match="expected 3 new rows"):
+        fused._impl.draft_replayed(feats, ids[:, :-1], sampling=sampling, max_len=64, padded=True)
+    with pytest.raises(TypeError, match="dtype"):
+        fused._impl.draft_replayed(feats.double(), ids, sampling=sampling, max_len=64, padded=True)
+    assert fused.kv_len == ids.shape[1] - 5
 
 
 @pytest.mark.gpu

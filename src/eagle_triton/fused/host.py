@@ -1021,9 +1021,12 @@ class FusedDraftBackend:
             if entry is not None:
                 L = self._kv_len
                 ids_shape = input_ids.shape
-                if (0 <= L <= st.room - entry.rows and max_len <= st.room and len(ids_shape) == 2
+                # what the slow path would check or grow: room for max_len and L + C rows (reserve), the rows
+                # against the draft KV (check_draft_inputs), the padded path chosen
+                if (0 <= L <= st.room - st.rows and max_len <= st.room and len(ids_shape) == 2
                         and ids_shape[1] == L + 1 + entry.rows and ids_shape[0] == 1
-                        and (st.default_padded if padded is None else padded)):
+                        and (padded if padded is not None else
+                             st.cuda if self.replay_padded is None else self.replay_padded)):
                     return self._run_padded(st, entry, hidden_states, input_ids, L, sampling)
         if input_ids.device != hidden_states.device:  # (the fast path's copy moves them itself)
             input_ids = input_ids.to(hidden_states.device)
@@ -1042,9 +1045,7 @@ class FusedDraftBackend:
         if st is None or st.bufs is not self.bufs:
             tc = self.cfg_tree
             st = self._replay = _PaddedRows(self.bufs, C, self._cfg.max_len - tc.depth * tc.top_k,
-                                            self.head.feature_width, hidden_states.dtype, hidden_states.device,
-                                            cuda, default)
-        st.default_padded = default
+                                            self.head.feature_width, hidden_states.dtype, hidden_states.device, cuda)
         key = (sampling, hidden_states.shape, hidden_states.dtype, hidden_states.device)
         entry = st.entries.get(key)
         if entry is None:
@@ -1100,11 +1101,11 @@ class _PaddedRows:
     the buffers hold beside the tree's scratch rows; ``cuda``: launches are captured in graphs; ``runs``: eager
     launches so far per sampling mode."""
 
-    __slots__ = ("bufs", "rows", "room", "feats", "ids", "entries", "runs", "cuda", "default_padded")
+    __slots__ = ("bufs", "rows", "room", "feats", "ids", "entries", "runs", "cuda")
 
     def __init__(self, bufs: Buffers, rows: int, room: int, width: int, dtype: torch.dtype, device: torch.device,
-                 cuda: bool, default_padded: bool):
-        self.bufs, self.rows, self.room, self.cuda, self.default_padded = bufs, rows, room, cuda, default_padded
+                 cuda: bool):
+        self.bufs, self.rows, self.room, self.cuda = bufs, rows, room, cuda
         self.feats = torch.zeros(1, rows, width, dtype=dtype, device=device)
         self.ids = torch.zeros(1, rows, dtype=torch.long, device=device)
         self.entries: dict = {}
