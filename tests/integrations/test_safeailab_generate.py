@@ -299,7 +299,7 @@ def test_optimized_sampling_follows_safeailabs_conventions(parts):
 
 @pytest.mark.gpu
 def test_patched_outputs_on_cuda_equal_the_originals():
-    # The CUDA branch of the output placement (pinned host buffer, one non-blocking copy, one stream sync).
+    # The CUDA branch of the output placement (pinned host buffer, one blocking copy: the transfer and the sync).
     head = random_eagle3_head(seed=2, rope_theta=100000.0).cuda()
     orig, patched = SafeAILabStandIn(head), SafeAILabStandIn(head)
     patch_ea_model_with_triton_drafter(patched, backend="torch")  # the same drafter code as the stand-in's
@@ -313,6 +313,6 @@ def test_patched_outputs_on_cuda_equal_the_originals():
         b = patched.ea_layer.topK_genrate(feats, ids, None, sampling)
         for x, y in zip(a, b, strict=True):
             assert x.device == y.device and x.dtype == y.dtype and torch.equal(x, y)
-        assert patched.ea_layer.topK_genrate._outputs._host.is_pinned()
+        assert patched.ea_layer.topK_genrate._outputs._plan.host.is_pinned()
         ids = torch.cat([ids, a[0][:, :1]], 1)
         feats = feats[:, :1]
