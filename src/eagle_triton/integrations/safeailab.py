@@ -358,8 +358,11 @@ class EaLayerDrafter:
         With the fused drafter its tensors are the drafter's own buffers, valid until the next draft (as SafeAILab
         uses ``topK_genrate``'s outputs: each step is done with a tree before it drafts the next)."""
         ea = self.ea_layer
-        if (ea.total_tokens, ea.depth, ea.top_k) != self._raw_key and _tree_key(ea) != self._key:
-            self._build(ea)
+        raw = (ea.total_tokens, ea.depth, ea.top_k)
+        if raw != self._raw_key:  # the tree settings as written (compared as ints only when they change)
+            if _tree_key(ea) != self._key:
+                self._build(ea)
+            self._raw_key = raw
         if self._eagle1 and head is not None:
             self.head.set_target_lm_head(head)
         state = self._state if self._state is not None else ea.__dict__
