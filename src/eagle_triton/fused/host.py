@@ -895,8 +895,11 @@ class FusedDraftBackend:
         views = self._kv_views
         if views is None or views[0] is not self.bufs:  # [B, nkv, max_len, hd] views, made once per buffer set
             bufs = self.bufs
-            views = self._kv_views = (bufs, bufs.k_cache.permute(0, 2, 1, 3), bufs.v_cache.permute(0, 2, 1, 3))
-        return ((views[1][:, :, :L], views[2][:, :, :L]),)
+            k, v = bufs.k_cache.permute(0, 2, 1, 3), bufs.v_cache.permute(0, 2, 1, 3)
+            views = self._kv_views = (bufs, k, v, tuple(k.shape), k.stride())
+        _, k, v, (B, nkv, _, hd), stride = views
+        # the first L rows as one as_strided each (cheaper for the host than indexing: it runs once per draft)
+        return ((k.as_strided((B, nkv, L, hd), stride), v.as_strided((B, nkv, L, hd), stride)),)
 
     def _ensure(self, batch: int, new_rows: int, min_len: int = 0) -> None:
         """Buffers for ``batch`` sequences, ``new_rows`` new rows and at least ``min_len`` draft-KV rows (beyond the
