@@ -124,7 +124,12 @@ class _HostReads(TorchDispatchMode):
         return func(*args, **kwargs)
 
 
-def test_patched_topk_genrate_reads_the_device_once_per_call(monkeypatch):
+@pytest.mark.parametrize("backend", ["torch", "triton"])
+def test_patched_topk_genrate_reads_the_device_once_per_call(monkeypatch, backend):
+    """The host reads the tree once per call: one copy into one host buffer, from which ``R`` and ``C`` are read
+    (NumPy views) and of which the CPU outputs are views. No other value is read from a tensor (no item/tolist),
+    and the buffers are reused. The reference drafter's trees are packed first; the fused drafter's outputs
+    (greedy or reordered for sampling) are copied straight from its buffers."""
     tolist = torch.Tensor.tolist
     listed = []
 
@@ -135,26 +140,33 @@ def test_patched_topk_genrate_reads_the_device_once_per_call(monkeypatch):
     monkeypatch.setattr(torch.Tensor, "tolist", recording_tolist)
     head = random_eagle3_head(seed=1)
     m = SafeAILabStandIn(head, TreeConfig(20, 3, 4))
-    patch_ea_model_with_triton_drafter(m, backend="torch")
+    patch_ea_model_with_triton_drafter(m, backend=backend)
     drafter = m.ea_layer.topK_genrate
     assert isinstance(drafter, EaLayerDrafter)
     ids = torch.randint(0, 256, (1, 8))
     feats = torch.randn(1, 7, head.feature_width)
     m.ea_layer.reset_kv()
-    drafter(feats, ids, None, None)  # allocates the cached staging and host buffers
-    staging, host = drafter._outputs._staging, drafter._outputs._host
+    drafter(feats, ids, None, None)  # allocates the cached buffers
+    host = drafter._outputs._plan.host
     for sampling in (None, object()):
         m.ea_layer.reset_kv()
         listed.clear()
         with _HostReads() as rec:
             out = drafter(feats, ids, None, sampling)
+        plan = drafter._outputs._plan
+        assert (plan.pack is None) == (backend == "triton")  # the fused drafter's outputs: no packing
+        assert plan.host is host  # the buffers are reused
         host_ptr = host.untyped_storage().data_ptr()
-        # every host read is of the one transferred buffer (on a GPU: after the call's one synchronisation) ...
-        assert rec.reads and set(listed + rec.reads) == {host_ptr}
-        # ... which is filled by exactly one copy from the staging buffer, and the buffers are reused
+        # no value is read from a tensor through torch; R and C are read through views of the host buffer ...
+        assert not rec.reads and not listed
+        for arr in (plan.leaves, plan.depth):
+            assert host_ptr <= arr.ctypes.data < host_ptr + host.numel()
+        assert out[1].shape == (int(plan.leaves[0]), int(plan.depth[0]) + 1)
+        # ... which is filled by exactly one copy, and of which the CPU outputs are views
         assert rec.copies.count(host_ptr) == 1
-        assert drafter._outputs._staging is staging and drafter._outputs._host is host
-        assert out[1].device.type == "cpu" and out[2].device.type == "cpu" and out[2].dtype == torch.float32
+        for t in out[1:3]:
+            assert t.device.type == "cpu" and t.untyped_storage().data_ptr() == host_ptr
+        assert out[2].dtype == torch.float32
 
 
 # -- optimize_eagle_with_triton: SafeAILab's whole generation on the engine --------------------------------------
@@ -287,7 +299,7 @@ def test_optimized_sampling_follows_safeailabs_conventions(parts):
 
 @pytest.mark.gpu
 def test_patched_outputs_on_cuda_equal_the_originals():
-    # The CUDA branch of the output placement (pinned host buffer, one non-blocking copy, one stream sync).
+    # The CUDA branch of the output placement (pinned host buffer, one blocking copy: the transfer and the sync).
     head = random_eagle3_head(seed=2, rope_theta=100000.0).cuda()
     orig, patched = SafeAILabStandIn(head), SafeAILabStandIn(head)
     patch_ea_model_with_triton_drafter(patched, backend="torch")  # the same drafter code as the stand-in's
@@ -301,6 +313,6 @@ def test_patched_outputs_on_cuda_equal_the_originals():
         b = patched.ea_layer.topK_genrate(feats, ids, None, sampling)
         for x, y in zip(a, b, strict=True):
             assert x.device == y.device and x.dtype == y.dtype and torch.equal(x, y)
-        assert patched.ea_layer.topK_genrate._outputs._host.is_pinned()
+        assert patched.ea_layer.topK_genrate._outputs._plan.host.is_pinned()
         ids = torch.cat([ids, a[0][:, :1]], 1)
         feats = feats[:, :1]

@@ -77,3 +77,29 @@ def test_eagle1_layout_uses_the_target_head_argument():
     b = patched.ea_layer.topK_genrate(feats, ids, base.target_lm_head, None)
     for x, y in zip(a, b, strict=True):
         assert torch.equal(x, y)
+
+
+def test_changing_the_tree_settings_rebuilds_the_drafter():
+    """``ea_layer.top_k``/``depth``/``total_tokens`` written between generations take effect at the next call (the
+    drafter is rebuilt), and rewriting the same values keeps it."""
+    base = random_eagle3_head(seed=3, lm_head_scale=6.0)
+    orig, patched = spec_standin(base, TreeConfig(20, 3, 4)), spec_standin(base, TreeConfig(20, 3, 4))
+    patch_ea_model_with_triton_drafter(patched, backend="torch")
+    drafter = patched.ea_layer.topK_genrate
+    g = torch.Generator().manual_seed(4)
+    ids = torch.randint(0, 256, (1, 6), generator=g)
+    feats = torch.randn(1, 5, base.feature_width, generator=g)
+    # (top_k, depth, total_tokens): the patched values, then new ones, then the new ones written again
+    for settings, kept in (((4, 3, 19), True), ((3, 2, 11), False), ((3, 2, 11), True)):
+        first = drafter.drafter
+        for model in (orig, patched):
+            model.ea_layer.top_k, model.ea_layer.depth, model.ea_layer.total_tokens = settings
+            model.ea_layer.reset_kv()
+        spec = orig.ea_layer._spec
+        spec.top_k, spec.depth, spec.total_tokens = settings
+        a = orig.ea_layer.topK_genrate(feats, ids, None, None)
+        b = patched.ea_layer.topK_genrate(feats, ids, None, None)
+        for x, y in zip(a, b, strict=True):
+            assert torch.equal(x, y)
+        assert b[0].shape[1] == settings[2] + 1
+        assert (drafter.drafter is first) == kept

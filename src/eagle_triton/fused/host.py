@@ -841,6 +841,11 @@ class FusedDraftBackend:
         self.head = head
         self.cfg_tree = tree_config
         self.fallback_reason = ""
+        self._replay: _PaddedRows | None = None  # draft_replayed's static rows and graphs
+        #: draft_replayed's default for ``padded`` (None: on CUDA); the CPU probes and tests set it to take the
+        #: CUDA path's padded rows under the interpreter
+        self.replay_padded: bool | None = None
+        self._kv_views: tuple | None = None  # (buffers, permuted k and v caches) for stable_kv
         if head.kind != "eagle3":
             self.fallback_reason = f"the fused drafter supports EAGLE-3 heads only (got {head.kind})"
         else:
@@ -867,7 +872,6 @@ class FusedDraftBackend:
         self.bufs = None
         self.weights = None
         self._kv_len = 0
-        self._replay: dict | None = None  # draft_replayed's static rows and graphs
 
     # -- state ------------------------------------------------------------------------------------------------
     def reset(self) -> None:
@@ -885,16 +889,23 @@ class FusedDraftBackend:
     def stable_kv(self):
         if self._ref is not None:
             return self._ref.stable_kv
-        if self._kv_len == 0:
-            return None
         L = self._kv_len
-        k = self.bufs.k_cache[:, :L].permute(0, 2, 1, 3)
-        v = self.bufs.v_cache[:, :L].permute(0, 2, 1, 3)
-        return ((k, v),)
+        if L == 0:
+            return None
+        views = self._kv_views
+        if views is None or views[0] is not self.bufs:  # [B, nkv, max_len, hd] views, made once per buffer set
+            bufs = self.bufs
+            k, v = bufs.k_cache.permute(0, 2, 1, 3), bufs.v_cache.permute(0, 2, 1, 3)
+            views = self._kv_views = (bufs, k, v, tuple(k.shape), k.stride())
+        _, k, v, (B, nkv, _, hd), stride = views
+        # the first L rows as one as_strided each (cheaper for the host than indexing: it runs once per draft)
+        return ((k.as_strided((B, nkv, L, hd), stride), v.as_strided((B, nkv, L, hd), stride)),)
 
-    def _ensure(self, batch: int, new_rows: int) -> None:
+    def _ensure(self, batch: int, new_rows: int, min_len: int = 0) -> None:
+        """Buffers for ``batch`` sequences, ``new_rows`` new rows and at least ``min_len`` draft-KV rows (beyond the
+        rows held plus the new ones and the tree's)."""
         tc = self.cfg_tree
-        need_len = self._kv_len + new_rows + tc.depth * tc.top_k
+        need_len = max(self._kv_len + new_rows + tc.depth * tc.top_k, min_len)
         cfg = self._cfg
         if (cfg is not None and self.bufs.batch == batch and new_rows <= cfg.max_new_rows
                 and need_len <= cfg.max_len):
@@ -934,13 +945,16 @@ class FusedDraftBackend:
         self._kv_len += S
         bufs = self.bufs
         keep = (lambda t: t.clone()) if copy_outputs else (lambda t: t)
-        # sampling reorders the rows into a new tensor: no copy of the leaf-ordered rows first
+        # sampling reorders the rows into a new tensor: no copy of the leaf-ordered rows first (without copies,
+        # back into the buffer: the outputs stay in one allocation)
         tree = DraftTree(
             draft_tokens=keep(bufs.draft_tokens), tree_mask=keep(bufs.tree_mask), positions=keep(bufs.positions),
             parents=keep(bufs.parents), retrieve_indices_padded=bufs.retrieve if sampling else keep(bufs.retrieve),
             num_leaves=keep(bufs.num_leaves), max_depth=keep(bufs.max_depth),
         )
-        return tree.in_sampling_order() if sampling else tree
+        if not sampling:
+            return tree
+        return tree.in_sampling_order() if copy_outputs else _reordered_in_place(tree)
 
     # -- device-paced drafting (the engine's step graphs) -------------------------------------------------------
     def reserve(self, max_len: int, max_new_rows: int, batch: int = 1) -> None:
@@ -958,7 +972,7 @@ class FusedDraftBackend:
         if cfg is not None and self.bufs.batch == batch and cfg.max_new_rows >= max_new_rows and cfg.max_len >= need:
             return
         self._max_len = max(self._max_len, _pow2(need))
-        self._ensure(batch, _pow2(max(int(max_new_rows), 1)))
+        self._ensure(batch, _pow2(max(int(max_new_rows), 1)), min_len=need)
 
     @torch.no_grad()
     def draft_rows(self, features: torch.Tensor, new_ids: torch.Tensor, num_new: torch.Tensor | None = None,
@@ -986,7 +1000,6 @@ class FusedDraftBackend:
                          num_leaves=bufs.num_leaves, max_depth=bufs.max_depth)
         return tree.in_sampling_order() if sampling else tree
 
-    @torch.no_grad()
     def draft_replayed(self, hidden_states: torch.Tensor, input_ids: torch.Tensor, sampling: bool = False,
                        max_len: int = 2048, padded: bool | None = None) -> DraftTree:
         """:meth:`draft` with ``copy_outputs=False``, for loops that draft a few rows at a time (SafeAILab's
@@ -994,45 +1007,124 @@ class FusedDraftBackend:
         device (:meth:`draft_rows`), and on CUDA the launch is replayed from a CUDA graph after two eager calls, so a
         call costs the host no launch work (Triton binds ~70 arguments per launch). Longer inputs (a prompt) take
         the plain launch. ``max_len``: the accepted rows to reserve room for (grows when exceeded; a reallocation
-        drops the graphs). ``padded``: use the padded rows (default: on CUDA). The tree is the drafter's own
-        buffers, valid until the next draft."""
+        drops the graphs). ``padded``: use the padded rows (default: :attr:`replay_padded`, else on CUDA). The tree
+        is the drafter's own buffers, valid until the next draft.
+
+        A call with a row count, sampling mode, dtype and device seen before (the steady state) checks only what
+        can change between calls (the draft KV's length against ``input_ids``, the room left) and does two copies
+        (the new rows' features and ids into the static rows) and the replay: each row count has its own graph,
+        whose count lives in a device tensor written once.
+        """
+        if torch.is_grad_enabled():  # one check instead of a no_grad context per call (SafeAILab drafts under one)
+            with torch.no_grad():
+                return self.draft_replayed(hidden_states, input_ids, sampling, max_len, padded)
+        st = self._replay
+        if st is not None and st.bufs is self.bufs:
+            entry = st.entries.get((sampling, hidden_states.shape, hidden_states.dtype, hidden_states.device))
+            if entry is not None:
+                L = self._kv_len
+                ids_shape = input_ids.shape
+                # what the slow path would check or grow: room for max_len and L + C rows (reserve), the rows
+                # against the draft KV (check_draft_inputs), the padded path chosen
+                if (0 <= L <= st.room - st.rows and max_len <= st.room and len(ids_shape) == 2
+                        and ids_shape[1] == L + 1 + entry.rows and ids_shape[0] == 1
+                        and (padded if padded is not None else
+                             st.cuda if self.replay_padded is None else self.replay_padded)):
+                    return self._run_padded(st, entry, hidden_states, input_ids, L, sampling)
+        if input_ids.device != hidden_states.device:  # (the fast path's copy moves them itself)
+            input_ids = input_ids.to(hidden_states.device)
         if self._ref is not None:
             return self._ref.draft(hidden_states, input_ids, sampling=sampling)
         check_draft_inputs(self.head, hidden_states, input_ids, self._kv_len)
         B, S = hidden_states.shape[:2]
         C = self.cfg_tree.depth + 2
         cuda = hidden_states.device.type == "cuda" and not _interpreting()
-        if B != 1 or S > C or self._cfg is None or not (cuda if padded is None else padded):
+        default = cuda if self.replay_padded is None else self.replay_padded
+        if B != 1 or S > C or self._cfg is None or not (default if padded is None else padded):
             return self.draft(hidden_states, input_ids, sampling=sampling, copy_outputs=False)
         L = self._kv_len
         self.reserve(max(int(max_len), L + C), C)
         st = self._replay
-        if st is None or st["bufs"] is not self.bufs:
-            dev = hidden_states.device
-            st = self._replay = dict(bufs=self.bufs, graphs={}, runs={},
-                                     feats=torch.zeros(1, C, self.head.feature_width, dtype=hidden_states.dtype,
-                                                       device=dev),
-                                     ids=torch.zeros(1, C, dtype=torch.long, device=dev),
-                                     num=torch.zeros(1, dtype=torch.int32, device=dev))
-        st["feats"][:, :S].copy_(hidden_states)
-        st["ids"][:, :S].copy_(input_ids[:, 1 + L:])
-        st["num"].fill_(S)
+        if st is None or st.bufs is not self.bufs:
+            tc = self.cfg_tree
+            st = self._replay = _PaddedRows(self.bufs, C, self._cfg.max_len - tc.depth * tc.top_k,
+                                            self.head.feature_width, hidden_states.dtype, hidden_states.device, cuda)
+        key = (sampling, hidden_states.shape, hidden_states.dtype, hidden_states.device)
+        entry = st.entries.get(key)
+        if entry is None:
+            entry = st.entries[key] = _PaddedEntry(st, S)
+        return self._run_padded(st, entry, hidden_states, input_ids, L, sampling)
 
-        def launch():
-            return self.draft_rows(st["feats"], st["ids"], st["num"], sampling=sampling)
-
-        entry = st["graphs"].get(sampling)
-        if entry is not None:
-            entry[0].replay()
-            tree = entry[1]
-        elif not cuda or st["runs"].get(sampling, 0) < 2:
-            st["runs"][sampling] = st["runs"].get(sampling, 0) + 1
-            tree = launch()
-        else:
-            graph = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(graph):
-                tree = launch()
-            st["graphs"][sampling] = (graph, tree)
+    def _run_padded(self, st: _PaddedRows, entry: _PaddedEntry, hidden_states: torch.Tensor,
+                    input_ids: torch.Tensor, L: int, sampling: bool) -> DraftTree:
+        """Copy the new rows into the static rows and draft: replay the entry's graph, or launch (on CUDA: two
+        eager launches per sampling mode, then a graph per row count)."""
+        entry.feats.copy_(hidden_states)
+        entry.ids.copy_(input_ids[:, L + 1:])
+        graph = entry.graph
+        if graph is not None:
             graph.replay()
-        self._kv_len = L + S
+            tree = entry.tree
+        elif not st.cuda or st.runs.get(sampling, 0) < 2:
+            st.runs[sampling] = st.runs.get(sampling, 0) + 1
+            tree = entry.tree = self._launch_padded(st, entry, sampling)
+        else:
+            graph, tree = _capture_graph(lambda: self._launch_padded(st, entry, sampling))
+            entry.graph, entry.tree = graph, tree
+            graph.replay()
+        self._kv_len = L + entry.rows
         return tree
+
+    def _launch_padded(self, st: _PaddedRows, entry: _PaddedEntry, sampling: bool) -> DraftTree:
+        """The launch a padded entry's graph holds. A sampling tree's rows are put back into the retrieve buffer
+        in their new order, so that every output stays in the buffers' one allocation (one host copy moves them)."""
+        tree = self.draft_rows(st.feats, st.ids, entry.num)
+        return _reordered_in_place(tree) if sampling else tree
+
+
+def _reordered_in_place(tree: DraftTree) -> DraftTree:
+    """``tree.in_sampling_order()`` with the reordered rows written back into ``tree``'s retrieve buffer (the
+    drafter's own, overwritten by the next draft anyway)."""
+    rows = tree.in_sampling_order().retrieve_indices_padded
+    tree.retrieve_indices_padded.copy_(rows)
+    return replace(tree, sampling=True)
+
+
+def _capture_graph(launch):
+    """``(graph, outputs)``: ``launch()`` captured in a CUDA graph (the tests substitute a CPU stand-in)."""
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out = launch()
+    return graph, out
+
+
+class _PaddedRows:
+    """:meth:`FusedDraftBackend.draft_replayed`'s static inputs for one set of buffers: ``C`` padded feature and id
+    rows, and one :class:`_PaddedEntry` per (sampling, input shape, dtype, device) seen. ``room``: the accepted rows
+    the buffers hold beside the tree's scratch rows; ``cuda``: launches are captured in graphs; ``runs``: eager
+    launches so far per sampling mode."""
+
+    __slots__ = ("bufs", "rows", "room", "feats", "ids", "entries", "runs", "cuda")
+
+    def __init__(self, bufs: Buffers, rows: int, room: int, width: int, dtype: torch.dtype, device: torch.device,
+                 cuda: bool):
+        self.bufs, self.rows, self.room, self.cuda = bufs, rows, room, cuda
+        self.feats = torch.zeros(1, rows, width, dtype=dtype, device=device)
+        self.ids = torch.zeros(1, rows, dtype=torch.long, device=device)
+        self.entries: dict = {}
+        self.runs: dict = {}
+
+
+class _PaddedEntry:
+    """One row count ``rows`` of the padded path: the static rows it writes (views), its count on the device
+    (written once: no fill per call), and its captured graph with the tree that graph fills (``None`` until
+    captured)."""
+
+    __slots__ = ("rows", "feats", "ids", "num", "graph", "tree")
+
+    def __init__(self, st: _PaddedRows, rows: int):
+        self.rows = rows
+        self.feats, self.ids = st.feats[:, :rows], st.ids[:, :rows]
+        self.num = torch.full((1,), rows, dtype=torch.int32, device=st.feats.device)
+        self.graph: torch.cuda.CUDAGraph | None = None
+        self.tree: DraftTree | None = None

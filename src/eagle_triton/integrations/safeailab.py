@@ -7,9 +7,11 @@ so a drafter reads exactly the weights the EAGLE object holds. :func:`patch_ea_m
 
 from __future__ import annotations
 
+import math
 import types
 from typing import Any
 
+import numpy as np
 import torch
 
 from ..config import TreeConfig
@@ -187,30 +189,102 @@ class SafeAILabOutputs:
     (exact shape) and ``tree_mask [1, 1, T+1, T+1]`` float on the CPU (its code indexes tensors on any GPU of a
     multi-GPU target with them, and needs ``R`` and ``C`` on the host anyway).
 
-    The CPU tensors cost one device->host copy and one synchronisation per call. Where the tree's leaf count,
-    depth, padded retrieve indices and mask lie in one allocation (the fused drafter's output buffers), the copy
-    moves their byte span straight into a cached pinned buffer: no device work but the copy. Otherwise (the
-    reference drafter's trees, or a sampling tree, whose rows were reordered into a new tensor) they are first
-    packed into a cached device buffer (two copy kernels). The exact ``[R, C]`` slice and the mask are cut
-    on the host as new tensors; the device outputs are the tree's own tensors (views of the fused drafter's
-    buffers when it drafted with ``copy_outputs=False``: valid until the next draft).
+    The CPU tensors cost one device->host copy per call, which is also the call's one synchronisation (a blocking
+    copy into pinned memory: the copy and a wait on the current stream). Where the tree's leaf count, depth, padded
+    retrieve indices and mask lie in one allocation (the fused drafter's output buffers), the copy moves their byte
+    span straight into a cached host buffer; otherwise (the reference drafter's trees, or a sampling tree, whose
+    rows were reordered into a new tensor) they are first packed into a cached device buffer (two copy kernels).
+
+    Every output is a view, built once per tree layout (:class:`_OutputPlan`): the device outputs are the tree's
+    own tensors (the fused drafter's buffers, valid until the next draft), and the CPU outputs are views of the host
+    buffer, overwritten by the next call's copy (SafeAILab is done with a tree before it drafts the next). ``R``
+    and ``C`` are read through a NumPy view of that buffer, and the exact ``[R, C]`` view is cached per pair: in the
+    steady state a call does the copy and nothing else on tensors.
     """
 
     def __init__(self):
-        self._staging: torch.Tensor | None = None  # packed path: device buffer ...
-        self._host: torch.Tensor | None = None  # ... and its host side (pinned on a GPU)
-        self._span: tuple | None = None  # direct path: (key, device byte span, host buffer, host views)
+        self._tree = None  # the tree the plan was made for (graph replays return the same tree object)
+        self._plan: _OutputPlan | None = None
+        self._direct: _OutputPlan | None = None  # the last plan over a tree's own allocation ...
+        self._packed: _OutputPlan | None = None  # ... and over the packing buffers (reused while sizes hold)
 
-    def _direct(self, parts: tuple[torch.Tensor, ...]):
-        """``(device byte span, host buffer, host views of parts)`` when ``parts`` lie close together in one
-        allocation, else ``None``. Cached while the parts stay where they are (the fused drafter's buffers do)."""
-        key = tuple((t.data_ptr(), t.shape, t.dtype) for t in parts)
-        if self._span is not None and self._span[0] == key:
-            return self._span[1:]
+    def _plan_for(self, tree) -> _OutputPlan:
+        d = self._direct
+        if d is not None and d.holds(tree):
+            return d
+        d = _OutputPlan.direct(tree)
+        if d is not None:
+            self._direct = d
+            return d
+        p = self._packed
+        if p is None or not p.fits(tree):
+            p = self._packed = _OutputPlan.packed(tree)
+        return p
+
+    def __call__(self, tree) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+        if tree is not self._tree:
+            self._plan, self._tree = self._plan_for(tree), tree
+        plan = self._plan
+        if plan.pack is not None:
+            plan.pack(tree)
+        plan.host.copy_(plan.src)  # on a GPU into pinned memory, blocking: the call's one host synchronisation
+        R, C = int(plan.leaves[0]), int(plan.depth[0])
+        retrieve = plan.exact.get((R, C))
+        if retrieve is None:
+            if not (0 < R <= plan.retrieve.shape[0] and 0 <= C < plan.retrieve.shape[1]):
+                raise RuntimeError(f"the drafter's tree has {R} leaves of depth {C}, outside its retrieve buffer "
+                                   f"{list(plan.retrieve.shape)}")
+            retrieve = plan.exact[(R, C)] = plan.retrieve[:R, :C + 1]
+        if plan.pack is not None:
+            return tree.draft_tokens, retrieve, plan.mask, tree.positions[0]
+        return plan.tokens, retrieve, plan.mask, plan.positions
+
+
+class _OutputPlan:
+    """How :class:`SafeAILabOutputs` moves one tree layout to the host: the device bytes ``src`` (a byte span of
+    the tree's own allocation, or the packing buffer that ``pack(tree)`` fills) and their host copy ``host``, with
+    host views of the leaf count and depth (NumPy), of the padded retrieve indices of sequence 0 and of its mask,
+    and the exact retrieve views per ``(R, C)`` made so far. A direct plan also keeps the device outputs' views."""
+
+    __slots__ = ("parts", "src", "host", "pack", "leaves", "depth", "retrieve", "mask", "exact", "tokens",
+                 "positions")
+
+    def __init__(self, src: torch.Tensor, host: torch.Tensor, offsets: tuple[int, int, int, int], shapes, pack=None):
+        self.src, self.host, self.pack = src, host, pack
+        o_leaves, o_depth, o_ret, o_mask = offsets
+        ret_shape, mask_shape = shapes
+        arr = host.numpy()
+        self.leaves = arr[o_leaves:o_leaves + 8].view(np.int64)
+        self.depth = arr[o_depth:o_depth + 8].view(np.int64)
+        n_ret, n_mask = math.prod(ret_shape) * 8, math.prod(mask_shape) * 4
+        self.retrieve = host[o_ret:o_ret + n_ret].view(torch.int64).view(ret_shape)[0]
+        self.mask = host[o_mask:o_mask + n_mask].view(torch.float32).view(mask_shape)[:1]
+        self.exact: dict = {}
+        self.parts: tuple = ()
+        self.tokens = self.positions = None
+
+    def holds(self, tree) -> bool:
+        """Whether ``tree``'s tensors are the ones this direct plan was made for."""
+        p = self.parts
+        return (tree.num_leaves is p[0] and tree.max_depth is p[1] and tree.retrieve_indices_padded is p[2]
+                and tree.tree_mask is p[3] and tree.draft_tokens is p[4] and tree.positions is p[5])
+
+    def fits(self, tree) -> bool:
+        """Whether this packed plan's buffers take ``tree``'s sizes."""
+        return (self.src.device == tree.retrieve_indices_padded.device
+                and self.retrieve.shape == tree.retrieve_indices_padded.shape[1:]
+                and self.mask.shape[1:] == tree.tree_mask.shape[1:])
+
+    @classmethod
+    def direct(cls, tree) -> _OutputPlan | None:
+        """A plan over the byte span of ``tree``'s leaf count, depth, retrieve indices and float32 mask, when they
+        lie close together in one allocation (the fused drafter's buffers), else ``None``."""
+        parts = (tree.num_leaves, tree.max_depth, tree.retrieve_indices_padded, tree.tree_mask)
+        dtypes = (torch.int64, torch.int64, torch.int64, torch.float32)
         dev = parts[0].device
         storage = parts[0].untyped_storage()
-        if any(t.device != dev or not t.is_contiguous() or t.untyped_storage().data_ptr() != storage.data_ptr()
-               for t in parts):
+        if any(t.dtype != dt or t.device != dev or not t.is_contiguous()
+               or t.untyped_storage().data_ptr() != storage.data_ptr() for t, dt in zip(parts, dtypes, strict=True)):
             return None
         lo = min(t.data_ptr() for t in parts)
         hi = max(t.data_ptr() + t.numel() * t.element_size() for t in parts)
@@ -219,47 +293,36 @@ class SafeAILabOutputs:
         if any((t.data_ptr() - lo) % t.element_size() for t in parts):
             return None
         src = torch.empty(0, dtype=torch.uint8, device=dev).set_(storage, lo - storage.data_ptr(), (hi - lo,))
-        host = _host_buffer(hi - lo, torch.uint8, dev)
-        views = tuple(host[t.data_ptr() - lo:t.data_ptr() - lo + t.numel() * t.element_size()].view(t.dtype)
-                      .view(t.shape) for t in parts)
-        self._span = (key, src, host, views)
-        return src, host, views
+        plan = cls(src, _host_buffer(hi - lo, dev), tuple(t.data_ptr() - lo for t in parts),
+                   (parts[2].shape, parts[3].shape))
+        plan.parts = (*parts, tree.draft_tokens, tree.positions)
+        plan.tokens, plan.positions = tree.draft_tokens, tree.positions[0]
+        return plan
 
-    def _packed(self, tree):
-        """The other trees (separate tensors): packed into one cached device buffer first (two copy kernels)."""
+    @classmethod
+    def packed(cls, tree) -> _OutputPlan:
+        """A plan that packs sequence 0's leaf count, depth, retrieve indices (int64) and mask (float32) into one
+        device buffer first (two copy kernels per call)."""
         retrieve, mask = tree.retrieve_indices_padded[:1], tree.tree_mask[:1]
-        n_ret = retrieve.numel()
         dev = retrieve.device
-        n = 2 + n_ret + mask.numel()
-        if self._staging is None or self._staging.numel() != n or self._staging.device != dev:
-            self._staging = torch.empty(n, dtype=torch.long, device=dev)
-            self._host = _host_buffer(n, torch.long, dev)
-        torch.cat([tree.num_leaves[:1], tree.max_depth[:1], retrieve.reshape(-1)], out=self._staging[:2 + n_ret])
-        self._staging[2 + n_ret:].view(mask.shape).copy_(mask)
-        host = self._host
-        return self._staging, host, (host[0:1], host[1:2], host[2:2 + n_ret].view(retrieve.shape),
-                                     host[2 + n_ret:].view(mask.shape))
+        n_long = 2 + retrieve.numel()
+        nbytes = 8 * n_long + 4 * mask.numel()
+        staging = torch.empty(nbytes, dtype=torch.uint8, device=dev)
+        longs = staging[:8 * n_long].view(torch.int64)
+        floats = staging[8 * n_long:].view(torch.float32).view(mask.shape)
 
-    def __call__(self, tree) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
-        parts = (tree.num_leaves, tree.max_depth, tree.retrieve_indices_padded, tree.tree_mask)
-        plan = self._direct(parts)
-        src, host, (leaves, depth, retrieve, mask) = plan if plan is not None else self._packed(tree)
-        if src.device.type == "cuda":
-            host.copy_(src, non_blocking=True)
-            torch.cuda.current_stream(src.device).synchronize()  # the call's one host sync
-        else:
-            host.copy_(src)
-        R, C = int(leaves[0]), int(depth[0])
-        retrieve_cpu = retrieve[0, :R, :C + 1].clone()
-        mask_cpu = mask[:1].to(torch.float32, copy=True)
-        return tree.draft_tokens, retrieve_cpu, mask_cpu, tree.positions[0]
+        def pack(tree):
+            torch.cat([tree.num_leaves[:1], tree.max_depth[:1], tree.retrieve_indices_padded[:1].reshape(-1)],
+                      out=longs)
+            floats.copy_(tree.tree_mask[:1])
+
+        return cls(staging, _host_buffer(nbytes, dev), (0, 8, 16, 8 * n_long), (retrieve.shape, mask.shape), pack)
 
 
-def _host_buffer(n: int, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
-    """The host side of a transfer from ``device``: pinned memory for a GPU (an asynchronous copy)."""
-    if device.type == "cuda":
-        return torch.empty(n, dtype=dtype, pin_memory=True)
-    return torch.empty(n, dtype=dtype)
+def _host_buffer(nbytes: int, device: torch.device) -> torch.Tensor:
+    """The host side of a transfer from ``device`` (bytes): pinned memory for a GPU (a direct DMA, and a blocking
+    copy into it waits on the current stream only)."""
+    return torch.empty(nbytes, dtype=torch.uint8, pin_memory=device.type == "cuda")
 
 
 class EaLayerDrafter:
@@ -275,32 +338,49 @@ class EaLayerDrafter:
         self.ea_layer = ea_layer
         self.head = head_from_ea_layer(ea_layer, lm_head=lm_head)
         self.backend = backend
-        self._key = _tree_key(ea_layer)
-        self.drafter = TreeDrafter(self.head, tree_config_from_ea_layer(ea_layer), backend=backend)
+        self._eagle1 = self.head.kind == "eagle1"
+        # stable_kv is a plain attribute of SafeAILab's layer: written into its __dict__, not through
+        # nn.Module.__setattr__ (which first looks for a parameter, buffer or module of that name)
+        self._state = ea_layer.__dict__ if isinstance(ea_layer, torch.nn.Module) and not any(
+            "stable_kv" in getattr(ea_layer, d, {}) for d in ("_parameters", "_buffers", "_modules")) else None
+        self._build(ea_layer)
         self._outputs = SafeAILabOutputs()
+
+    def _build(self, ea) -> None:
+        self._raw_key = (ea.total_tokens, ea.depth, ea.top_k)
+        self._key = _tree_key(ea)
+        self.drafter = TreeDrafter(self.head, tree_config_from_ea_layer(ea), backend=self.backend)
+        impl = self.drafter._impl
+        self._fused = impl if isinstance(impl, FusedDraftBackend) else None
 
     def draft(self, hidden_states, input_ids, head=None, sampling: bool = False):
         """One tree as a :class:`~eagle_triton.DraftTree` (device tensors only), keeping ``stable_kv`` in step.
         With the fused drafter its tensors are the drafter's own buffers, valid until the next draft (as SafeAILab
         uses ``topK_genrate``'s outputs: each step is done with a tree before it drafts the next)."""
         ea = self.ea_layer
-        key = _tree_key(ea)
-        if key != self._key:
-            self.drafter = TreeDrafter(self.head, tree_config_from_ea_layer(ea), backend=self.backend)
-            self._key = key
-        if self.head.kind == "eagle1" and head is not None:
+        raw = (ea.total_tokens, ea.depth, ea.top_k)
+        if raw != self._raw_key:  # the tree settings as written (compared as ints only when they change)
+            if _tree_key(ea) != self._key:
+                self._build(ea)
+            self._raw_key = raw
+        if self._eagle1 and head is not None:
             self.head.set_target_lm_head(head)
-        if ea.__dict__.get("stable_kv") is None:
+        state = self._state if self._state is not None else ea.__dict__
+        if state.get("stable_kv") is None:
             self.drafter.reset()
-        if input_ids.device != hidden_states.device:
-            input_ids = input_ids.to(hidden_states.device)
-        impl = self.drafter._impl
-        if isinstance(impl, FusedDraftBackend):  # SafeAILab is done with a tree before it drafts the next
-            tree = impl.draft_replayed(hidden_states, input_ids, sampling=sampling)
+        fused = self._fused
+        if fused is not None:  # SafeAILab is done with a tree before it drafts the next: no copies of the outputs
+            tree = fused.draft_replayed(hidden_states, input_ids, sampling=sampling)
+            kv = fused.stable_kv
         else:
+            if input_ids.device != hidden_states.device:
+                input_ids = input_ids.to(hidden_states.device)
             tree = self.drafter.draft(hidden_states, input_ids, sampling=sampling)
-        kv = self.drafter.stable_kv
-        ea.stable_kv = kv if kv is not None else ()
+            kv = self.drafter.stable_kv
+        if self._state is not None:
+            self._state["stable_kv"] = kv if kv is not None else ()
+        else:
+            ea.stable_kv = kv if kv is not None else ()
         return tree
 
     def __call__(self, hidden_states, input_ids, head=None, logits_processor=None):
