@@ -64,9 +64,8 @@ def test_fused_eagle1_feature_is_lm_head_input(small_chunks):
     torch.testing.assert_close(t.lm_head(feats[:, -1]), logits, atol=1e-5, rtol=1e-5)
 
 
-@pytest.mark.parametrize("kw", [{"norm_mode": "partials"}, {"norm_mode": "prologue"}, {"norm_mode": "folded"},
-                                {"inline_norm": False}, {"inline_norm": True}],
-                         ids=["partials", "prologue", "folded", "inline_false", "inline_true"])
+@pytest.mark.parametrize("kw", [{"norm_mode": "partials"}, {"norm_mode": "prologue"}, {"inline_norm": False},
+                                {"inline_norm": True}], ids=["partials", "prologue", "inline_false", "inline_true"])
 def test_norm_modes_agree(kw):
     """The RMSNorm as its own kernel (default), from partial sums of squares and in the prologue (also under the
     older ``inline_norm`` spelling) round alike up to the order of the row's sum of squares."""
@@ -175,7 +174,7 @@ def launch_keys(monkeypatch):
 OWN_KERNELS = ("_bi_linear_kernel", "_rms_norm_kernel", "_embedding_kernel", "_rope_kv_kernel")
 
 
-@pytest.mark.parametrize("norm_mode", ["kernel", "partials", "folded"])
+@pytest.mark.parametrize("norm_mode", ["kernel", "partials"])
 def test_no_new_specialisation_for_new_prompt_lengths(norm_mode, small_chunks, launch_keys):
     """After a warm-up (one prompt spanning a full and a partial chunk, a decode, a verify), prompts of other
     lengths launch every kernel with a specialisation key already seen: nothing would compile on the GPU (also
@@ -299,7 +298,7 @@ def test_gpu_greedy_speculative_equals_plain_bf16():
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("norm_mode", ["kernel", "partials", "folded"])
+@pytest.mark.parametrize("norm_mode", ["kernel", "partials"])
 def test_gpu_no_compilation_for_new_prompt_lengths(norm_mode):
     m = _gpu_model("qwen3", head_dim=64)
     t = LlamaTarget.from_hf(m, ops="triton", norm_mode=norm_mode)

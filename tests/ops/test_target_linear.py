@@ -106,28 +106,6 @@ def test_bad_inputs_are_named(device):
         target_linear(x, w, norm_weight=torch.randn(7, device=device))
 
 
-@pytest.mark.parametrize("dtype", DTYPES)
-@pytest.mark.parametrize("flags", ["norm", "all"])
-@pytest.mark.parametrize("M,N,K,cfg", [(1, 50, 70, None), (37, 24, 33, SMALL), (70, 9, 48, None)])
-def test_folded_norm_matches_reference(M, N, K, cfg, flags, dtype, device):
-    """``fold_norm``: ``rstd * (W (w * x))``; against its reference, and within the dtype's rounding of the unfolded
-    RMSNorm (the two orders differ only in where they round)."""
-    x, w, kw = _inputs(M, N, K, dtype, device, seed=M * 7 + K, **FLAGS[flags])
-    y = target_linear(x, w, config=cfg, fold_norm=True, **kw)
-    dbl = {k: v.double() if torch.is_tensor(v) else v for k, v in kw.items()}
-    ref = target_linear_ref(x.double(), w.double(), fold_norm=True, **dbl)
-    atol, rtol = TOL[dtype]
-    torch.testing.assert_close(y.double(), ref, atol=atol * 4, rtol=rtol * 4)
-    torch.testing.assert_close(y.double(), target_linear_ref(x.double(), w.double(), **dbl), atol=atol * 8,
-                               rtol=rtol * 8)
-    # batch invariance: each row alone equals its row in the batch
-    for r in (0, M - 1):
-        sub = {k: (v[r:r + 1] if k == "residual" else v) for k, v in kw.items()}
-        assert torch.equal(target_linear(x[r:r + 1], w, config=cfg, fold_norm=True, **sub), y[r:r + 1])
-    with pytest.raises(ValueError, match="fold_norm"):
-        target_linear(x, w, fold_norm=True)
-
-
 @pytest.mark.parametrize("flags", ["plain", "all"])
 @pytest.mark.parametrize("K", [16, 33, 48, 70])  # one chunk, a partial second, exactly three, more than the prefetch
 def test_weight_prefetch_changes_no_bit(K, flags, device):

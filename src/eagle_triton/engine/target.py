@@ -152,7 +152,7 @@ def _rotary_from_config(hf_config, device):
     return rope.inv_freq.detach().float().to(device), float(getattr(rope, "attention_scaling", 1.0))
 
 
-NORM_MODES = ("partials", "kernel", "prologue", "folded")
+NORM_MODES = ("partials", "kernel", "prologue")
 
 
 def _norm_mode(norm_mode: str | None, inline_norm: bool | None) -> str:
@@ -192,10 +192,7 @@ class LlamaTarget(TargetModel):
         slower on the H100: 8B decode 7.53 against 6.04 ms, SmolLM2 1.21 against 1.03 ms);
         ``"prologue"``: every program of the product re-reads its row tile
         to sum the squares (measured slower than ``"kernel"`` on the H100: +7.6 / +12 us per q/k/v / gate-up
-        product at 1 row, +21 / +72 us at 60 rows, ``bench/results/target_forward_2026-11-24/``); ``"folded"``:
-        the norm folded into the q/k/v and gate/up products (``rstd`` per row applied to the accumulators, the
-        squares summed in the product's own pass over the row; see ``target_linear(fold_norm=True)``), two
-        launches per layer fewer and no extra pass, rounding ``w * x`` where transformers rounds ``x * rstd``.
+        product at 1 row, +21 / +72 us at 60 rows, ``bench/results/target_forward_2026-11-24/``).
     inline_norm: the older spelling: ``True`` is ``norm_mode="prologue"``, ``False`` is ``norm_mode="kernel"``.
     cuda_graphs: capture the decode and verify steps on CUDA (default: on for CUDA).
     eos_token_ids: end-of-sequence ids (the engine's default stop tokens).
@@ -565,9 +562,6 @@ class LlamaTarget(TargetModel):
         if self.norm_mode == "kernel":
             h = target_rms_norm(x, norm_weight, eps, validate=False)
             return target_linear(h, weight, bias, silu_mul=silu_mul, config=config, validate=False)
-        if self.norm_mode == "folded":
-            return target_linear(x, weight, bias, norm_weight=norm_weight, eps=eps, silu_mul=silu_mul,
-                                 fold_norm=True, config=config, validate=False)
         return target_linear(x, weight, bias, norm_weight=norm_weight, eps=eps, silu_mul=silu_mul, sumsq=sumsq,
                              config=config, validate=False)
 

@@ -70,26 +70,19 @@ def _partials_rstd(ss_ptr, offs_m, m_mask, stride_sm, K, eps, BM: tl.constexpr, 
 
 
 @triton.jit
-def _k_chunk(acc, acc_u, ss, x_rows, m_mask, kk, w, wu, rstd, nw_ptr, K, HAS_NORM: tl.constexpr,
-             FOLD: tl.constexpr, SILU_MUL: tl.constexpr, PRECISION: tl.constexpr, dt: tl.constexpr):
-    """One ``BK`` chunk of the reduction: load (and normalise) the x tile, multiply by the weight tile(s). ``FOLD``:
-    the tile is only scaled by the norm weight, and its squares are added to the rows' sums ``ss`` (the epilogue
-    applies each row's ``rstd``)."""
+def _k_chunk(acc, acc_u, x_rows, m_mask, kk, w, wu, rstd, nw_ptr, K, HAS_NORM: tl.constexpr,
+             SILU_MUL: tl.constexpr, PRECISION: tl.constexpr, dt: tl.constexpr):
+    """One ``BK`` chunk of the reduction: load (and normalise) the x tile, multiply by the weight tile(s)."""
     k_mask = kk < K
     xk = tl.load(x_rows + kk[None, :], mask=m_mask[:, None] & k_mask[None, :], other=0.0)
     if HAS_NORM:
+        xn = (xk.to(tl.float32) * rstd[:, None]).to(dt)
         nw = tl.load(nw_ptr + kk, mask=k_mask, other=0.0).to(tl.float32)
-        if FOLD:
-            xf = xk.to(tl.float32)
-            ss += tl.sum(xf * xf, 1)
-            xk = (nw[None, :] * xf).to(dt)
-        else:
-            xn = (xk.to(tl.float32) * rstd[:, None]).to(dt)
-            xk = (nw[None, :] * xn.to(tl.float32)).to(dt)
+        xk = (nw[None, :] * xn.to(tl.float32)).to(dt)
     acc = tl.dot(xk, tl.trans(w), acc, input_precision=PRECISION)
     if SILU_MUL:
         acc_u = tl.dot(xk, tl.trans(wu), acc_u, input_precision=PRECISION)
-    return acc, acc_u, ss
+    return acc, acc_u
 
 
 @triton.jit(do_not_specialize=["M"])
@@ -101,7 +94,7 @@ def _bi_linear_kernel(
     HAS_RES: tl.constexpr,
     SILU_MUL: tl.constexpr, WRITE_SS: tl.constexpr,
     BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, PRECISION: tl.constexpr,
-    PRE: tl.constexpr = 0, PDL: tl.constexpr = False, FOLD: tl.constexpr = False,
+    PRE: tl.constexpr = 0, PDL: tl.constexpr = False,
 ):
     """Grid ``(cdiv(M, BM), cdiv(N, BN))``: the M tiles of one weight tile are neighbours, so they share it in L2.
 
@@ -112,14 +105,7 @@ def _bi_linear_kernel(
     ``PRE`` (0-2): the weight tiles of the first ``PRE`` chunks are loaded before anything that depends on the
     previous kernel; with ``PDL`` (programmatic dependent launch) the program then waits for the previous kernel
     (``gdc_wait``), so those loads overlap its tail and the launch. The chunks are reduced in the same order with
-    the same tiles either way: ``PRE`` and ``PDL`` never change a bit of the result.
-
-    ``FOLD`` (with ``HAS_NORM``, ``NUM_SS == 0``): the RMSNorm folded into the product. Its ``rstd`` is one scalar
-    per row, so ``W (w * x * rstd) = rstd * W (w * x)``: the main loop multiplies ``w * x`` (rounded to the input
-    dtype) and adds each row's squares in the same pass, and the epilogue scales the fp32 accumulators by the
-    row's ``rsqrt(mean(x^2) + eps)``. No pass over the rows before the loop and no norm kernel; the roundings
-    differ from transformers' eager order (normalise, cast, times the weight, cast), by at most the dtype's
-    rounding, and every row still reduces in the same fixed order."""
+    the same tiles either way: ``PRE`` and ``PDL`` never change a bit of the result."""
     pid_m = tl.program_id(0)
     pid_n = tl.program_id(1)
     offs_m = pid_m * BM + tl.arange(0, BM)
@@ -148,8 +134,7 @@ def _bi_linear_kernel(
         tl.extra.cuda.gdc_launch_dependents()
 
     rstd = tl.zeros([BM], tl.float32)
-    ss = tl.zeros([BM], tl.float32)
-    if HAS_NORM and not FOLD:
+    if HAS_NORM:
         if NUM_SS > 0:
             rstd = _partials_rstd(sin_ptr, offs_m, m_mask, stride_sin_m, K, eps, BM, NUM_SS, NSS_P2)
         else:
@@ -159,12 +144,12 @@ def _bi_linear_kernel(
     acc = tl.zeros([BM, BN], tl.float32)
     acc_u = tl.zeros([BM, BN], tl.float32)
     if PRE >= 1:
-        acc, acc_u, ss = _k_chunk(acc, acc_u, ss, x_rows, m_mask, offs_k, w0, u0, rstd, nw_ptr, K,
-                                  HAS_NORM, FOLD, SILU_MUL, PRECISION, dt)
+        acc, acc_u = _k_chunk(acc, acc_u, x_rows, m_mask, offs_k, w0, u0, rstd, nw_ptr, K, HAS_NORM, SILU_MUL,
+                              PRECISION, dt)
     if PRE >= 2:
         if K > BK:  # a chunk past K is skipped, as the loop would
-            acc, acc_u, ss = _k_chunk(acc, acc_u, ss, x_rows, m_mask, k1, w1, u1, rstd, nw_ptr, K,
-                                      HAS_NORM, FOLD, SILU_MUL, PRECISION, dt)
+            acc, acc_u = _k_chunk(acc, acc_u, x_rows, m_mask, k1, w1, u1, rstd, nw_ptr, K, HAS_NORM, SILU_MUL,
+                                  PRECISION, dt)
     for k0 in range(PRE * BK, K, BK):
         kk = k0 + offs_k
         k_mask = kk < K
@@ -172,12 +157,8 @@ def _bi_linear_kernel(
         wu = w
         if SILU_MUL:
             wu = tl.load(u_rows + kk[None, :], mask=n_mask[:, None] & k_mask[None, :], other=0.0)
-        acc, acc_u, ss = _k_chunk(acc, acc_u, ss, x_rows, m_mask, kk, w, wu, rstd, nw_ptr, K,
-                                  HAS_NORM, FOLD, SILU_MUL, PRECISION, dt)
-    if HAS_NORM and FOLD:
-        r_std = 1.0 / tl.sqrt(ss / K + eps)
-        acc = acc * r_std[:, None]
-        acc_u = acc_u * r_std[:, None]
+        acc, acc_u = _k_chunk(acc, acc_u, x_rows, m_mask, kk, w, wu, rstd, nw_ptr, K, HAS_NORM, SILU_MUL,
+                              PRECISION, dt)
 
     if HAS_BIAS:
         acc += tl.load(b_ptr + offs_n, mask=n_mask, other=0.0).to(tl.float32)[None, :]

@@ -136,7 +136,6 @@ def target_linear(
     out: torch.Tensor | None = None,
     config: LinearConfig | None = None,
     validate: bool = True,
-    fold_norm: bool = False,
 ) -> torch.Tensor:
     """``y = x @ W.T (+ bias)`` with optional inline RMSNorm of ``x``, SiLU·mul and residual epilogues.
 
@@ -156,9 +155,6 @@ def target_linear(
     out : Tensor ``[M, N]`` to write into (it may not alias ``x``), or None.
     config : tile configuration; default :func:`default_config` ``(N, K)``.
     validate : check shapes/dtypes (host-only checks, no device sync).
-    fold_norm : with ``norm_weight`` (and no ``sumsq``): fold the RMSNorm into the product, ``rstd * (W (w * x))``
-        with each row's ``rstd`` applied to the fp32 accumulator (one pass, no prologue; see the kernel: it rounds
-        ``w * x`` instead of ``x * rstd`` and ``w * that`` as transformers does).
 
     Returns
     -------
@@ -179,9 +175,6 @@ def target_linear(
             check_tensor("bias", bias, shape=(rows_w,), dtypes=(x.dtype,), device=dev)
         if norm_weight is not None:
             check_tensor("norm_weight", norm_weight, shape=(K,), dtypes=(x.dtype,), device=dev)
-        if fold_norm and (norm_weight is None or sumsq is not None):
-            raise ValueError("fold_norm folds the RMSNorm of x (norm_weight) into the product: pass norm_weight, "
-                             "and no sumsq (the product sums the squares itself)")
         if sumsq is not None:
             if norm_weight is None:
                 raise ValueError("sumsq (partial sums of squares of x) is only read by the RMSNorm prologue: pass "
@@ -211,7 +204,6 @@ def target_linear(
         HAS_NORM=norm_weight is not None, NUM_SS=nss, NSS_P2=next_power_of_2(max(nss, 1)), HAS_BIAS=bias is not None,
         HAS_RES=residual is not None, SILU_MUL=bool(silu_mul), WRITE_SS=sumsq_out is not None,
         BM=cfg.block_m, BN=cfg.block_n, BK=cfg.block_k, PRECISION=_precision(x.dtype), PRE=cfg.prefetch,
-        FOLD=bool(fold_norm) and norm_weight is not None and nss == 0,
         num_warps=cfg.num_warps, num_stages=cfg.num_stages, **pdl_kwargs(x.device),
     )
     return y
@@ -306,7 +298,7 @@ def _aot_specs():
             sig.update({"sin_ptr": "*fp32", "sout_ptr": "*fp32", "eps": "fp32"})
             const = dict(HAS_NORM=norm, NUM_SS=nss, NSS_P2=next_power_of_2(max(nss, 1)), HAS_BIAS=bias,
                          HAS_RES=res, SILU_MUL=silu, WRITE_SS=wss, BM=cfg.block_m, BN=cfg.block_n, BK=cfg.block_k,
-                         PRECISION=prec, PRE=cfg.prefetch, PDL=cfg.prefetch > 0, FOLD=norm and nss == 0)
+                         PRECISION=prec, PRE=cfg.prefetch, PDL=cfg.prefetch > 0)
             sig.update({k: "constexpr" for k in const})
             # the partials' row stride is their count (a multiple of 16 at 8B, not at SmolLM2's 18)
             row_div = ["stride_sin_m"] if nss % 16 == 0 else []

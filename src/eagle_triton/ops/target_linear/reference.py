@@ -50,7 +50,6 @@ def target_linear_ref(
     sumsq_out: torch.Tensor | None = None,
     out: torch.Tensor | None = None,
     config=None,
-    fold_norm: bool = False,
     **_: object,
 ) -> torch.Tensor:
     """Reference of :func:`~eagle_triton.ops.target_linear.target_linear` (same contract). ``sumsq_out``'s tiles
@@ -59,17 +58,8 @@ def target_linear_ref(
     if sumsq is not None and norm_weight is None:
         raise ValueError("sumsq (partial sums of squares of x) is only read by the RMSNorm prologue: pass "
                          "norm_weight too")
-    if fold_norm and norm_weight is not None and sumsq is None:
-        # the folded norm: rstd * (W (w * x)), w * x rounded to x's dtype, product and scale in fp32
-        ct = torch.float64 if x.dtype == torch.float64 else torch.float32
-        x32 = x.to(ct)
-        rstd = torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + eps)
-        g = (norm_weight.to(ct) * x32).to(x.dtype)
-        acc = F.linear(g.to(ct), weight.to(ct)) * rstd
-        y = (acc + bias.to(ct) if bias is not None else acc).to(x.dtype)
-    else:
-        h = target_rms_norm_ref(x, norm_weight, eps, sumsq=sumsq) if norm_weight is not None else x
-        y = F.linear(h, weight, bias)
+    h = target_rms_norm_ref(x, norm_weight, eps, sumsq=sumsq) if norm_weight is not None else x
+    y = F.linear(h, weight, bias)
     if silu_mul:
         gate, up = y.chunk(2, dim=-1)
         y = F.silu(gate) * up
