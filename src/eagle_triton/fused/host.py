@@ -960,6 +960,13 @@ class FusedDraftBackend:
         self._max_len = max(self._max_len, _pow2(need))
         self._ensure(batch, _pow2(max(int(max_new_rows), 1)))
 
+    def forget_rows(self, keep: torch.Tensor) -> None:
+        """Zero the draft KV length of every sequence whose ``keep [B]`` int32 is 0 (device work only; after
+        :meth:`reserve`): a freed batch slot, or one about to take a new sequence."""
+        if self.bufs is None:
+            raise RuntimeError("forget_rows() before reserve()")
+        self.bufs.kv_len.mul_(keep)
+
     @torch.no_grad()
     def draft_rows(self, features: torch.Tensor, new_ids: torch.Tensor, num_new: torch.Tensor | None = None,
                    sampling: bool = False) -> DraftTree:
