@@ -1,0 +1,273 @@
+"""``EagleEngine.generate_batch``: continuous batching over a fixed number of slots. Each sequence's result must
+be what ``generate`` gives it alone: the same greedy tokens, and with the same seed the same sampled tokens
+(per-sequence Philox streams); sampled tokens follow the target distribution per sequence; bad input is refused
+naming the problem."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+import torch
+from engine_testlib import OracleDrafter, hf_greedy, tiny_llama
+from scipy.stats import chi2
+
+from eagle_triton import TreeConfig, TreeDrafter
+from eagle_triton.engine import EagleEngine, LlamaTarget
+from eagle_triton.engine.batch import BATCH_BUCKETS, batch_bucket
+from eagle_triton.engine.sampling import SamplingParams, probs_from_logits
+from eagle_triton.testing import random_eagle3_head
+
+V = 128
+
+
+@pytest.fixture(scope="module")
+def target(tiny_model):
+    return LlamaTarget.from_hf(tiny_model)
+
+
+def _prompts(lengths, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    return [torch.randint(0, V, (n,), generator=g).tolist() for n in lengths]
+
+
+class BatchOracleDrafter:
+    """:class:`OracleDrafter` for every slot of a batch, device-paced (``draft_rows``): each slot rebuilds its
+    sequence from the rows it is handed (forgotten with :meth:`forget_rows` when the slot is freed), finds which
+    reference continuation it is, and proposes a tree whose chain is right for a random number of tokens. So
+    steps accept anything from 0 to depth + 1 drafts, differently in every slot. Idle slots get junk trees."""
+
+    feature_mode = None
+    drafts_rows = True
+    backend = "oracle"
+
+    def __init__(self, sequences: list[list[int]], tree_config: TreeConfig, seed: int = 0):
+        self.sequences = sequences
+        self.tree_config = tree_config
+        self.oracles = [OracleDrafter(s, tree_config, V, seed=seed + i) for i, s in enumerate(sequences)]
+        self.rng = random.Random(seed)
+        self.hist: list[list[int]] = []
+
+    def reset(self) -> None:
+        self.hist = []
+
+    def reserve(self, max_len: int, max_new_rows: int, batch: int = 1) -> None:
+        self.hist = [[] for _ in range(batch)]
+
+    def forget_rows(self, keep: torch.Tensor) -> None:
+        for b, k in enumerate(keep.tolist()):
+            if not k:
+                self.hist[b] = []
+
+    def draft_rows(self, features, new_ids, num_new=None, sampling: bool = False):
+        trees = []
+        for b in range(new_ids.shape[0]):
+            n = new_ids.shape[1] if num_new is None else int(num_new[b])
+            self.hist[b] += new_ids[b, :n].tolist()
+            h = self.hist[b]  # the sequence without its first prompt token
+            match = [i for i, s in enumerate(self.sequences) if s[1:len(h) + 1] == h]
+            if match:
+                seq = self.sequences[match[0]][:len(h) + 1]
+                trees.append(self.oracles[match[0]].draft(None, torch.tensor([seq])))
+            else:  # an idle slot: any tree of the right shape
+                junk = [self.rng.randrange(V)]
+                o = OracleDrafter(junk + [0] * 64, self.tree_config, V, seed=b)
+                trees.append(o.draft(None, torch.tensor([junk])))
+        first = trees[0]
+        return type(first)(**{f: torch.cat([getattr(t, f) for t in trees])
+                              for f in ("draft_tokens", "tree_mask", "positions", "parents",
+                                        "retrieve_indices_padded", "num_leaves", "max_depth")}, sampling=sampling)
+
+
+# -- greedy: equal to generate, for a mix of lengths, caps, an EOS and slot refills ------------------------------
+@pytest.mark.parametrize("speculative", [True, False])
+def test_batched_greedy_equals_generate_with_refills(tiny_model, target, speculative):
+    prompts = _prompts((4, 11, 1, 7, 15, 3, 9))
+    caps = [20, 3, 25, 1, 12, 30, 8]
+    refs = [hf_greedy(tiny_model, p, 40) for p in prompts]
+    # sequence 5 stops at an EOS inside its continuation: its first new occurrence after 6 tokens
+    j = next(i for i in range(6, 30) if refs[5][i] not in refs[5][:i])
+    eos = refs[5][j]
+    tree = TreeConfig(12, 4, 3)
+    drafter = BatchOracleDrafter([p + r for p, r in zip(prompts, refs, strict=True)], tree)
+    eng = EagleEngine(target, drafter=drafter, max_length=64)
+    finished = []
+    out = eng.generate_batch(input_ids=prompts, max_new_tokens=caps, batch_size=3, speculative=speculative,
+                             eos_token_id=eos, on_result=lambda i, toks, st: finished.append((i, toks)))
+    for i, (toks, stats) in enumerate(out):
+        want = refs[i][:caps[i]]
+        if eos in want:
+            want = want[:want.index(eos) + 1]
+        alone, st = eng.generate(input_ids=prompts[i], max_new_tokens=caps[i], speculative=speculative,
+                                 eos_token_id=eos)
+        assert toks == want == alone, i
+        assert stats.stop_reason == st.stop_reason and stats.new_tokens == len(toks)
+        assert stats.prompt_tokens == len(prompts[i]) and stats.speculative == speculative
+    assert out[5][1].stop_reason == "eos" and len(out[5][0]) == j + 1
+    # on_result: every sequence once, in completion order, with what generate_batch returns
+    assert sorted(i for i, _ in finished) == list(range(len(prompts)))
+    assert all(toks == out[i][0] for i, toks in finished)
+    assert [i for i, _ in finished] != list(range(len(prompts)))  # short ones overtook long ones
+    if speculative:  # the oracle's chains were accepted: long accepted chunks in the batch
+        assert max(s.mean_accepted_length for _, s in out) > 2.0
+
+
+def test_max_length_and_zero_caps_in_a_batch(tiny_model, target):
+    prompts = _prompts((20, 5, 2), seed=3)
+    refs = [hf_greedy(tiny_model, p, 10) for p in prompts]
+    eng = EagleEngine(target, drafter=BatchOracleDrafter([p + r for p, r in zip(prompts, refs, strict=True)],
+                                                         TreeConfig(6, 2, 2)), max_length=24)
+    out = eng.generate_batch(input_ids=prompts, max_new_tokens=[10, 0, 6], batch_size=2)
+    assert out[0][0] == refs[0][:4] and out[0][1].stop_reason == "max_length"
+    assert out[1][0] == [] and out[1][1].stop_reason == "max_new_tokens"
+    assert out[2][0] == refs[2][:6] and out[2][1].stop_reason == "max_new_tokens"
+
+
+def test_idle_slots_hold_no_rows(tiny_model, target):
+    """3 slots run in the 4-slot bucket (slot 3 never used) and slots free up with nobody waiting: an idle slot's
+    rows are dropped every step, so its length never grows however long the others run."""
+    prompts = _prompts((4, 6, 5), seed=7)
+    refs = [hf_greedy(tiny_model, p, 40) for p in prompts]
+    drafter = BatchOracleDrafter([p + r for p, r in zip(prompts, refs, strict=True)], TreeConfig(6, 2, 2))
+    eng = EagleEngine(target, drafter=drafter, max_length=64)
+    seen = []
+
+    def check(i, toks, stats):
+        seen.append((i, target.cache.seqlens.tolist(), [len(h) for h in drafter.hist]))
+
+    out = eng.generate_batch(input_ids=prompts, max_new_tokens=[2, 40, 3], batch_size=3, on_result=check)
+    assert [t for t, _ in out] == [refs[0][:2], refs[1], refs[2][:3]]
+    last, lens, draft_lens = seen[-1]
+    assert last == 1 and lens == [0, 0, 0, 0]  # (slot 1 just freed)
+    assert draft_lens == [0, 0, 0, 0]
+
+
+def test_generate_with_a_list_delegates_and_single_runs_still_work(tiny_model, target):
+    prompts = _prompts((5, 8), seed=4)
+    eng = EagleEngine(target, drafter=TreeDrafter(_head(), TreeConfig(6, 2, 2), backend="stub"), max_length=48)
+    out = eng.generate(input_ids=prompts, max_new_tokens=7)
+    assert [t for t, _ in out] == [hf_greedy(tiny_model, p, 7) for p in prompts]
+    out2 = eng.generate(input_ids=torch.tensor([prompts[1], prompts[1]]), max_new_tokens=3, speculative=False)
+    assert [t for t, _ in out2] == [hf_greedy(tiny_model, prompts[1], 3)] * 2
+    # the batch-1 path after a batch (the target is set up again with one slot)
+    assert eng.generate(input_ids=prompts[0], max_new_tokens=7)[0] == out[0][0]
+    assert target.batch_size == 1
+
+
+def _head(seed=1, hidden=64):
+    return random_eagle3_head(hidden_size=hidden, vocab_size=V, draft_vocab_size=48, seed=seed)
+
+
+# -- the fused path (Triton interpreter): fused target forward and fused drafter --------------------------------
+def test_fused_target_and_drafter_batch_equals_generate():
+    """Kernels under the interpreter: the fused batch-invariant target forward and the fused drafter drafting every
+    slot in one launch. Greedy and seeded sampling (mixed with greedy rows) give exactly generate's tokens."""
+    m = tiny_llama(vocab=V, hidden=32, layers=3, heads=2, kv_heads=1, seed=3)
+    target = LlamaTarget.from_hf(m, ops="triton")
+    head = random_eagle3_head(hidden_size=32, intermediate_size=48, num_attention_heads=2, num_key_value_heads=1,
+                              vocab_size=V, draft_vocab_size=48, seed=1)
+    eng = EagleEngine(target, head, TreeConfig(6, 2, 2), max_length=40, drafter_backend="triton")
+    prompts = _prompts((3, 9, 5), seed=5)
+    caps = [5, 2, 6]
+    temps = [0.0, 0.9, 0.7]
+    for spec in (True, False):
+        out = eng.generate_batch(input_ids=prompts, max_new_tokens=caps, batch_size=2, speculative=spec,
+                                 temperature=temps, top_p=[1.0, 0.9, 1.0], top_k=[0, 0, 20], seeds=[7, 8, 9])
+        for i, (toks, _) in enumerate(out):
+            alone, _ = eng.generate(input_ids=prompts[i], max_new_tokens=caps[i], speculative=spec,
+                                    temperature=temps[i], top_p=[1.0, 0.9, 1.0][i], top_k=[0, 0, 20][i],
+                                    seed=[7, 8, 9][i])
+            assert toks == alone, (spec, i)
+        assert out[0][0] == hf_greedy(m, prompts[0], caps[0])
+
+
+# -- sampling -----------------------------------------------------------------------------------------------------
+def test_seeded_sampling_equals_generate(target):
+    """Per-sequence parameters and seeds (an int seed: sequence i gets seed + i), greedy and sampled sequences in
+    one batch: each sequence's tokens equal generate's with its seed (the torch forward gives the same bits here)."""
+    eng = EagleEngine(target, drafter=TreeDrafter(_head(), TreeConfig(8, 3, 2), backend="stub"), max_length=64)
+    prompts = _prompts((3, 9, 5, 12, 7), seed=6)
+    caps = [10, 3, 17, 8, 12]
+    temps = [0.0, 0.8, 1.0, 0.5, 0.8]
+    for spec in (True, False):
+        out = eng.generate_batch(input_ids=prompts, max_new_tokens=caps, batch_size=4, speculative=spec,
+                                 seeds=100, temperature=temps, top_p=0.9, top_k=[0, 30, 0, 5, 0])
+        for i, (toks, _) in enumerate(out):
+            alone, _ = eng.generate(input_ids=prompts[i], max_new_tokens=caps[i], speculative=spec, seed=100 + i,
+                                    temperature=temps[i], top_p=0.9, top_k=[0, 30, 0, 5, 0][i])
+            assert toks == alone, (spec, i)
+
+
+def _chi_square_ok(counts: torch.Tensor, probs: torch.Tensor, n: int) -> bool:
+    counts, probs = counts.flatten().double(), probs.flatten().double()
+    assert counts[probs == 0].sum() == 0
+    expected = probs * n
+    big = expected >= 5
+    obs = torch.cat([counts[big], counts[~big].sum().view(1)])
+    exp = torch.cat([expected[big], expected[~big].sum().view(1)])
+    stat = float(((obs - exp) ** 2 / exp).sum())
+    return stat <= float(chi2.ppf(1 - 1e-3, int(big.sum())))
+
+
+def test_sampled_tokens_follow_the_target_distribution_per_sequence():
+    """Tiny vocabulary (8), one batch of 1200 sequences over 16 slots (75 refills a slot): two prompts, each with
+    its own temperature / top-p / top-k, alternating. Per prompt, the first two new tokens (the second from tree
+    verification) over its 600 seeds follow p(t1) p(t2 | t1) of its processed target distribution."""
+    Vs = 8
+    m = tiny_llama(vocab=Vs, hidden=32, layers=4, heads=2, kv_heads=1, seed=4, std=0.3)
+    head = random_eagle3_head(hidden_size=32, intermediate_size=48, num_attention_heads=2, num_key_value_heads=1,
+                              vocab_size=Vs, draft_vocab_size=None, seed=5, std=0.5)
+    eng = EagleEngine(LlamaTarget.from_hf(m), drafter=TreeDrafter(head, TreeConfig(6, 2, 2), backend="stub"),
+                      max_length=32)
+    groups = [([1, 5, 2], SamplingParams(0.8, 0.95, 6)), ([3, 3, 0, 7], SamplingParams(1.2, 0.9, 0))]
+    n = 600
+    prompts = [groups[i % 2][0] for i in range(2 * n)]
+    ps = [groups[i % 2][1] for i in range(2 * n)]
+    out = eng.generate_batch(input_ids=prompts, max_new_tokens=2, temperature=[p.temperature for p in ps],
+                             top_p=[p.top_p for p in ps], top_k=[p.top_k for p in ps], seeds=0, batch_size=16)
+    for g, (prompt, params) in enumerate(groups):
+        counts = torch.zeros(Vs, Vs)
+        for toks, _ in out[g::2]:
+            counts[toks[0], toks[1]] += 1
+        with torch.no_grad():
+            p1 = probs_from_logits(m(torch.tensor([prompt])).logits[0, -1], params)
+            p2 = probs_from_logits(m(torch.tensor([prompt + [t] for t in range(Vs)])).logits[:, -1], params)
+        assert _chi_square_ok(counts, p1[:, None] * p2, n), g
+
+
+# -- bad input ----------------------------------------------------------------------------------------------------
+def test_bad_input_is_refused_naming_it(target):
+    eng = EagleEngine(target, drafter=TreeDrafter(_head(), TreeConfig(6, 2, 2), backend="stub"), max_length=16)
+    ok = _prompts((3, 4))
+    with pytest.raises(ValueError, match="empty list"):
+        eng.generate_batch(input_ids=[])
+    with pytest.raises(ValueError, match="exactly one of prompts"):
+        eng.generate_batch()
+    with pytest.raises(ValueError, match=r"input_ids\[1\]: the prompt has 16 tokens but max_length is 16"):
+        eng.generate_batch(input_ids=[ok[0], _prompts((16,))[0]])
+    with pytest.raises(ValueError, match=r"input_ids\[0\]: the prompt is empty"):
+        eng.generate_batch(input_ids=[[], ok[1]])
+    with pytest.raises(ValueError, match=r"prompts\[0\]: a string prompt needs a tokenizer"):
+        eng.generate_batch(["hello"])
+    with pytest.raises(TypeError, match="must be a list"):
+        eng.generate_batch("hello")
+    with pytest.raises(ValueError, match="batch_size 17 is beyond the largest batch bucket 16"):
+        eng.generate_batch(input_ids=ok, batch_size=17)
+    with pytest.raises(ValueError, match="batch_size must be an int >= 1"):
+        eng.generate_batch(input_ids=ok, batch_size=0)
+    for name in ("max_new_tokens", "temperature", "top_p", "top_k", "seeds"):
+        with pytest.raises(ValueError, match=f"{name} has 3 values for 2 prompts"):
+            eng.generate_batch(input_ids=ok, **{name: [1, 1, 1]})
+    with pytest.raises(ValueError, match=r"max_new_tokens\[1\] must be an int >= 0"):
+        eng.generate_batch(input_ids=ok, max_new_tokens=[3, -1])
+    with pytest.raises(ValueError, match="sequence 0: top_p must be in"):
+        eng.generate_batch(input_ids=ok, top_p=[0.0, 1.0])
+    with pytest.raises(ValueError, match="on_tokens streams one sequence"):
+        eng.generate(input_ids=ok, on_tokens=print)
+    assert batch_bucket(3) == 4 and batch_bucket(16) == 16 and BATCH_BUCKETS == (1, 2, 4, 8, 16)
+    # engines that cannot step a batch say why
+    ref = EagleEngine(target, _head(), TreeConfig(6, 2, 2), max_length=16, drafter_backend="torch")
+    with pytest.raises(ValueError, match="drafter_backend='triton'"):
+        ref.generate_batch(input_ids=ok)
+    assert [t for t, _ in ref.generate_batch(input_ids=ok, max_new_tokens=2, speculative=False)] == \
+        [ref.generate(input_ids=p, max_new_tokens=2, speculative=False)[0] for p in ok]
