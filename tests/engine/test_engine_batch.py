@@ -182,6 +182,34 @@ def test_fused_target_and_drafter_batch_equals_generate():
 
 
 # -- sampling -----------------------------------------------------------------------------------------------------
+def test_per_row_processing_equals_process_logits_row_by_row():
+    """process_logits_rows / probs_from_logits_rows against process_logits / probs_from_logits on each row alone
+    (fresh random logits, [B, N, V] with awkward sizes, every mix of filters): the same values, exactly."""
+    from eagle_triton.engine.sampling import RowSampling, probs_from_logits_rows, process_logits, process_logits_rows
+
+    g = torch.Generator().manual_seed(0)
+    params = [SamplingParams(0.0), SamplingParams(0.7, 0.95, 0), SamplingParams(1.0, 1.0, 5),
+              SamplingParams(1.3, 0.5, 3), SamplingParams(0.9, 1.0, 0), SamplingParams(0.6, 0.9, 200)]
+    B, N, Vr = len(params), 3, 37
+    logits = 3 * torch.randn(B, N, Vr, generator=g)
+    rows = RowSampling(B, "cpu")
+    for b, p in enumerate(params):
+        rows.set(b, p)
+    got = process_logits_rows(logits, rows)
+    probs = probs_from_logits_rows(logits, rows)
+    for b, p in enumerate(params):
+        assert torch.equal(got[b], process_logits(logits[b], p)), b
+        want = (torch.nn.functional.one_hot(logits[b].argmax(-1), Vr).float() if p.greedy
+                else probs_from_logits(logits[b], p))
+        assert torch.equal(probs[b], want), b
+    # the sorts skipped when no row asks for their filter: the same values
+    plain = [SamplingParams(0.8), SamplingParams(0.0), SamplingParams(1.1)]
+    rows3 = RowSampling(3, "cpu")
+    for b, p in enumerate(plain):
+        rows3.set(b, p)
+    assert torch.equal(process_logits_rows(logits[:3], rows3, False, False), process_logits_rows(logits[:3], rows3))
+
+
 def test_seeded_sampling_equals_generate(target):
     """Per-sequence parameters and seeds (an int seed: sequence i gets seed + i), greedy and sampled sequences in
     one batch: each sequence's tokens equal generate's with its seed (the torch forward gives the same bits here)."""
@@ -271,3 +299,62 @@ def test_bad_input_is_refused_naming_it(target):
         ref.generate_batch(input_ids=ok)
     assert [t for t, _ in ref.generate_batch(input_ids=ok, max_new_tokens=2, speculative=False)] == \
         [ref.generate(input_ids=p, max_new_tokens=2, speculative=False)[0] for p in ok]
+
+
+# -- device pacing --------------------------------------------------------------------------------------------------
+def test_one_device_read_per_batch_step(monkeypatch):
+    """Through the Triton ops (interpreter) with the stub drafter, a greedy batch reads the device once per step
+    (the step's tokens, the first tokens included): nothing else is read back, refills included."""
+    from test_engine_steps import _ReadCounter
+
+    from eagle_triton.engine.batch import PendingBatch
+
+    small = tiny_llama(vocab=V, hidden=32, layers=2, heads=2, kv_heads=1, seed=3)
+    target = LlamaTarget.from_hf(small, ops="triton")
+    eng = EagleEngine(target, drafter=TreeDrafter(_head(), TreeConfig(6, 2, 2), backend="stub"), max_length=48)
+    prompts = _prompts((5, 3, 7), seed=9)
+    for speculative in (True, False):
+        eng.generate_batch(input_ids=prompts[:1], max_new_tokens=2, speculative=speculative)  # first-use work
+        steps = {"read": 0}
+        rows = PendingBatch.rows
+
+        def counted(self, _rows=rows, _steps=steps):
+            _steps["read"] += 1
+            return _rows(self)
+
+        monkeypatch.setattr(PendingBatch, "rows", counted)
+        counter = _ReadCounter(monkeypatch)
+        out = eng.generate_batch(input_ids=prompts, max_new_tokens=[6, 6, 2], batch_size=2, seeds=0,
+                                 speculative=speculative)
+        reads = counter.count
+        monkeypatch.undo()
+        assert [t for t, _ in out] == [hf_greedy(small, p, n) for p, n in zip(prompts, (6, 6, 2), strict=True)]
+        assert reads == steps["read"] and reads >= max(s.steps for _, s in out), (reads, steps)
+
+
+# -- GPU: CUDA graphs per bucket, bf16 --------------------------------------------------------------------------------
+@pytest.mark.gpu
+@pytest.mark.parametrize("batch_size", [1, 3, 16])
+@pytest.mark.parametrize("backend", ["stub", "triton"])
+def test_gpu_batch_equals_generate_bf16(batch_size, backend):
+    """On CUDA (fused forward, steps replayed from graphs per bucket; the fused drafter or the stub): every
+    sequence's greedy tokens equal generate's alone, for more prompts than slots; seeded sampled tokens too."""
+    m = tiny_llama(vocab=512, hidden=256, layers=4, heads=4, kv_heads=2, seed=5, std=0.05).to("cuda", torch.bfloat16)
+    t = LlamaTarget.from_hf(m, ops="triton")
+    g = torch.Generator().manual_seed(0)
+    prompts = [torch.randint(0, 512, (int(n),), generator=g).tolist() for n in torch.randint(3, 90, (20,), generator=g)]
+    caps = [int(c) for c in torch.randint(1, 48, (20,), generator=g)]
+    head = random_eagle3_head(hidden_size=256, vocab_size=512, draft_vocab_size=128, seed=2)
+    eng = EagleEngine(t, head, TreeConfig(24, 5, 4), max_length=256, drafter_backend=backend)
+    for spec in (True, False):
+        refs = [eng.generate(input_ids=p, max_new_tokens=c, eos_token_id=None, speculative=spec)[0]
+                for p, c in zip(prompts, caps, strict=True)]
+        out = eng.generate_batch(input_ids=prompts, max_new_tokens=caps, batch_size=batch_size, speculative=spec,
+                                 eos_token_id=None)
+        assert [o for o, _ in out] == refs, spec
+        kw = dict(temperature=0.8, top_p=0.9, top_k=50)
+        out = eng.generate_batch(input_ids=prompts, max_new_tokens=caps, batch_size=batch_size, seeds=3,
+                                 eos_token_id=None, speculative=spec, **kw)
+        for i, (toks, _) in enumerate(out):
+            assert toks == eng.generate(input_ids=prompts[i], max_new_tokens=caps[i], seed=3 + i, eos_token_id=None,
+                                        speculative=spec, **kw)[0], (spec, i)

@@ -25,6 +25,8 @@ sequence: it ingests that prompt's rows, a shape of its own, in one eager launch
 
 from __future__ import annotations
 
+from dataclasses import fields
+
 import torch
 
 from .accept import accept_tree, accept_tree_probs
@@ -100,8 +102,9 @@ class BatchStepRunner(DeviceSteps):
         # keep[b]: every slot but b (forgetting one slot's draft KV in stream order)
         self._keep = [torch.ones(B, dtype=torch.int32, device=dev).index_fill_(0, torch.tensor([b], device=dev), 0)
                       for b in range(B)]
-        self._greedy = [True] * B  # host copy of sampling.greedy, for the kind of step
-        self._first: dict[int, tuple[torch.Tensor | None, torch.Tensor]] = {}  # slot -> prompt rows its next draft ingests
+        self._params: list[SamplingParams] = [_GREEDY] * B  # host copy of the rows' parameters: the kind of step
+        # slot -> (features, ids) of the prompt rows its next draft ingests
+        self._first: dict[int, tuple[torch.Tensor | None, torch.Tensor]] = {}
 
     # -- slots ----------------------------------------------------------------------------------------------------
     def reset(self) -> None:
@@ -112,7 +115,7 @@ class BatchStepRunner(DeviceSteps):
         self.active.zero_()
         self.out.fill_(-1)
         self._first.clear()
-        self._greedy = [True] * self.B
+        self._params = [_GREEDY] * self.B
 
     def release(self, slot: int) -> None:
         """Free ``slot`` (its sequence stopped, or it is about to take a new one): its target and draft KV lengths
@@ -122,7 +125,7 @@ class BatchStepRunner(DeviceSteps):
             self.drafter.forget_rows(self._keep[slot])
         self.active[slot:slot + 1].zero_()
         self._first.pop(slot, None)
-        self._greedy[slot] = True
+        self._params[slot] = _GREEDY
 
     def start(self, slot: int, prompt_ids: torch.Tensor, logits: torch.Tensor, feats, params: SamplingParams,
               seed: int) -> None:
@@ -134,14 +137,19 @@ class BatchStepRunner(DeviceSteps):
         self.first_token[slot:slot + 1].copy_(root)
         self.ids[slot, :1].copy_(root)  # plain decoding reads the pending token here
         self.sampling.set(slot, params)
-        self._greedy[slot] = params.greedy
+        self._params[slot] = params
         if self.speculative:  # row j pairs with token j + 1; the first draft ingests every prompt row
             self._first[slot] = (None if feats is None else feats[0], torch.cat([prompt_ids[0, 1:], root.view(1)]))
         self.active[slot:slot + 1].fill_(1)
 
     # -- steps ----------------------------------------------------------------------------------------------------
-    def _mode(self) -> str:
-        return "greedy" if all(self._greedy) else "rows"
+    def _mode(self) -> tuple | None:
+        """``None`` when every row is greedy, else which filters some sampled row uses ``(top_p, top_k)``: a kind
+        of step (and graph) each, so a batch never sorts its logits for a filter no row asks for."""
+        sampled = [p for p in self._params if not p.greedy]
+        if not sampled:
+            return None
+        return any(p.top_p < 1.0 for p in sampled), any(p.top_k > 0 for p in sampled)
 
     def speculative_step(self, occupants: tuple, kv_bound: int | None) -> PendingBatch:
         """Queue one speculative step of every slot (``occupants``: the host's token per slot, handed back with
@@ -152,8 +160,26 @@ class BatchStepRunner(DeviceSteps):
             tree = self._draft_with_prompts()
         else:
             tree = self._run(("draft",), lambda: self.drafter.draft_rows(self.feats, self.ids, self.num_new))
+        tree = self._static_tree(tree)
         self._run(("rest", mode), lambda: self._verify_accept(mode, tree, bound))
         return self._pending(PendingBatch, occupants=occupants)
+
+    def _static_tree(self, tree):
+        """Under CUDA graphs, the tree at fixed addresses: the rest graph reads the tensors it was captured with.
+        The fused drafter's trees are always its own buffers (returned as they are); a drafter whose eager and
+        graphed drafts return different tensors has them copied into the first tree's."""
+        if not self.use_graphs:
+            return tree
+        static, owners = getattr(self, "_tree", None), self._buffers()
+        if static is None or any(a is not b for a, b in zip(static[0], owners, strict=True)):
+            self._tree = (owners, tree)  # (again after a reallocation, when the graphs are captured again)
+            return tree
+        first = static[1]
+        for f in fields(tree):
+            a, b = getattr(first, f.name), getattr(tree, f.name)
+            if isinstance(a, torch.Tensor) and a.data_ptr() != b.data_ptr():
+                a.copy_(b)
+        return first
 
     def _draft_with_prompts(self):
         """One eager draft in which the slots that start a sequence ingest its prompt rows and the others their
@@ -174,17 +200,17 @@ class BatchStepRunner(DeviceSteps):
             num[slot:slot + 1].fill_(n)
         return self.drafter.draft_rows(feats, ids, num)
 
-    def _verify_accept(self, mode: str, tree, kv_bound) -> None:
+    def _verify_accept(self, mode: tuple | None, tree, kv_bound) -> None:
         """Verify every slot's tree, accept, commit, zero the idle slots' lengths, and leave the next draft's
         inputs and this step's tokens in the static buffers."""
         t = self.target
-        if mode == "rows":  # sampling verification walks the paths in lexicographic order
+        if mode is not None:  # sampling verification walks the paths in lexicographic order
             tree = tree.in_sampling_order()
         logits, tfeats = t.verify_rows(tree.draft_tokens, tree.positions, tree.tree_mask[:, 0] > 0.5, kv_bound)
-        if mode == "greedy":
+        if mode is None:
             res = accept_tree(tree, logits, _GREEDY)
         else:
-            res = accept_tree_probs(tree, probs_from_logits_rows(logits, self.sampling), self.rng)
+            res = accept_tree_probs(tree, probs_from_logits_rows(logits, self.sampling, *mode), self.rng)
         t.commit_rows(res.accept_index, res.accept_len)
         self._forget_idle()
         # the next draft ingests the features of root + accepted drafts, each paired with the token after it
@@ -204,12 +230,12 @@ class BatchStepRunner(DeviceSteps):
         self._run(("plain", mode), lambda: self._plain_body(mode, bound))
         return self._pending(PendingBatch, occupants=occupants)
 
-    def _plain_body(self, mode: str, kv_bound) -> None:
+    def _plain_body(self, mode: tuple | None, kv_bound) -> None:
         logits, _ = self.target.decode_rows(self.ids[:, :1], kv_bound)
-        if mode == "greedy":
+        if mode is None:
             tok = logits.argmax(dim=-1)
         else:
-            tok = sample_from_probs(probs_from_logits_rows(logits, self.sampling), self.rng)
+            tok = sample_from_probs(probs_from_logits_rows(logits, self.sampling, *mode), self.rng)
         self._forget_idle()
         self.ids[:, 0].copy_(tok)
         self.out[:, 0].zero_()

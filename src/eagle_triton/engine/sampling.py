@@ -100,21 +100,34 @@ class RowSampling:
         self.top_k[row:row + 1].fill_(0 if greedy else params.top_k)
 
 
-def process_logits_rows(logits: torch.Tensor, rows: RowSampling) -> torch.Tensor:
+def process_logits_rows(logits: torch.Tensor, rows: RowSampling, top_p: bool = True,
+                        top_k: bool = True) -> torch.Tensor:
     """:func:`process_logits` with each row's own parameters: ``logits [B, ..., V]``, row ``b`` processed as
     ``process_logits(logits[b], params_b)`` would (the same operations in the same order, so the same values);
-    greedy rows come back unprocessed. No host synchronisation (graph-capturable)."""
+    greedy rows come back unprocessed. ``top_p`` / ``top_k``: ``False`` when no row uses that filter (its sort is
+    skipped). No host synchronisation (graph-capturable)."""
     scores = logits.float()
     B, V = scores.shape[0], scores.shape[-1]
     shape = (B,) + (1,) * (scores.dim() - 1)
     scores = scores / rows.temperature.view(shape)  # x / 1.0 == x: rows without a temperature are unchanged
+    if top_p:
+        scores = _top_p_rows(scores, rows, shape)
+    if top_k:
+        scores = _top_k_rows(scores, rows, shape, V)
+    return scores
+
+
+def _top_p_rows(scores: torch.Tensor, rows: RowSampling, shape: tuple) -> torch.Tensor:
     sorted_logits, sorted_idx = torch.sort(scores, dim=-1, descending=False)
     cum = sorted_logits.softmax(dim=-1).cumsum(dim=-1)
     remove_sorted = (cum <= rows.top_p_cut.view(shape)) & rows.use_top_p.view(shape)
     remove_sorted[..., -1:] = False  # keep at least one token
     remove = remove_sorted.scatter(-1, sorted_idx, remove_sorted)
-    scores = scores.masked_fill(remove, float("-inf"))
-    # top-k: the k-th largest value of each row (topk's last value), from one descending sort
+    return scores.masked_fill(remove, float("-inf"))
+
+
+def _top_k_rows(scores: torch.Tensor, rows: RowSampling, shape: tuple, V: int) -> torch.Tensor:
+    # the k-th largest value of each row (topk's last value), from one descending sort
     k = rows.top_k.clamp(max=V)
     desc = torch.sort(scores, dim=-1, descending=True).values
     idx = (k - 1).clamp(min=0).view(shape).expand(*scores.shape[:-1], 1)
@@ -123,11 +136,12 @@ def process_logits_rows(logits: torch.Tensor, rows: RowSampling) -> torch.Tensor
     return scores.masked_fill(cut, float("-inf"))
 
 
-def probs_from_logits_rows(logits: torch.Tensor, rows: RowSampling) -> torch.Tensor:
+def probs_from_logits_rows(logits: torch.Tensor, rows: RowSampling, top_p: bool = True,
+                           top_k: bool = True) -> torch.Tensor:
     """Per-row target distributions ``[B, ..., V]`` fp32: ``softmax(process_logits_rows(...))`` on sampling rows,
     the one-hot of the argmax on greedy rows (so the lossless sampling rule verifies them greedily: a draft is
     accepted iff it is the argmax, and the bonus token is the argmax)."""
-    probs = torch.softmax(process_logits_rows(logits, rows), dim=-1)
+    probs = torch.softmax(process_logits_rows(logits, rows, top_p, top_k), dim=-1)
     onehot = torch.zeros_like(probs).scatter_(-1, logits.argmax(dim=-1, keepdim=True), 1.0)
     shape = (logits.shape[0],) + (1,) * (logits.dim() - 1)
     return torch.where(rows.greedy.view(shape), onehot, probs)
