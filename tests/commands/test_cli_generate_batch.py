@@ -130,6 +130,7 @@ def test_existing_output_is_never_touched(tmp_path, capsys, no_loading):
     (["--prompts-file", "{src}", "--output", "{out}", "--prompt", "hi"], "not both"),
     (["--prompts-file", "{src}", "--output", "{out}", "--json"], "--json prints one generation"),
     (["--prompts-file", "{missing}", "--output", "{out}"], "does not exist"),
+    (["--prompts-file", "{src}", "--output", "{missing}/o.jsonl"], "nope.jsonl does not exist"),
 ])
 def test_bad_options(argv, words, tmp_path, capsys, no_loading):
     src = _write_prompts(tmp_path / "in.jsonl", [{"prompt": "a"}])

@@ -382,6 +382,9 @@ def check_prompts_file_args(args):
         raise UsageError("--json prints one generation; with --prompts-file the results go to --output as JSON lines")
     if os.path.lexists(args.output):
         raise UsageError(f"--output {args.output} already exists: it is never overwritten; choose a new file name")
+    folder = os.path.dirname(os.path.abspath(args.output))
+    if not os.path.isdir(folder):
+        raise UsageError(f"--output {args.output}: the folder {folder} does not exist")
     if args.batch_size is not None:
         try:
             batch_bucket(args.batch_size)
