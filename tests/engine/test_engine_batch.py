@@ -181,6 +181,28 @@ def test_fused_target_and_drafter_batch_equals_generate():
         assert out[0][0] == hf_greedy(m, prompts[0], caps[0])
 
 
+def test_batch_trees_per_bucket(tiny_model, target):
+    """batch_trees: the tree of a bucket drafts when the slots run in it (its own drafter), other buckets draft the
+    engine's tree; every sequence still equals generate. Bad batch_trees are refused."""
+    head = random_eagle3_head(hidden_size=64, vocab_size=V, draft_vocab_size=48, seed=1)
+    small = TreeConfig(4, 1, 2)
+    eng = EagleEngine(target, head, TreeConfig(8, 2, 3), max_length=48, drafter_backend="stub",
+                      batch_trees={4: small})
+    prompts = _prompts((6, 2, 9), seed=8)
+    refs = [hf_greedy(tiny_model, p, 10) for p in prompts]
+    out4 = eng.generate_batch(input_ids=prompts, max_new_tokens=10, batch_size=3)  # bucket 4
+    out2 = eng.generate_batch(input_ids=prompts, max_new_tokens=10, batch_size=2)  # bucket 2
+    assert [t for t, _ in out4] == [t for t, _ in out2] == refs
+    assert {s.tree for _, s in out4} == {str(small)} and {s.tree for _, s in out2} == {str(TreeConfig(8, 2, 3))}
+    assert eng._drafter_for(small) is not eng.drafter and eng._drafter_for(small).tree_config == small
+    with pytest.raises(ValueError, match="key 3 is not a batch bucket"):
+        EagleEngine(target, head, max_length=48, batch_trees={3: small})
+    with pytest.raises(TypeError, match=r"batch_trees\[4\] must be a TreeConfig"):
+        EagleEngine(target, head, max_length=48, batch_trees={4: (4, 1, 2)})
+    with pytest.raises(ValueError, match="needs a draft head"):
+        EagleEngine(target, max_length=48, batch_trees={4: small})
+
+
 # -- sampling -----------------------------------------------------------------------------------------------------
 def test_per_row_processing_equals_process_logits_row_by_row():
     """process_logits_rows / probs_from_logits_rows against process_logits / probs_from_logits on each row alone

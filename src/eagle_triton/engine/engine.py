@@ -54,11 +54,13 @@ class EagleEngine:
         reference ``"torch"`` drafter, see :meth:`_make_drafter`), ``"torch"``, ``"triton"`` (fused kernel) or
         ``"graph"`` (multi-kernel CUDA graph).
     expect_kind: ``"eagle3"`` or ``"eagle1"``: reject a head of the other kind.
+    batch_trees: ``{batch bucket: TreeConfig}``: the tree :meth:`generate_batch` drafts when its slots run in that
+        bucket (smaller trees verify cheaper as the batch grows); other buckets use ``tree_config``. Needs ``head``.
     """
 
     def __init__(self, target: TargetModel, head: DraftHead | None = None, tree_config: TreeConfig | None = None,
                  max_length: int = 2048, tokenizer=None, drafter=None, drafter_backend: str = "auto",
-                 expect_kind: str | None = None):
+                 expect_kind: str | None = None, batch_trees: dict | None = None):
         if not isinstance(target, TargetModel):
             raise TypeError(f"target must be a TargetModel (see EagleEngine.from_pretrained), got "
                             f"{type(target).__name__}")
@@ -83,10 +85,41 @@ class EagleEngine:
             self.drafter = None
             feature_mode = None
         self.feature_mode = feature_mode
+        self.batch_trees = self._check_batch_trees(batch_trees)
+        self._drafter_backend = drafter_backend
+        self._tree_drafters: dict[TreeConfig, TreeDrafter] = {}
         self._capacity = max_length + self.tree_config.total_tokens + 1
         target.setup(self._capacity, feature_mode)
         self._runners: dict[bool, StepRunner] = {}
-        self._batch_runners: dict[tuple[bool, int], BatchStepRunner] = {}
+        self._batch_runners: dict[tuple, BatchStepRunner] = {}
+
+    def _check_batch_trees(self, batch_trees) -> dict:
+        if not batch_trees:
+            return {}
+        if self.head is None:
+            raise ValueError("batch_trees needs a draft head (the engine builds a drafter per tree)")
+        if not isinstance(batch_trees, dict):
+            raise TypeError(f"batch_trees must be a dict {{batch bucket: TreeConfig}}, got "
+                            f"{type(batch_trees).__name__}")
+        for b, tree in batch_trees.items():
+            if b not in BATCH_BUCKETS:
+                raise ValueError(f"batch_trees key {b!r} is not a batch bucket ({', '.join(map(str, BATCH_BUCKETS))})")
+            if not isinstance(tree, TreeConfig):
+                raise TypeError(f"batch_trees[{b}] must be a TreeConfig, got {type(tree).__name__}")
+        return dict(batch_trees)
+
+    def tree_for_batch(self, bucket: int) -> TreeConfig:
+        """The tree :meth:`generate_batch` drafts when its slots run in ``bucket``."""
+        return self.batch_trees.get(bucket, self.tree_config)
+
+    def _drafter_for(self, tree: TreeConfig):
+        """The engine's drafter for ``tree`` (built on first use from the head, on the engine's back end)."""
+        if tree == self.tree_config:
+            return self.drafter
+        d = self._tree_drafters.get(tree)
+        if d is None:
+            d = self._tree_drafters[tree] = self._make_drafter(self.head, self._drafter_backend, tree)
+        return d
 
     # -- construction ------------------------------------------------------------------------------------------
     def _fit_head(self, head: DraftHead, expect_kind: str | None) -> DraftHead:
@@ -115,20 +148,21 @@ class EagleEngine:
             head.set_target_lm_head(t.lm_head)
         return head.to(device=t.device, dtype=t.dtype).eval()
 
-    def _make_drafter(self, head: DraftHead, backend: str) -> TreeDrafter:
+    def _make_drafter(self, head: DraftHead, backend: str, tree: TreeConfig | None = None) -> TreeDrafter:
         # "auto": the fused drafter where it runs natively (EAGLE-3 head on CUDA). Its trees equal the reference's
         # in fp32 with one program per SM (tests/fused/test_fused_drafter.py, GPU), and on the H100 it drafts in ~0.7 ms
         # where the reference takes ~25 ms (bench/results/gpu_2026-11-22b). Elsewhere the reference drafter:
         # under no GPU the fused kernel would only run in Triton's interpreter.
         if backend == "auto":
             backend = "triton" if head.kind == "eagle3" and head.device.type == "cuda" else "torch"
-        return TreeDrafter(head, self.tree_config, backend=backend)
+        return TreeDrafter(head, tree or self.tree_config, backend=backend)
 
     @classmethod
     def from_pretrained(cls, target, draft=None, tree_config: TreeConfig | None = None, *, device=None, dtype=None,
                         max_length: int = 2048, target_impl: str = "auto", draft_kind: str | None = None,
                         gguf_file: str | None = None, attention: str = "auto", cuda_graphs: bool | None = None,
-                        drafter_backend: str = "auto", tokenizer=True, draft_dtype: str | None = None) -> EagleEngine:
+                        drafter_backend: str = "auto", tokenizer=True, draft_dtype: str | None = None,
+                        batch_trees: dict | None = None) -> EagleEngine:
         """Build an engine from paths.
 
         Parameters
@@ -162,7 +196,7 @@ class EagleEngine:
         elif draft_dtype not in (None, "model"):
             raise ValueError(f"draft_dtype={draft_dtype!r} needs a draft head")
         return cls(runner, head, tree_config, max_length=max_length, tokenizer=tok, drafter_backend=drafter_backend,
-                   expect_kind=draft_kind)
+                   expect_kind=draft_kind, batch_trees=batch_trees)
 
     # -- generation --------------------------------------------------------------------------------------------
     @property
@@ -352,11 +386,13 @@ class EagleEngine:
             if on_result is not None:
                 on_result(seq.index, list(seq.out), st)
 
+        bucket = batch_bucket(min(slots, max(1, sum(s.max_new_tokens > 0 for s in seqs))))
+        tree = self.tree_for_batch(bucket)
         waiting = deque()
         for seq in seqs:
             seq.budget = min(seq.max_new_tokens, self.max_length - len(seq.ids))
             seq.stats = GenerationStats(prompt_tokens=len(seq.ids), speculative=bool(speculative), device=str(dev),
-                                        tree=str(self.tree_config) if speculative else None)
+                                        tree=str(tree) if speculative else None)
             if seq.max_new_tokens == 0:
                 seq.t0 = time.perf_counter()
                 finish(seq, "max_new_tokens")
@@ -364,7 +400,7 @@ class EagleEngine:
                 waiting.append(seq)
         if not waiting:
             return results
-        run = self._batch_runner(speculative, batch_bucket(min(slots, len(waiting))))
+        run = self._batch_runner(speculative, bucket, tree)
         occupant: list[BatchSequence | None] = [None] * run.B
 
         def fill(slot: int) -> None:
@@ -377,11 +413,11 @@ class EagleEngine:
 
         for slot in range(min(slots, len(waiting))):
             fill(slot)
-        most = self.tree_config.max_levels + 1 if speculative else 1  # tokens one step can emit
+        most = tree.max_levels + 1 if speculative else 1  # tokens one step can emit
         step = run.speculative_step if speculative else run.plain_step
 
         def queue():
-            return step(tuple(occupant), self._batch_kv_bound(most))
+            return step(tuple(occupant), self._batch_kv_bound(most, tree))
 
         def continues(seq: BatchSequence) -> bool:  # the pending step cannot end it (budget-wise)
             return len(seq.out) + most + (0 if seq.started else 1) < seq.budget
@@ -478,34 +514,37 @@ class EagleEngine:
         seqs = [BatchSequence(i, ids[i], params[i], caps[i], seed_list[i], None) for i in range(n)]
         return seqs, slots, bool(speculative)
 
-    def _batch_runner(self, speculative: bool, B: int) -> BatchStepRunner:
-        """The batch step runner for ``B`` slots, its target set up with ``B`` cache slots and every slot idle."""
+    def _batch_runner(self, speculative: bool, B: int, tree: TreeConfig) -> BatchStepRunner:
+        """The batch step runner for ``B`` slots drafting ``tree``, its target set up with ``B`` cache slots and
+        every slot idle."""
         t = self.target
+        drafter = self._drafter_for(tree) if speculative else None
         if not getattr(t, "device_lengths", False):
             raise ValueError(f"batched generation needs a target that keeps its lengths on the device (the fast "
                              f"LlamaTarget); {type(t).__name__} does not: use generate() per prompt")
-        if speculative and not getattr(self.drafter, "drafts_rows", False):
+        if speculative and not getattr(drafter, "drafts_rows", False):
             raise ValueError(f"batched speculation needs a drafter that drafts from device-counted rows (the fused "
-                             f"'triton' back end); this engine's is {getattr(self.drafter, 'backend', '?')!r}: build "
+                             f"'triton' back end); this engine's is {getattr(drafter, 'backend', '?')!r}: build "
                              "it with drafter_backend='triton', or pass speculative=False")
-        most = self.tree_config.max_levels + 1
-        cap = self._capacity + most  # a stopped sequence's slot may run one more step, queued before its stop
+        most = max(self.tree_config.max_levels, tree.max_levels) + 1
+        # every tree's rows, and one more step: a stopped sequence's slot may run one queued before its stop
+        cap = self.max_length + max(self.tree_config.total_tokens, tree.total_tokens) + 1 + most
         if t.feature_mode != self.feature_mode or t.capacity < cap or t.batch_size != B:
             self._runners.clear()  # their graphs hold the old cache: let it go
             self._batch_runners = {k: v for k, v in self._batch_runners.items() if k[1] == B}
             t.setup(cap, self.feature_mode, batch_size=B)
-        key = (bool(speculative), B)
+        key = (bool(speculative), B, tree if speculative else None)
         run = self._batch_runners.get(key)
         if run is None:
-            run = self._batch_runners[key] = BatchStepRunner(t, self.drafter if speculative else None, most, B)
+            run = self._batch_runners[key] = BatchStepRunner(t, drafter, tree.max_levels + 1, B)
         run.reset()
         if speculative:  # room for every accepted row of a slot, and a prompt's rows in one draft
-            self.drafter.reserve(cap, max(self.max_length, run.C), batch=B)
+            drafter.reserve(cap, max(self.max_length, run.C), batch=B)
         return run
 
-    def _batch_kv_bound(self, most: int) -> int:
+    def _batch_kv_bound(self, most: int, tree: TreeConfig) -> int:
         """:meth:`_kv_bound` over every slot."""
-        return max(self.target.lengths) + 2 * most + self.tree_config.total_tokens + 1
+        return max(self.target.lengths) + 2 * most + tree.total_tokens + 1
 
     # -- generation parts --------------------------------------------------------------------------------------
     def _runner(self, speculative: bool) -> StepRunner:
