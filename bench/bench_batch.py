@@ -159,6 +159,10 @@ def part_smollm2(args, dev: torch.device, budget_s: float) -> dict:
         out["runs"].append(row)
         if not args.smoke:
             empty_cache(dev)
+    best = {r["batch"]: r["best_tree"] for r in out["runs"] if "best_tree" in r}
+    out["best_trees"] = {str(b): t for b, t in best.items()}
+    # the measured choice, as `eagle-triton generate --batch-trees` (and EagleEngine(batch_trees=...)) take it
+    out["batch_trees_option"] = ",".join(f"{b}={t}" for b, t in best.items())
     return out
 
 

@@ -28,6 +28,7 @@ def test_smoke_run_writes_json_png_headline_and_table(tmp_path, capsys):
         assert abs(run["spec_speedup"] - run["trees"][best]["tokens_per_second"]
                    / run["plain"]["tokens_per_second"]) < 1e-9
     assert doc["parts"]["llama8b"] == {"skipped": "--smoke (needs a CUDA GPU)"}
+    assert a["batch_trees_option"] == ",".join(f"{r['batch']}={r['best_tree']}" for r in a["runs"])
     assert set(doc["headline"]) == {"smollm2_spec_speedup_b1", "smollm2_spec_speedup_b2", "smollm2_spec_speedup_b4"}
     printed = capsys.readouterr().out
     table = bench_batch.table(doc)

@@ -68,6 +68,25 @@ def test_engine_that_cannot_batch_runs_the_prompts_one_by_one_and_says_so(tmp_pa
     assert [r["token_ids"] for r in got] == [_alone(p, max_new_tokens=6) for p in PROMPTS[:3]]
 
 
+def test_batch_trees_reach_the_engine(tmp_path, capsys, tiny_models, monkeypatch):
+    from eagle_triton import TreeConfig
+    from eagle_triton.engine.engine import EagleEngine
+
+    seen = {}
+    real = EagleEngine.generate_batch
+
+    def spy(self, *a, **kw):
+        seen["trees"] = dict(self.batch_trees)
+        return real(self, *a, **kw)
+
+    monkeypatch.setattr(EagleEngine, "generate_batch", spy)
+    src = _write_prompts(tmp_path / "in.jsonl", [{"prompt": p} for p in PROMPTS[:2]])
+    argv = ["generate", "--prompts-file", src, "--output", str(tmp_path / "o.jsonl"), "--max-new-tokens", "3",
+            "--no-speculation", "--batch-trees", "2=6/2/2, 16=4/1/3"]
+    assert main(argv + tiny_models["argv"] + tiny_models["draft"]) == 0
+    assert seen["trees"] == {2: TreeConfig(6, 2, 2), 16: TreeConfig(4, 1, 3)}
+
+
 def test_interrupted_run_keeps_the_finished_results(tmp_path, capsys, tiny_models, monkeypatch):
     from eagle_triton.engine.engine import EagleEngine
 
@@ -131,6 +150,9 @@ def test_existing_output_is_never_touched(tmp_path, capsys, no_loading):
     (["--prompts-file", "{src}", "--output", "{out}", "--json"], "--json prints one generation"),
     (["--prompts-file", "{missing}", "--output", "{out}"], "does not exist"),
     (["--prompts-file", "{src}", "--output", "{missing}/o.jsonl"], "nope.jsonl does not exist"),
+    (["--prompts-file", "{src}", "--output", "{out}", "--batch-trees", "3=8/2/3"], "3 is not a batch bucket"),
+    (["--prompts-file", "{src}", "--output", "{out}", "--batch-trees", "4=8/2"], "expected BUCKET=TOTAL/DEPTH/TOP_K"),
+    (["--batch-trees", "4=8/2/3"], "go with --prompts-file"),
 ])
 def test_bad_options(argv, words, tmp_path, capsys, no_loading):
     src = _write_prompts(tmp_path / "in.jsonl", [{"prompt": "a"}])

@@ -48,6 +48,9 @@ def register(subparsers) -> None:
                    "(with its index and line), flushed as each finishes; the file must not exist")
     b.add_argument("--batch-size", type=int, default=None,
                    help="with --prompts-file: sequences generated at once (default: min(prompts, 16); at most 16)")
+    b.add_argument("--batch-trees", default=None,
+                   help="with --prompts-file: the draft tree per batch bucket, e.g. 8=16/3/4,16=8/2/3 (buckets 1, 2, "
+                   "4, 8, 16; total/depth/top-k); other buckets use the draft tree options")
     add_tree_arguments(p)
     p.add_argument("--json", action="store_true",
                    help="print one JSON object: prompt_token_ids, token_ids, text, stats")
@@ -282,7 +285,8 @@ def build_engine(args, tree, plain: bool = False, check_tokenizer=None):
     engine = EagleEngine.from_pretrained(
         target_src, draft_src, tree, device=args.device, dtype=args.dtype, max_length=args.max_length,
         target_impl=args.target_impl, draft_kind=args.draft_kind, attention=args.attention,
-        drafter_backend=args.drafter, tokenizer=tokenizer, draft_dtype=getattr(args, "draft_dtype", None))
+        drafter_backend=args.drafter, tokenizer=tokenizer, draft_dtype=getattr(args, "draft_dtype", None),
+        batch_trees=getattr(args, "parsed_batch_trees", None) if draft_src is not None else None)
     return engine, tokenizer, target_src, draft_src
 
 
@@ -304,7 +308,8 @@ def run(args) -> int:
     from ._stream import TextStream
 
     check_generation_args(args)
-    if args.prompts_file is not None or args.output is not None or args.batch_size is not None:
+    if (args.prompts_file is not None or args.output is not None or args.batch_size is not None
+            or args.batch_trees is not None):
         return run_prompts_file(args)
     if args.prompt is None:
         args.prompt = DEFAULT_PROMPT
@@ -390,10 +395,34 @@ def check_prompts_file_args(args):
             batch_bucket(args.batch_size)
         except ValueError as e:
             raise UsageError(f"--batch-size: {e}") from e
+    args.parsed_batch_trees = parse_batch_trees(args.batch_trees) if args.batch_trees is not None else None
     try:
         return read_prompts_file(args.prompts_file)
     except PromptsFileError as e:
         raise UsageError(str(e)) from e
+
+
+def parse_batch_trees(text: str) -> dict:
+    """``"8=16/3/4,16=8/2/3"`` -> ``{8: TreeConfig(16, 3, 4), 16: TreeConfig(8, 2, 3)}``; a UsageError naming the
+    bad item."""
+    from ..cli import UsageError
+    from ..config import TreeConfig
+    from ..engine.batch import BATCH_BUCKETS
+
+    out = {}
+    for item in (x.strip() for x in text.split(",")):
+        try:
+            b, tree = item.split("=")
+            b = int(b)
+            if b not in BATCH_BUCKETS:
+                raise ValueError(f"{b} is not a batch bucket ({', '.join(map(str, BATCH_BUCKETS))})")
+            parts = [int(x) for x in tree.split("/")]
+            if len(parts) != 3:
+                raise ValueError(f"{len(parts)} numbers, not 3")
+            out[b] = TreeConfig(*parts)
+        except (TypeError, ValueError) as e:
+            raise UsageError(f"--batch-trees {item!r}: expected BUCKET=TOTAL/DEPTH/TOP_K, e.g. 8=16/3/4 ({e})") from e
+    return out
 
 
 def run_prompts_file(args) -> int:
