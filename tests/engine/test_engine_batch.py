@@ -59,6 +59,9 @@ class BatchOracleDrafter:
             if not k:
                 self.hist[b] = []
 
+    def keep_rows(self, rows: list[int], batch: int) -> None:
+        self.hist = [self.hist[r] for r in rows] + [[] for _ in range(batch - len(rows))]
+
     def draft_rows(self, features, new_ids, num_new=None, sampling: bool = False):
         trees = []
         for b in range(new_ids.shape[0]):
@@ -123,23 +126,26 @@ def test_max_length_and_zero_caps_in_a_batch(tiny_model, target):
     assert out[2][0] == refs[2][:6] and out[2][1].stop_reason == "max_new_tokens"
 
 
-def test_idle_slots_hold_no_rows(tiny_model, target):
-    """3 slots run in the 4-slot bucket (slot 3 never used) and slots free up with nobody waiting: an idle slot's
-    rows are dropped every step, so its length never grows however long the others run."""
-    prompts = _prompts((4, 6, 5), seed=7)
+def test_idle_slots_hold_no_rows_and_the_tail_moves_to_smaller_buckets(tiny_model, target):
+    """4 slots, nobody waiting: while 3 sequences run, the freed slot idles and its rows are dropped every step (its
+    length never grows); once 2 or 1 run, they move to the 2- and 1-slot buckets (KV, draft state, streams)."""
+    prompts = _prompts((4, 6, 5, 8), seed=7)
     refs = [hf_greedy(tiny_model, p, 40) for p in prompts]
     drafter = BatchOracleDrafter([p + r for p, r in zip(prompts, refs, strict=True)], TreeConfig(6, 2, 2))
     eng = EagleEngine(target, drafter=drafter, max_length=64)
     seen = []
 
     def check(i, toks, stats):
-        seen.append((i, target.cache.seqlens.tolist(), [len(h) for h in drafter.hist]))
+        seen.append((i, target.batch_size, target.cache.seqlens.tolist(), [len(h) for h in drafter.hist]))
 
-    out = eng.generate_batch(input_ids=prompts, max_new_tokens=[2, 40, 3], batch_size=3, on_result=check)
-    assert [t for t, _ in out] == [refs[0][:2], refs[1], refs[2][:3]]
-    last, lens, draft_lens = seen[-1]
-    assert last == 1 and lens == [0, 0, 0, 0]  # (slot 1 just freed)
-    assert draft_lens == [0, 0, 0, 0]
+    caps = [2, 24, 32, 40]
+    out = eng.generate_batch(input_ids=prompts, max_new_tokens=caps, batch_size=4, on_result=check)
+    assert [t for t, _ in out] == [r[:c] for r, c in zip(refs, caps, strict=True)]
+    assert [x[0] for x in seen] == [0, 1, 2, 3]
+    _, slots, lens, draft_lens = seen[1]  # slot 0 idled since sequence 0 stopped (3 ran: still 4 slots)
+    assert slots == 4 and lens[0] == 0 and draft_lens[0] == 0 and lens[1] == 0  # (slot 1 just freed)
+    assert min(lens[2:]) > 24
+    assert seen[2][1] == 2 and seen[3][1] == 1 and target.batch_size == 1  # the tail moved down the buckets
 
 
 def test_generate_with_a_list_delegates_and_single_runs_still_work(tiny_model, target):
@@ -173,11 +179,14 @@ def test_fused_target_and_drafter_batch_equals_generate():
     for spec in (True, False):
         out = eng.generate_batch(input_ids=prompts, max_new_tokens=caps, batch_size=2, speculative=spec,
                                  temperature=temps, top_p=[1.0, 0.9, 1.0], top_k=[0, 0, 20], seeds=[7, 8, 9])
-        for i, (toks, _) in enumerate(out):
-            alone, _ = eng.generate(input_ids=prompts[i], max_new_tokens=caps[i], speculative=spec,
-                                    temperature=temps[i], top_p=[1.0, 0.9, 1.0][i], top_k=[0, 0, 20][i],
-                                    seed=[7, 8, 9][i])
+        for i, (toks, st) in enumerate(out):
+            alone, st1 = eng.generate(input_ids=prompts[i], max_new_tokens=caps[i], speculative=spec,
+                                      temperature=temps[i], top_p=[1.0, 0.9, 1.0][i], top_k=[0, 0, 20][i],
+                                      seed=[7, 8, 9][i])
             assert toks == alone, (spec, i)
+            # the drafter drafts each slot's tree as alone (refills, idle slots and the move to a smaller bucket
+            # keep its draft KV right): the same accepted lengths step by step
+            assert st.accept_length_histogram == st1.accept_length_histogram, (spec, i)
         assert out[0][0] == hf_greedy(m, prompts[0], caps[0])
 
 
@@ -380,3 +389,57 @@ def test_gpu_batch_equals_generate_bf16(batch_size, backend):
         for i, (toks, _) in enumerate(out):
             assert toks == eng.generate(input_ids=prompts[i], max_new_tokens=caps[i], seed=3 + i, eos_token_id=None,
                                         speculative=spec, **kw)[0], (spec, i)
+
+
+# -- moving sequences to a smaller bucket ---------------------------------------------------------------------------
+def test_fused_drafter_keep_rows_continues_the_kept_sequences():
+    """FusedDraftBackend.keep_rows (interpreter): after keeping rows [2, 0] of a 3-sequence batch in a 2-sequence
+    one, the next draft gives those sequences exactly the trees the 3-sequence drafter gives them."""
+    head = random_eagle3_head(hidden_size=32, intermediate_size=48, num_attention_heads=2, num_key_value_heads=1,
+                              vocab_size=V, draft_vocab_size=48, seed=3)
+    tree = TreeConfig(6, 2, 2)
+    g = torch.Generator().manual_seed(4)
+    W = head.feature_width
+    first = (torch.randn(3, 5, W, generator=g), torch.randint(0, V, (3, 5), generator=g),
+             torch.tensor([5, 3, 4], dtype=torch.int32))
+    second = (torch.randn(3, 3, W, generator=g), torch.randint(0, V, (3, 3), generator=g),
+              torch.tensor([2, 3, 1], dtype=torch.int32))
+    full, kept = (TreeDrafter(head, tree, backend="triton") for _ in range(2))
+    for d in (full, kept):
+        d.reset()
+        d.reserve(64, 8, batch=3)
+        d.draft_rows(*first)
+    want = full.draft_rows(*second)
+    kept.keep_rows([2, 0], 2)
+    bufs = kept._impl.bufs
+    assert bufs.batch == 2 and bufs.kv_len.tolist() == [4, 5]
+    rows = torch.tensor([2, 0])
+    got = kept.draft_rows(*(x[rows] for x in second))
+    for name in ("draft_tokens", "parents", "positions", "retrieve_indices_padded"):
+        assert torch.equal(getattr(got, name), getattr(want, name)[rows]), name
+    assert torch.equal(kept._impl.bufs.kv_len, full._impl.bufs.kv_len[rows])
+
+
+def test_target_keep_slots_keeps_rows_and_lengths(target):
+    """LlamaTarget.keep_slots: the kept slots' rows and lengths (device and host), in the given order; then a
+    decode of the kept slots equals the decode of the same slots in the full batch."""
+    g = torch.Generator().manual_seed(5)
+    prompts = [torch.randint(0, V, (1, n), generator=g) for n in (3, 7, 5, 2)]
+    tok = torch.randint(0, V, (4, 1), generator=g)
+    target.setup(32, None, batch_size=4)
+    for b, p in enumerate(prompts):
+        target.prefill(p, slot=b)
+    k = target.cache.k.clone()
+    want = target.decode_rows(tok, 32)[0].clone()
+    target.setup(32, None, batch_size=4)  # every slot forgotten: the same prompts again
+    for b, p in enumerate(prompts):
+        target.prefill(p, slot=b)
+    target.keep_slots([3, 1], 2)
+    assert target.batch_size == 2 and target.lengths == [2, 7] and target.cache.seqlens.tolist() == [2, 7]
+    assert torch.equal(target.cache.k[:, 0, :2], k[:, 3, :2]) and torch.equal(target.cache.k[:, 1, :7], k[:, 1, :7])
+    got = target.decode_rows(tok[[3, 1]], 32)[0]
+    torch.testing.assert_close(got, want[[3, 1]])
+    target.note_committed([1, 1])  # the host mirrors follow what the device committed
+    target.keep_slots([1], 1)
+    assert target.batch_size == 1 and target.length == 8 and target.cache.seqlens.tolist() == [8]
+    target.setup(32, None)  # back to one slot for the other tests of the module

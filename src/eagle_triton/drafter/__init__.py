@@ -107,6 +107,12 @@ class TreeDrafter:
         if hasattr(self._impl, "forget_rows"):
             self._impl.forget_rows(keep)
 
+    def keep_rows(self, rows: list[int], batch: int) -> None:
+        """Keep only the draft KV of sequences ``rows`` (in that order) in room for ``batch`` sequences (a batch
+        moving its last sequences to a smaller batch). A back end without draft KV (``"stub"``) keeps nothing."""
+        if hasattr(self._impl, "keep_rows"):
+            self._impl.keep_rows(rows, batch)
+
     def draft_rows(self, features: torch.Tensor, new_ids: torch.Tensor, num_new: torch.Tensor | None = None,
                    sampling: bool = False) -> DraftTree:
         """Draft one tree from ``features [1, S, W]`` of rows not yet in the draft KV, ``num_new [1]`` int32 of

@@ -142,6 +142,25 @@ class BatchStepRunner(DeviceSteps):
             self._first[slot] = (None if feats is None else feats[0], torch.cat([prompt_ids[0, 1:], root.view(1)]))
         self.active[slot:slot + 1].fill_(1)
 
+    def take_from(self, other: BatchStepRunner, slots: list[int]) -> None:
+        """Continue ``other``'s sequences of ``slots`` in this runner's first slots (a smaller bucket; the target
+        and drafter have kept the same slots in that order): their step inputs, first tokens, RNG streams and
+        sampling parameters move along (device copies), every other slot idles."""
+        n = len(slots)
+        idx = torch.tensor(slots, device=self.device)
+        for mine, theirs in ((self.feats, other.feats), (self.ids, other.ids), (self.num_new, other.num_new),
+                             (self.first_token, other.first_token), (self.active, other.active),
+                             (self.rng.seed, other.rng.seed), (self.rng.offset, other.rng.offset),
+                             *((getattr(self.sampling, k), getattr(other.sampling, k))
+                               for k in ("temperature", "top_p_cut", "use_top_p", "top_k", "greedy"))):
+            mine[:n].copy_(theirs.index_select(0, idx))
+        self.active[n:].zero_()
+        self.out.fill_(-1)
+        self._params = [other._params[s] for s in slots] + [_GREEDY] * (self.B - n)
+        self._first = {j: other._first[s] for j, s in enumerate(slots) if s in other._first}
+        for j in range(n, self.B):
+            self.sampling.set(j, _GREEDY)
+
     # -- steps ----------------------------------------------------------------------------------------------------
     def _mode(self) -> tuple | None:
         """``None`` when every row is greedy, else which filters some sampled row uses ``(top_p, top_k)``: a kind

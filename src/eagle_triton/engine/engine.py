@@ -422,10 +422,17 @@ class EagleEngine:
         def continues(seq: BatchSequence) -> bool:  # the pending step cannot end it (budget-wise)
             return len(seq.out) + most + (0 if seq.started else 1) < seq.budget
 
+        def smaller_bucket() -> int | None:  # nobody waits and the running sequences fit a smaller bucket
+            live = sum(s is not None for s in occupant)
+            fits = batch_bucket(live) if live else run.B
+            return fits if not waiting and fits < run.B else None
+
         pending = queue()
         while pending is not None:
-            # queue the next step before reading this one, unless every sequence may stop with this one
-            ahead = queue() if any(s is not None and continues(s) for s in occupant) else None
+            # queue the next step before reading this one, unless every sequence may stop with this one, or the
+            # batch is about to move to a smaller bucket (it moves with no step in flight)
+            shrink = smaller_bucket() is not None
+            ahead = queue() if not shrink and any(s is not None and continues(s) for s in occupant) else None
             counts = [0] * run.B
             done = []
             for b, ((a, first, new), owner) in enumerate(zip(pending.rows(), pending.occupants, strict=True)):
@@ -454,6 +461,9 @@ class EagleEngine:
                 finish(seq, reason)
                 if waiting:
                     fill(b)
+            if ahead is None and smaller_bucket() is not None:
+                run, occupant = self._move_to_bucket(run, occupant, smaller_bucket(), speculative, tree)
+                step = run.speculative_step if speculative else run.plain_step
             pending = ahead if ahead is not None else (queue() if any(s is not None for s in occupant) else None)
         return results
 
@@ -541,6 +551,22 @@ class EagleEngine:
         if speculative:  # room for every accepted row of a slot, and a prompt's rows in one draft
             drafter.reserve(cap, max(self.max_length, run.C), batch=B)
         return run
+
+    def _move_to_bucket(self, run: BatchStepRunner, occupant: list, bucket: int, speculative: bool,
+                        tree: TreeConfig):
+        """Move the running sequences into the first slots of a ``bucket``-slot batch (target cache, draft KV and
+        step state copied on the device; no step may be in flight): ``(the new runner, its occupants)``."""
+        live = [b for b, s in enumerate(occupant) if s is not None]
+        self.target.keep_slots(live, bucket)
+        if speculative:
+            run.drafter.keep_rows(live, bucket)
+        key = (bool(speculative), bucket, tree if speculative else None)
+        self._batch_runners = {k: v for k, v in self._batch_runners.items() if k[1] == bucket}  # free old graphs
+        new = self._batch_runners.get(key)
+        if new is None:
+            new = self._batch_runners[key] = BatchStepRunner(self.target, run.drafter, run.C, bucket)
+        new.take_from(run, live)
+        return new, [occupant[b] for b in live] + [None] * (bucket - len(live))
 
     def _batch_kv_bound(self, most: int, tree: TreeConfig) -> int:
         """:meth:`_kv_bound` over every slot."""
