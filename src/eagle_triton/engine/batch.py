@@ -6,7 +6,9 @@ tree rows, a batched accept and KV compaction, or one plain decode of ``B`` rows
 of a continuous batch (:meth:`EagleEngine.generate_batch`): the engine frees a slot when its sequence stops and
 prefills the next waiting prompt into it (:meth:`BatchStepRunner.release`, :meth:`BatchStepRunner.start`); a
 slot without a sequence (*idle*) is stepped with the others, its rows ignored, and its target and draft KV lengths
-zeroed at the end of every step so it never grows.
+zeroed at the end of every step so it never grows. When nobody waits and the running sequences fit a smaller
+bucket, the engine moves them into the first slots of a runner of that size (:meth:`BatchStepRunner.take_from`,
+with the target's ``keep_slots`` and the drafter's ``keep_rows``), with no step in flight.
 
 A step's output is ``out [B, 2 + C]``: per slot the accepted drafts ``a`` (0 for plain decoding), the slot's
 first token (the token its prefill picked: the host reads it with the sequence's first step, so starting a

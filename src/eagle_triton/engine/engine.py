@@ -357,7 +357,9 @@ class EagleEngine:
             sequence ``i`` seeded with ``s`` draws the coins ``generate(seed=s)`` draws.
         batch_size: the slots (default ``min(len(prompts), 16)``); the steps run in the smallest of
             :data:`~eagle_triton.engine.batch.BATCH_BUCKETS` that holds them (CUDA graphs per bucket), and more
-            than the largest bucket is an error.
+            than the largest bucket is an error. Once nobody waits, the running sequences move to the smallest
+            bucket that holds them. The tree drafted is the engine's ``batch_trees`` entry of the starting bucket,
+            else ``tree_config``.
         speculative, eos_token_id: as in :meth:`generate`.
         on_result: called with ``(index, tokens, stats)`` as each sequence finishes (completion order), e.g. to
             stream results to a file; an exception it raises propagates.
