@@ -12,7 +12,8 @@ recorded as skipped):
   ``spec_speedup`` = its tokens/s / plain tokens/s.
 - ``llama8b`` (b, GPU only): the Llama-3.1-8B shape with random bf16 weights (``bench_target.build_8b``) and a random
   8B-shape EAGLE-3 head: ms per batched step, plain and speculative (each tree of ``--trees-8b``), per batch size,
-  from ``generate_batch`` runs of ``B`` random prompts; and the tokens/s an accepted length of 3-6 would give
+  from ``generate_batch`` jobs of ``B`` random prompts (two job lengths: the time difference over the step
+  difference, so the prefills cancel); and the tokens/s an accepted length of 3-6 would give
   (``B * tau / step``; ``"projection": true``: random weights accept about one token per step, so these are not
   measurements).
 
@@ -193,16 +194,21 @@ def part_llama8b(args, dev: torch.device, budget_s: float) -> dict:
                                                  dtype="bfloat16", max_length=max_len, tokenizer=False,
                                                  drafter_backend=args.drafter) for tree in trees}
 
-    def step_ms(eng, prompts, b, speculative) -> float:
-        eng.generate_batch(input_ids=prompts, max_new_tokens=8, batch_size=b, speculative=speculative,
-                           eos_token_id=None)  # warm-up: capture, compilation
+    def job(eng, prompts, b, speculative, n) -> tuple[float, int]:
         sync(dev)
         t0 = time.perf_counter()
-        res = eng.generate_batch(input_ids=prompts, max_new_tokens=n_new, batch_size=b, speculative=speculative,
+        res = eng.generate_batch(input_ids=prompts, max_new_tokens=n, batch_size=b, speculative=speculative,
                                  eos_token_id=None)
         sync(dev)
-        steps = max(s.steps for _, s in res)  # every sequence runs every step (same lengths, no EOS)
-        return (time.perf_counter() - t0) * 1e3 / max(steps, 1)
+        return time.perf_counter() - t0, max(s.steps for _, s in res)
+
+    def step_ms(eng, prompts, b, speculative) -> float:
+        """ms per step of ``b`` sequences: two jobs of different lengths, the difference of their times over the
+        difference of their steps (the prefills, the same in both, cancel)."""
+        job(eng, prompts, b, speculative, 8)  # warm-up: capture, compilation
+        t_short, s_short = job(eng, prompts, b, speculative, max(2, n_new // 4))
+        t_long, s_long = job(eng, prompts, b, speculative, n_new)
+        return (t_long - t_short) * 1e3 / max(s_long - s_short, 1)
 
     for b in batches:
         if time.perf_counter() > t_end:
