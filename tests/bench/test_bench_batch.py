@@ -1,5 +1,5 @@
-"""bench/bench_batch.py --smoke on the CPU (a tiny random model built in code, the stub drafter): the JSON, the PNG,
-the headline figures and the README table it writes."""
+"""bench/bench_batch.py --smoke on the CPU (a tiny random model built in code, the stub drafter, for both parts): the
+JSON, the PNG, the headline figures and the README table it writes."""
 
 import json
 import sys
@@ -27,7 +27,12 @@ def test_smoke_run_writes_json_png_headline_and_table(tmp_path, capsys):
         assert run["trees"][best]["tokens_per_second"] == max(t["tokens_per_second"] for t in run["trees"].values())
         assert abs(run["spec_speedup"] - run["trees"][best]["tokens_per_second"]
                    / run["plain"]["tokens_per_second"]) < 1e-9
-    assert doc["parts"]["llama8b"] == {"skipped": "--smoke (needs a CUDA GPU)"}
+    b = doc["parts"]["llama8b"]  # the 8B part's code path on the tiny model
+    assert b["shape"] == "tiny random Llama (--smoke)" and [r["batch"] for r in b["runs"]] == [1, 2, 4]
+    for run in b["runs"]:
+        assert run["plain_tok_s"] == run["batch"] * 1e3 / run["plain_step_ms"]
+        r = run["trees"]["6/2/2"]
+        assert r["projection"] is True and r["projected_tok_s"]["3"] == run["batch"] * 3e3 / r["step_ms"]
     assert a["batch_trees_option"] == ",".join(f"{r['batch']}={r['best_tree']}" for r in a["runs"])
     assert set(doc["headline"]) == {"smollm2_spec_speedup_b1", "smollm2_spec_speedup_b2", "smollm2_spec_speedup_b4"}
     printed = capsys.readouterr().out
