@@ -48,7 +48,16 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "src"))
 sys.path.insert(0, str(REPO / "bench"))
 
-from bench_engine import default_questions, empty_cache, load_prompts, parse_trees, smollm2_sources, sync, versions  # noqa: E402,I001
+from bench_engine import (  # noqa: E402
+    default_questions,
+    empty_cache,
+    git_commit,
+    load_prompts,
+    parse_trees,
+    smollm2_sources,
+    sync,
+    versions,
+)
 
 PARTS = {"a": "smollm2", "b": "llama8b"}
 BATCHES = "1,2,4,8,16"
@@ -341,7 +350,8 @@ def main(argv=None) -> int:
         dev = torch.device("cuda" if args.device == "auto" and torch.cuda.is_available() else
                            (args.device if args.device != "auto" else "cpu"))
     doc = {"benchmark": "bench_batch", "date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
-           "smoke": bool(args.smoke), "quick": bool(args.quick), "versions": versions(), "parts": {}}
+           "smoke": bool(args.smoke), "quick": bool(args.quick), "versions": {**versions(), **git_commit()},
+           "parts": {}}
     for part in parts:
         if part == "smollm2":
             doc["parts"]["smollm2"] = part_smollm2(args, dev, args.budget_a)
