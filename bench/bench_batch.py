@@ -196,14 +196,17 @@ def part_llama8b(args, dev: torch.device, budget_s: float) -> dict:
         V = 128
         out = {"shape": "tiny random Llama (--smoke)", "head": "stub drafter (--smoke)"}
     else:
+        from eagle_triton.engine import load_target
+
         empty_cache(dev)
         model = bt.build_8b()
-        head = bfd.make_head("llama31-8b", False)
         V = model.config.vocab_size
-        engines = {tree: EagleEngine.from_pretrained(model, head, TreeConfig(*map(int, tree.split("/"))),
-                                                     device=dev, dtype="bfloat16", max_length=max_len,
-                                                     tokenizer=False, drafter_backend=args.drafter)
-                   for tree in trees}
+        target = load_target(model, device=dev, dtype="bfloat16")  # one target shared by the trees' engines
+        del model
+        empty_cache(dev)
+        head = bfd.make_head("llama31-8b", False)
+        engines = {tree: EagleEngine(target, head, TreeConfig(*map(int, tree.split("/"))), max_length=max_len,
+                                     drafter_backend=args.drafter) for tree in trees}
         out = {"shape": "llama-3.1-8b", "weights": "random (transformers init)", "head": "random EAGLE-3, 8B shape",
                "dtype": "bfloat16"}
     g = torch.Generator().manual_seed(0)
@@ -325,8 +328,8 @@ def main(argv=None) -> int:
     p.add_argument("--drafter", default="auto")
     p.add_argument("--device", default="auto")
     p.add_argument("--max-length", type=int, default=1024)
-    p.add_argument("--budget-a", type=float, default=330.0, help="seconds for part a's measurements")
-    p.add_argument("--budget-b", type=float, default=150.0, help="seconds for part b's measurements")
+    p.add_argument("--budget-a", type=float, default=300.0, help="seconds for part a's measurements")
+    p.add_argument("--budget-b", type=float, default=120.0, help="seconds for part b's measurements")
     p.add_argument("--out", default=os.environ.get("OUT") or str(REPO / "bench" / "results"))
     p.add_argument("--table", help="print the README table of this bench_batch.json and exit")
     args = p.parse_args(argv)
