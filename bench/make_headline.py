@@ -31,6 +31,8 @@ S8 = "step_graph_2026-11-25/"  # session 8's result set (bench/results/step_grap
 # None: the newest such file committed under bench/results/ (by its "date"); name one ("<set>/bench_engine.json") to
 # pin it.
 ENGINE_PARTS_SOURCE = None
+# The batched-generation benchmark of issue 21 (bench/bench_batch.py, not --smoke). None: the newest committed one.
+BATCH_SOURCE = None
 
 
 def resolve(doc, path):
@@ -287,13 +289,58 @@ def engine_parts_entries() -> list[dict]:
     return out
 
 
+def batch_source() -> str | None:
+    """The issue-21 result file, relative to bench/results/: BATCH_SOURCE, else the newest committed
+    bench_batch.json that is not a smoke run; None while there is none."""
+    if BATCH_SOURCE:
+        return BATCH_SOURCE
+    found = []
+    for path in (ROOT / RESULTS).glob("*/bench_batch.json"):
+        doc = json.loads(path.read_text())
+        if doc.get("benchmark") == "bench_batch" and not doc.get("smoke") and _adding_commit(path):
+            found.append((doc["date"], path.relative_to(ROOT / RESULTS).as_posix()))
+    return max(found)[1] if found else None
+
+
+def batch_entries() -> list[dict]:
+    """smollm2_spec_speedup_b{1,2,4,8,16} (best tree's total tok/s over plain, per batch size) and
+    smollm2_throughput_b16_tok_s, each quoted in the README by its row of bench_batch.py's table."""
+    source = batch_source()
+    if source is None:
+        return []
+    sys.path.insert(0, str(ROOT / "bench"))
+    from bench_batch import table_row
+
+    doc = json.loads((ROOT / RESULTS / source).read_text())
+    device = doc["versions"].get("device_name", "")
+    commit = _adding_commit(ROOT / RESULTS / source) or (doc["versions"].get("git_commit") or "")[:7]
+    out = []
+    for run in doc["parts"].get("smollm2", {}).get("runs", []):
+        if "spec_speedup" not in run:
+            continue
+        b, row = run["batch"], table_row(run)
+        runs = ["parts", "smollm2", "runs", {"batch": b}]
+        out.append(entry(f"smollm2_spec_speedup_b{b}", "speculative / plain total tok/s", source,
+                         runs + ["spec_speedup"], 2, device, commit,
+                         [{"text": row, "printed": f"{run['spec_speedup']:.2f}"}], date=doc["date"][:10],
+                         note=f"best tree {run['best_tree']} of {', '.join(doc['parts']['smollm2']['trees'])}, "
+                              f"{doc['parts']['smollm2']['num_prompts']} MT-bench prompts, continuous batching"))
+        if b == 16:
+            best = run["trees"][run["best_tree"]]["tokens_per_second"]
+            out.append(entry("smollm2_throughput_b16_tok_s", "tok/s", source,
+                             runs + ["trees", run["best_tree"], "tokens_per_second"], 1, device, commit,
+                             [{"text": row, "printed": f"{best:.1f}"}], date=doc["date"][:10],
+                             note="total new tokens / wall time of the whole batch job, best tree"))
+    return out
+
+
 def main() -> None:
     doc = {"about": "The figures the project README quotes, one entry each. value, floor/baseline: copied from "
                     "`source` at `source_path`, rounded; ratio = value / floor (or baseline); commit: the commit that "
                     "added the source file; readme: where the README prints the figure (tests/test_headline.py "
                     "checks all of it). Written by bench/make_headline.py.",
            "entries": drafter_entries() + engine_entries() + session7_entries() + session8_entries()
-                      + engine_parts_entries()}
+                      + engine_parts_entries() + batch_entries()}
     path = ROOT / RESULTS / "headline.json"
     path.write_text(json.dumps(doc, indent=1) + "\n")
     print(f"wrote {len(doc['entries'])} entries to {path.relative_to(ROOT)}")

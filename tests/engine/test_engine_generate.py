@@ -212,7 +212,8 @@ def test_bad_prompts_and_arguments(target):
         eng.generate(max_new_tokens=4)
     with pytest.raises(ValueError, match="outside the target vocabulary"):
         eng.generate(input_ids=[1, V + 3], max_new_tokens=4)
-    with pytest.raises(ValueError, match="batch size 1"):
+    # an [n, N] tensor is a batch (generate_batch), which the reference drafter cannot step
+    with pytest.raises(ValueError, match="drafter_backend='triton'"):
         eng.generate(input_ids=torch.zeros(2, 3, dtype=torch.long), max_new_tokens=4)
     with pytest.raises(ValueError, match="max_new_tokens"):
         eng.generate(input_ids=[1, 2], max_new_tokens=-1)

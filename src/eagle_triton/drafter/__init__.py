@@ -91,10 +91,27 @@ class TreeDrafter:
         """Whether the back end drafts from device-counted rows (:meth:`draft_rows`), with no host reads."""
         return hasattr(self._impl, "draft_rows") and not getattr(self._impl, "fallback_reason", "")
 
-    def reserve(self, max_len: int, max_new_rows: int) -> None:
-        """Preallocate for :meth:`draft_rows` (``max_len`` accepted rows, ``max_new_rows`` new rows per draft)."""
+    def reserve(self, max_len: int, max_new_rows: int, batch: int = 1) -> None:
+        """Preallocate for :meth:`draft_rows` (``max_len`` accepted rows, ``max_new_rows`` new rows per draft,
+        ``batch`` sequences)."""
         if hasattr(self._impl, "reserve"):
-            self._impl.reserve(max_len, max_new_rows)
+            if batch == 1:
+                self._impl.reserve(max_len, max_new_rows)
+            else:
+                self._impl.reserve(max_len, max_new_rows, batch=batch)
+
+    def forget_rows(self, keep: torch.Tensor) -> None:
+        """Forget the draft KV of the sequences whose ``keep [B]`` (int32, on the device) is 0, keeping the others:
+        a batch slot that is freed or takes a new sequence (device work only: capturable). A back end without
+        draft KV (``"stub"``) has nothing to forget."""
+        if hasattr(self._impl, "forget_rows"):
+            self._impl.forget_rows(keep)
+
+    def keep_rows(self, rows: list[int], batch: int) -> None:
+        """Keep only the draft KV of sequences ``rows`` (in that order) in room for ``batch`` sequences (a batch
+        moving its last sequences to a smaller batch). A back end without draft KV (``"stub"``) keeps nothing."""
+        if hasattr(self._impl, "keep_rows"):
+            self._impl.keep_rows(rows, batch)
 
     def draft_rows(self, features: torch.Tensor, new_ids: torch.Tensor, num_new: torch.Tensor | None = None,
                    sampling: bool = False) -> DraftTree:

@@ -27,7 +27,7 @@ from ..ops.verify import verify_tree, verify_tree_ref
 from ..tree import build_tree_buffers
 from .sampling import SamplingParams, draw_uniform, probs_from_logits
 
-__all__ = ["AcceptResult", "accept_greedy", "accept_sampling", "accept_tree", "accept_with_kernel"]
+__all__ = ["AcceptResult", "accept_greedy", "accept_sampling", "accept_tree", "accept_tree_probs", "accept_with_kernel"]
 
 
 @dataclass
@@ -74,15 +74,19 @@ def accept_greedy(draft_tokens: torch.Tensor, retrieve_indices: torch.Tensor, lo
 
 def _accept_by_verify_rule(verify, draft_tokens: torch.Tensor, retrieve_indices: torch.Tensor, logits: torch.Tensor,
                            params: SamplingParams, generator: torch.Generator | None = None,
-                           coins: torch.Tensor | None = None, final_coins: torch.Tensor | None = None) -> AcceptResult:
+                           coins: torch.Tensor | None = None, final_coins: torch.Tensor | None = None,
+                           probs: torch.Tensor | None = None) -> AcceptResult:
     """Run ``verify`` (:func:`~eagle_triton.ops.verify_tree` or its reference) and lay its outputs out as an
-    :class:`AcceptResult`. Coins not given are drawn from ``generator``: ``[B, N]`` first, then ``[B]``."""
+    :class:`AcceptResult`. Coins not given are drawn from ``generator``: ``[B, N]`` first, then ``[B]``.
+    ``probs``: the processed target distributions (then ``logits`` and ``params`` are not used)."""
     B, N = draft_tokens.shape
     dev = draft_tokens.device
-    if params.greedy:
+    if probs is None and params.greedy:
         accept_len, path, bonus = verify(draft_tokens, retrieve_indices, target_logits=logits)
     else:
-        probs = probs_from_logits(logits, params).float().contiguous()
+        if probs is None:
+            probs = probs_from_logits(logits, params)
+        probs = probs.float().contiguous()
         if coins is None:
             coins = draw_uniform(generator, B, N, device=dev)
         if final_coins is None:
@@ -145,3 +149,14 @@ def accept_tree(tree, logits: torch.Tensor, params: SamplingParams, generator: t
         return accept_greedy(tree.draft_tokens, tree.retrieve_indices_padded, logits)
     return _accept_by_verify_rule(verify_tree_ref, tree.draft_tokens, tree.retrieve_indices_padded, logits, params,
                                   generator)
+
+
+def accept_tree_probs(tree, probs: torch.Tensor, generator, use_kernel: bool | None = None) -> AcceptResult:
+    """The sampling rule of :func:`accept_tree` on already processed distributions ``probs [B, N, V]`` (one row
+    per sequence, each with its own parameters: :func:`~eagle_triton.engine.sampling.probs_from_logits_rows`;
+    a one-hot row verifies greedily). ``tree`` in sampling order; coins from ``generator`` as in
+    :func:`accept_tree`, so a :class:`~eagle_triton.engine.sampling.RowRNG` row draws what a sequence alone
+    draws."""
+    kernel = use_kernel if use_kernel is not None else (probs.is_cuda and tree.draft_tokens.is_cuda)
+    return _accept_by_verify_rule(verify_tree if kernel else verify_tree_ref, tree.draft_tokens,
+                                  tree.retrieve_indices_padded, None, None, generator, probs=probs)

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import os
 import time
+from collections import deque
 
 import torch
 
@@ -26,6 +27,7 @@ from ..drafter import TreeDrafter
 from ..heads import DraftHead
 from ..heads.fp8 import apply_draft_dtype
 from . import loading
+from .batch import BATCH_BUCKETS, BatchSequence, BatchStepRunner, batch_bucket
 from .sampling import SamplingParams
 from .stats import GenerationStats, PhaseTimer
 from .step import StepRunner
@@ -52,11 +54,13 @@ class EagleEngine:
         reference ``"torch"`` drafter, see :meth:`_make_drafter`), ``"torch"``, ``"triton"`` (fused kernel) or
         ``"graph"`` (multi-kernel CUDA graph).
     expect_kind: ``"eagle3"`` or ``"eagle1"``: reject a head of the other kind.
+    batch_trees: ``{batch bucket: TreeConfig}``: the tree :meth:`generate_batch` drafts when its slots run in that
+        bucket (smaller trees verify cheaper as the batch grows); other buckets use ``tree_config``. Needs ``head``.
     """
 
     def __init__(self, target: TargetModel, head: DraftHead | None = None, tree_config: TreeConfig | None = None,
                  max_length: int = 2048, tokenizer=None, drafter=None, drafter_backend: str = "auto",
-                 expect_kind: str | None = None):
+                 expect_kind: str | None = None, batch_trees: dict | None = None):
         if not isinstance(target, TargetModel):
             raise TypeError(f"target must be a TargetModel (see EagleEngine.from_pretrained), got "
                             f"{type(target).__name__}")
@@ -81,9 +85,41 @@ class EagleEngine:
             self.drafter = None
             feature_mode = None
         self.feature_mode = feature_mode
+        self.batch_trees = self._check_batch_trees(batch_trees)
+        self._drafter_backend = drafter_backend
+        self._tree_drafters: dict[TreeConfig, TreeDrafter] = {}
         self._capacity = max_length + self.tree_config.total_tokens + 1
         target.setup(self._capacity, feature_mode)
         self._runners: dict[bool, StepRunner] = {}
+        self._batch_runners: dict[tuple, BatchStepRunner] = {}
+
+    def _check_batch_trees(self, batch_trees) -> dict:
+        if not batch_trees:
+            return {}
+        if self.head is None:
+            raise ValueError("batch_trees needs a draft head (the engine builds a drafter per tree)")
+        if not isinstance(batch_trees, dict):
+            raise TypeError(f"batch_trees must be a dict {{batch bucket: TreeConfig}}, got "
+                            f"{type(batch_trees).__name__}")
+        for b, tree in batch_trees.items():
+            if b not in BATCH_BUCKETS:
+                raise ValueError(f"batch_trees key {b!r} is not a batch bucket ({', '.join(map(str, BATCH_BUCKETS))})")
+            if not isinstance(tree, TreeConfig):
+                raise TypeError(f"batch_trees[{b}] must be a TreeConfig, got {type(tree).__name__}")
+        return dict(batch_trees)
+
+    def tree_for_batch(self, bucket: int) -> TreeConfig:
+        """The tree :meth:`generate_batch` drafts when its slots run in ``bucket``."""
+        return self.batch_trees.get(bucket, self.tree_config)
+
+    def _drafter_for(self, tree: TreeConfig):
+        """The engine's drafter for ``tree`` (built on first use from the head, on the engine's back end)."""
+        if tree == self.tree_config:
+            return self.drafter
+        d = self._tree_drafters.get(tree)
+        if d is None:
+            d = self._tree_drafters[tree] = self._make_drafter(self.head, self._drafter_backend, tree)
+        return d
 
     # -- construction ------------------------------------------------------------------------------------------
     def _fit_head(self, head: DraftHead, expect_kind: str | None) -> DraftHead:
@@ -112,20 +148,21 @@ class EagleEngine:
             head.set_target_lm_head(t.lm_head)
         return head.to(device=t.device, dtype=t.dtype).eval()
 
-    def _make_drafter(self, head: DraftHead, backend: str) -> TreeDrafter:
+    def _make_drafter(self, head: DraftHead, backend: str, tree: TreeConfig | None = None) -> TreeDrafter:
         # "auto": the fused drafter where it runs natively (EAGLE-3 head on CUDA). Its trees equal the reference's
         # in fp32 with one program per SM (tests/fused/test_fused_drafter.py, GPU), and on the H100 it drafts in ~0.7 ms
         # where the reference takes ~25 ms (bench/results/gpu_2026-11-22b). Elsewhere the reference drafter:
         # under no GPU the fused kernel would only run in Triton's interpreter.
         if backend == "auto":
             backend = "triton" if head.kind == "eagle3" and head.device.type == "cuda" else "torch"
-        return TreeDrafter(head, self.tree_config, backend=backend)
+        return TreeDrafter(head, tree or self.tree_config, backend=backend)
 
     @classmethod
     def from_pretrained(cls, target, draft=None, tree_config: TreeConfig | None = None, *, device=None, dtype=None,
                         max_length: int = 2048, target_impl: str = "auto", draft_kind: str | None = None,
                         gguf_file: str | None = None, attention: str = "auto", cuda_graphs: bool | None = None,
-                        drafter_backend: str = "auto", tokenizer=True, draft_dtype: str | None = None) -> EagleEngine:
+                        drafter_backend: str = "auto", tokenizer=True, draft_dtype: str | None = None,
+                        batch_trees: dict | None = None) -> EagleEngine:
         """Build an engine from paths.
 
         Parameters
@@ -159,7 +196,7 @@ class EagleEngine:
         elif draft_dtype not in (None, "model"):
             raise ValueError(f"draft_dtype={draft_dtype!r} needs a draft head")
         return cls(runner, head, tree_config, max_length=max_length, tokenizer=tok, drafter_backend=drafter_backend,
-                   expect_kind=draft_kind)
+                   expect_kind=draft_kind, batch_trees=batch_trees)
 
     # -- generation --------------------------------------------------------------------------------------------
     @property
@@ -229,8 +266,17 @@ class EagleEngine:
 
         Returns
         -------
-        ``(token_ids, stats)``: the new tokens only, and a :class:`GenerationStats`.
+        ``(token_ids, stats)``: the new tokens only, and a :class:`GenerationStats`. A list of prompts (or of
+        token-id lists, or an ``[n, N]`` tensor with ``n > 1``) runs :meth:`generate_batch` instead and returns its
+        list.
         """
+        if _is_batch(prompt, input_ids):
+            if on_tokens is not None:
+                raise ValueError("on_tokens streams one sequence: for a list of prompts use generate_batch's "
+                                 "on_result")
+            return self.generate_batch(prompt, input_ids=input_ids, max_new_tokens=max_new_tokens,
+                                       temperature=temperature, top_p=top_p, top_k=top_k, seeds=seed,
+                                       speculative=speculative, eos_token_id=eos_token_id)
         if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int) or max_new_tokens < 0:
             raise ValueError(f"max_new_tokens must be an int >= 0, got {max_new_tokens!r}")
         params = SamplingParams(float(temperature), float(top_p), int(top_k))
@@ -288,11 +334,253 @@ class EagleEngine:
         stats.finalize(emitted)
         return out, stats
 
+    @torch.no_grad()
+    def generate_batch(self, prompts=None, *, input_ids=None, max_new_tokens=128, temperature=0.0, top_p=1.0,
+                       top_k=0, seeds=None, batch_size: int | None = None, speculative: bool | None = None,
+                       eos_token_id: int | list[int] | None | str = "default",
+                       on_result=None) -> list[tuple[list[int], GenerationStats]]:
+        """Generate for many prompts at once: continuous batching over ``batch_size`` slots.
+
+        Each slot prefills its own prompt; all slots step together (one draft of every sequence, one verify
+        forward over their tree rows, a batched accept and commit; or one plain decode); a sequence that stops
+        (EOS, its own ``max_new_tokens``, ``max_length``) frees its slot and the next waiting prompt is prefilled
+        into it. Each sequence gets what :meth:`generate` gives it alone: greedy, the same tokens (the fused
+        forward rounds a row alike in any batch); sampling, the same distribution, and with the same seed the same
+        tokens wherever the target's logits are the same bits.
+
+        Parameters
+        ----------
+        prompts: a list of strings (encoded as :meth:`generate` does) ...
+        input_ids: ... or a list of token-id lists / 1-D tensors (or an ``[n, N]`` tensor).
+        max_new_tokens, temperature, top_p, top_k: one value for every sequence, or a list with one per sequence.
+        seeds: ``None`` (random), an int (sequence ``i`` is seeded with ``seeds + i``) or one int per sequence;
+            sequence ``i`` seeded with ``s`` draws the coins ``generate(seed=s)`` draws.
+        batch_size: the slots (default ``min(len(prompts), 16)``); the steps run in the smallest of
+            :data:`~eagle_triton.engine.batch.BATCH_BUCKETS` that holds them (CUDA graphs per bucket), and more
+            than the largest bucket is an error. Once nobody waits, the running sequences move to the smallest
+            bucket that holds them. The tree drafted is the engine's ``batch_trees`` entry of the starting bucket,
+            else ``tree_config``.
+        speculative, eos_token_id: as in :meth:`generate`.
+        on_result: called with ``(index, tokens, stats)`` as each sequence finishes (completion order), e.g. to
+            stream results to a file; an exception it raises propagates.
+
+        Returns
+        -------
+        ``[(token_ids, stats), ...]`` in input order. In a batch a sequence's ``stats.total_s`` is its time from
+        its prefill to its last token read, shared with the other sequences (``prefill_s`` and ``step_s`` are not
+        measured per sequence: 0).
+        """
+        seqs, slots, speculative = self._batch_inputs(prompts, input_ids, max_new_tokens, temperature, top_p,
+                                                      top_k, seeds, batch_size, speculative)
+        eos = self._stop_tokens(eos_token_id)
+        results: list = [None] * len(seqs)
+        dev = self.target.device
+
+        def finish(seq: BatchSequence, reason: str | None) -> None:
+            st = seq.stats
+            if reason is None:
+                reason = "max_new_tokens" if seq.budget == seq.max_new_tokens else "max_length"
+            st.total_s = time.perf_counter() - seq.t0
+            st.new_tokens = len(seq.out)
+            st.stop_reason = reason
+            st.finalize(seq.emitted)
+            results[seq.index] = (seq.out, st)
+            if on_result is not None:
+                on_result(seq.index, list(seq.out), st)
+
+        bucket = batch_bucket(min(slots, max(1, sum(s.max_new_tokens > 0 for s in seqs))))
+        tree = self.tree_for_batch(bucket)
+        waiting = deque()
+        for seq in seqs:
+            seq.budget = min(seq.max_new_tokens, self.max_length - len(seq.ids))
+            seq.stats = GenerationStats(prompt_tokens=len(seq.ids), speculative=bool(speculative), device=str(dev),
+                                        tree=str(tree) if speculative else None)
+            if seq.max_new_tokens == 0:
+                seq.t0 = time.perf_counter()
+                finish(seq, "max_new_tokens")
+            else:
+                waiting.append(seq)
+        if not waiting:
+            return results
+        run = self._batch_runner(speculative, bucket, tree)
+        occupant: list[BatchSequence | None] = [None] * run.B
+
+        def fill(slot: int) -> None:
+            seq = waiting.popleft()
+            seq.t0 = time.perf_counter()
+            prompt_t = self._upload(seq.ids)
+            logits, feats = self.target.prefill(prompt_t, slot=slot)
+            run.start(slot, prompt_t, logits, feats, seq.params, seq.seed)
+            occupant[slot] = seq
+
+        for slot in range(min(slots, len(waiting))):
+            fill(slot)
+        most = tree.max_levels + 1 if speculative else 1  # tokens one step can emit
+        step = run.speculative_step if speculative else run.plain_step
+
+        def queue():
+            return step(tuple(occupant), self._batch_kv_bound(most, tree))
+
+        def continues(seq: BatchSequence) -> bool:  # the pending step cannot end it (budget-wise)
+            return len(seq.out) + most + (0 if seq.started else 1) < seq.budget
+
+        def smaller_bucket() -> int | None:  # nobody waits and the running sequences fit a smaller bucket
+            live = sum(s is not None for s in occupant)
+            fits = batch_bucket(live) if live else run.B
+            return fits if not waiting and fits < run.B else None
+
+        pending = queue()
+        while pending is not None:
+            # queue the next step before reading this one, unless every sequence may stop with this one, or the
+            # batch is about to move to a smaller bucket (it moves with no step in flight)
+            shrink = smaller_bucket() is not None
+            ahead = queue() if not shrink and any(s is not None and continues(s) for s in occupant) else None
+            counts = [0] * run.B
+            done = []
+            for b, ((a, first, new), owner) in enumerate(zip(pending.rows(), pending.occupants, strict=True)):
+                seq = occupant[b]
+                if seq is None or owner is not seq:  # idle, or the slot changed hands after this step was queued
+                    continue
+                counts[b] = a + 1
+                if not seq.started:  # its first token, picked by the prefill, comes back with its first step
+                    seq.started = True
+                    head = [first]
+                    reason = self._cut(head, eos, seq.budget)
+                    seq.out.extend(head)
+                    if reason is not None or len(seq.out) >= seq.budget:
+                        done.append((b, reason))
+                        continue
+                seq.stats.record_step(a if speculative else 0)
+                seq.emitted += len(new)
+                reason = self._cut(new, eos, seq.budget - len(seq.out))
+                seq.out.extend(new)
+                if reason is not None or len(seq.out) >= seq.budget:
+                    done.append((b, reason))
+            run.committed(counts)
+            for b, reason in done:
+                seq, occupant[b] = occupant[b], None
+                run.release(b)
+                finish(seq, reason)
+                if waiting:
+                    fill(b)
+            if ahead is None and smaller_bucket() is not None:
+                run, occupant = self._move_to_bucket(run, occupant, smaller_bucket(), speculative, tree)
+                step = run.speculative_step if speculative else run.plain_step
+            pending = ahead if ahead is not None else (queue() if any(s is not None for s in occupant) else None)
+        return results
+
+    def _batch_inputs(self, prompts, input_ids, max_new_tokens, temperature, top_p, top_k, seeds, batch_size,
+                      speculative):
+        """Check :meth:`generate_batch`'s arguments: ``(sequences, slots, speculative)``."""
+        if (prompts is None) == (input_ids is None):
+            raise ValueError("pass exactly one of prompts (a list of strings) or input_ids (a list of token-id "
+                             "lists)")
+        items, name = (prompts, "prompts") if prompts is not None else (input_ids, "input_ids")
+        if isinstance(items, torch.Tensor):
+            if items.dim() != 2:
+                raise ValueError(f"{name} as a tensor must be [n, N], got shape {list(items.shape)}")
+            items = list(items)
+        if isinstance(items, (str, bytes)) or not isinstance(items, (list, tuple)):
+            raise TypeError(f"{name} must be a list (one entry per sequence), got {type(items).__name__}")
+        n = len(items)
+        if n == 0:
+            raise ValueError(f"{name} is an empty list: nothing to generate")
+        ids = []
+        for i, item in enumerate(items):
+            try:
+                ids.append(self._prompt_ids(item, None) if name == "prompts" else self._prompt_ids(None, item))
+            except (TypeError, ValueError) as exc:
+                raise type(exc)(f"{name}[{i}]: {exc}") from None
+        caps = _per_sequence("max_new_tokens", max_new_tokens, n)
+        for i, m in enumerate(caps):
+            if isinstance(m, bool) or not isinstance(m, int) or m < 0:
+                raise ValueError(f"max_new_tokens[{i}] must be an int >= 0, got {m!r}")
+        temps, tops_p, tops_k = (_per_sequence(k, v, n) for k, v in
+                                 (("temperature", temperature), ("top_p", top_p), ("top_k", top_k)))
+        params = []
+        for i in range(n):
+            try:
+                if isinstance(tops_k[i], bool) or not isinstance(tops_k[i], int):
+                    raise ValueError(f"top_k must be an int >= 0, got {tops_k[i]!r}")
+                params.append(SamplingParams(float(temps[i]), float(tops_p[i]), tops_k[i]))
+            except (TypeError, ValueError) as exc:
+                raise ValueError(f"sequence {i}: {exc}") from None
+        if seeds is None:
+            seed_list = [int(x) for x in torch.randint(0, 2**62, (n,)).tolist()]  # CPU draws: no device read
+        elif isinstance(seeds, int) and not isinstance(seeds, bool):
+            seed_list = [seeds + i for i in range(n)]
+        else:
+            seed_list = _per_sequence("seeds", seeds, n)
+            for i, s in enumerate(seed_list):
+                if isinstance(s, bool) or not isinstance(s, int):
+                    raise ValueError(f"seeds[{i}] must be an int, got {s!r}")
+        if batch_size is None:
+            slots = min(n, BATCH_BUCKETS[-1])
+        else:
+            batch_bucket(batch_size)  # a clear error for a bad size or one beyond the buckets
+            slots = batch_size
+        if speculative is None:
+            speculative = self.speculative
+        if speculative and self.drafter is None:
+            raise ValueError("speculative decoding needs a draft head: this engine has none")
+        seqs = [BatchSequence(i, ids[i], params[i], caps[i], seed_list[i], None) for i in range(n)]
+        return seqs, slots, bool(speculative)
+
+    def _batch_runner(self, speculative: bool, B: int, tree: TreeConfig) -> BatchStepRunner:
+        """The batch step runner for ``B`` slots drafting ``tree``, its target set up with ``B`` cache slots and
+        every slot idle."""
+        t = self.target
+        drafter = self._drafter_for(tree) if speculative else None
+        if not getattr(t, "device_lengths", False):
+            raise ValueError(f"batched generation needs a target that keeps its lengths on the device (the fast "
+                             f"LlamaTarget); {type(t).__name__} does not: use generate() per prompt")
+        if speculative and not getattr(drafter, "drafts_rows", False):
+            raise ValueError(f"batched speculation needs a drafter that drafts from device-counted rows (the fused "
+                             f"'triton' back end); this engine's is {getattr(drafter, 'backend', '?')!r}: build "
+                             "it with drafter_backend='triton', or pass speculative=False")
+        most = max(self.tree_config.max_levels, tree.max_levels) + 1
+        # every tree's rows, and one more step: a stopped sequence's slot may run one queued before its stop
+        cap = self.max_length + max(self.tree_config.total_tokens, tree.total_tokens) + 1 + most
+        if t.feature_mode != self.feature_mode or t.capacity < cap or t.batch_size != B:
+            self._runners.clear()  # their graphs hold the old cache: let it go
+            self._batch_runners = {k: v for k, v in self._batch_runners.items() if k[1] == B}
+            t.setup(cap, self.feature_mode, batch_size=B)
+        key = (bool(speculative), B, tree if speculative else None)
+        run = self._batch_runners.get(key)
+        if run is None:
+            run = self._batch_runners[key] = BatchStepRunner(t, drafter, tree.max_levels + 1, B)
+        run.reset()
+        if speculative:  # room for every accepted row of a slot, and a prompt's rows in one draft
+            drafter.reserve(cap, max(self.max_length, run.C), batch=B)
+        return run
+
+    def _move_to_bucket(self, run: BatchStepRunner, occupant: list, bucket: int, speculative: bool,
+                        tree: TreeConfig):
+        """Move the running sequences into the first slots of a ``bucket``-slot batch (target cache, draft KV and
+        step state copied on the device; no step may be in flight): ``(the new runner, its occupants)``."""
+        live = [b for b, s in enumerate(occupant) if s is not None]
+        self.target.keep_slots(live, bucket)
+        if speculative:
+            run.drafter.keep_rows(live, bucket)
+        key = (bool(speculative), bucket, tree if speculative else None)
+        self._batch_runners = {k: v for k, v in self._batch_runners.items() if k[1] == bucket}  # free old graphs
+        new = self._batch_runners.get(key)
+        if new is None:
+            new = self._batch_runners[key] = BatchStepRunner(self.target, run.drafter, run.C, bucket)
+        new.take_from(run, live)
+        return new, [occupant[b] for b in live] + [None] * (bucket - len(live))
+
+    def _batch_kv_bound(self, most: int, tree: TreeConfig) -> int:
+        """:meth:`_kv_bound` over every slot."""
+        return max(self.target.lengths) + 2 * most + tree.total_tokens + 1
+
     # -- generation parts --------------------------------------------------------------------------------------
     def _runner(self, speculative: bool) -> StepRunner:
         """The step runner of this kind of decoding (buffers and CUDA graphs live across calls)."""
         t = self.target
-        if t.feature_mode != self.feature_mode or t.capacity < self._capacity:  # target shared with another engine
+        if (t.feature_mode != self.feature_mode or t.capacity < self._capacity
+                or getattr(t, "batch_size", 1) != 1):  # target shared with another engine, or batched last
+            self._batch_runners.clear()  # their graphs hold the batched cache: let it go
             t.setup(self._capacity, self.feature_mode)
         t.reset()
         key = bool(speculative)
@@ -359,3 +647,22 @@ class EagleEngine:
         if self.tokenizer is None:
             raise ValueError("no tokenizer: cannot decode")
         return self.tokenizer.decode(token_ids, skip_special_tokens=skip_special_tokens)
+
+
+def _per_sequence(name: str, value, n: int) -> list:
+    """``value`` for each of ``n`` sequences: a list or tuple must have ``n`` entries, anything else is shared."""
+    if isinstance(value, (list, tuple)):
+        if len(value) != n:
+            raise ValueError(f"{name} has {len(value)} values for {n} prompts: pass one per prompt or a single value")
+        return list(value)
+    return [value] * n
+
+
+def _is_batch(prompt, input_ids) -> bool:
+    """Whether :meth:`EagleEngine.generate`'s arguments hold several sequences."""
+    if isinstance(prompt, (list, tuple)):
+        return True
+    if isinstance(input_ids, torch.Tensor):
+        return input_ids.dim() == 2 and input_ids.shape[0] > 1
+    return isinstance(input_ids, (list, tuple)) and any(isinstance(x, (list, tuple, torch.Tensor))
+                                                        for x in input_ids)

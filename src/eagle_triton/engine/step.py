@@ -26,12 +26,12 @@ import torch
 from .accept import accept_tree
 from .sampling import DeviceRNG, SamplingParams, probs_from_logits, sample_from_probs
 
-__all__ = ["PendingTokens", "StepRunner"]
+__all__ = ["DeviceSteps", "PendingRead", "PendingTokens", "StepRunner"]
 
 
-class PendingTokens:
-    """The tokens of one queued step: ``out = [a, t_0, ..., t_a, -1 ...]`` (``a`` accepted drafts, then the emitted
-    tokens), copied out when the step is queued (``out`` is reused by the next step)."""
+class PendingRead:
+    """The output buffer of one queued step, copied out when the step is queued (``out`` is reused by the next
+    step): one asynchronous copy into pinned memory and an event; :meth:`values` waits on the event."""
 
     def __init__(self, out: torch.Tensor, host: torch.Tensor, event):
         host.copy_(out, non_blocking=event is not None)
@@ -39,26 +39,35 @@ class PendingTokens:
             event.record()
         self._host, self._event = host, event
 
-    def result(self) -> tuple[int, list[int]]:
-        """``(accepted drafts, emitted tokens)``: waits for the step (the engine's one device read per step)."""
+    def values(self) -> list:
+        """The step's output as a list: waits for the step (the engine's one device read per step)."""
         if self._event is not None:
             self._event.synchronize()
-        values = self._host.tolist()
+        return self._host.tolist()
+
+
+class PendingTokens(PendingRead):
+    """The tokens of one queued step: ``out = [a, t_0, ..., t_a, -1 ...]`` (``a`` accepted drafts, then the emitted
+    tokens)."""
+
+    def result(self) -> tuple[int, list[int]]:
+        """``(accepted drafts, emitted tokens)``: waits for the step."""
+        values = self.values()
         a = int(values[0])
         return a, values[1:a + 2]
 
 
-class StepRunner:
-    """Buffers, steps and CUDA graphs of one engine for one kind of decoding (kept across ``generate`` calls).
+class DeviceSteps:
+    """What every step runner shares: whether its steps are device-paced, their CUDA graphs (:meth:`_run`), and
+    the double-buffered pinned copies of each step's output (:meth:`_pending`).
 
     Parameters
     ----------
-    target: the engine's :class:`~eagle_triton.engine.target.TargetModel`.
-    drafter: a :class:`~eagle_triton.TreeDrafter` (or compatible) for speculation, else ``None``.
-    max_path: the longest accepted path in nodes (tree depth + 2: root, drafts and bonus).
+    target, drafter: the engine's target and drafter (``None`` for plain decoding).
+    out: the device buffer every step writes its output into (copied out per step).
     """
 
-    def __init__(self, target, drafter, max_path: int):
+    def __init__(self, target, drafter, out: torch.Tensor):
         self.target, self.drafter = target, drafter
         dev = target.device
         self.device = dev
@@ -67,23 +76,14 @@ class StepRunner:
             drafter is None or bool(getattr(drafter, "drafts_rows", False)))
         self.use_graphs = (self.device_paced and dev.type == "cuda"
                            and bool(getattr(target, "use_cuda_graphs", False)))
-        self.C = int(max_path)
-        W = target.feature_width(getattr(drafter, "feature_mode", None) or target.feature_mode) if drafter else 0
-        self.feats = torch.zeros(1, self.C, max(W, 1), dtype=target.dtype, device=dev)
-        self.ids = torch.zeros(1, self.C, dtype=torch.long, device=dev)
-        self.num_new = torch.ones(1, dtype=torch.int32, device=dev)
-        self.out = torch.full((1 + self.C,), -1, dtype=torch.long, device=dev)
-        self.rng = DeviceRNG(dev)
+        self.out = out
         cuda = dev.type == "cuda"
-        self._host = [torch.empty(1 + self.C, dtype=torch.long, pin_memory=cuda) for _ in range(2)]
+        self._host = [torch.empty(out.shape, dtype=out.dtype, pin_memory=cuda) for _ in range(2)]
         self._events = [torch.cuda.Event() for _ in range(2)] if cuda else [None, None]
         self._slot = 0
         self._graphs: dict = {}
         self._eager_runs: dict = {}
-        self.host_len = 0  # rows the host knows are committed (host-paced steps)
-        self.seq = None  # host-paced speculation: every accepted token, on the device
 
-    # -- graphs --------------------------------------------------------------------------------------------------
     def _buffers(self) -> tuple:
         """Every buffer object a captured graph points into: the target's cache and the drafter's buffers (a
         reallocation invalidates the graphs). Kept referenced with the graphs, so identity cannot be reused."""
@@ -112,10 +112,34 @@ class StepRunner:
         entry[0].replay()
         return entry[1]
 
-    def _pending(self) -> PendingTokens:
+    def _pending(self, cls=PendingTokens, **extra):
+        """Copy this step's ``out`` into the next pinned buffer: a ``cls`` (``extra``: its further arguments)."""
         slot = self._slot
         self._slot ^= 1
-        return PendingTokens(self.out, self._host[slot], self._events[slot])
+        return cls(self.out, self._host[slot], self._events[slot], **extra)
+
+
+class StepRunner(DeviceSteps):
+    """Buffers, steps and CUDA graphs of one engine for one kind of decoding (kept across ``generate`` calls).
+
+    Parameters
+    ----------
+    target: the engine's :class:`~eagle_triton.engine.target.TargetModel`.
+    drafter: a :class:`~eagle_triton.TreeDrafter` (or compatible) for speculation, else ``None``.
+    max_path: the longest accepted path in nodes (tree depth + 2: root, drafts and bonus).
+    """
+
+    def __init__(self, target, drafter, max_path: int):
+        self.C = int(max_path)
+        super().__init__(target, drafter, torch.full((1 + self.C,), -1, dtype=torch.long, device=target.device))
+        dev = self.device
+        W = target.feature_width(getattr(drafter, "feature_mode", None) or target.feature_mode) if drafter else 0
+        self.feats = torch.zeros(1, self.C, max(W, 1), dtype=target.dtype, device=dev)
+        self.ids = torch.zeros(1, self.C, dtype=torch.long, device=dev)
+        self.num_new = torch.ones(1, dtype=torch.int32, device=dev)
+        self.rng = DeviceRNG(dev)
+        self.host_len = 0  # rows the host knows are committed (host-paced steps)
+        self.seq = None  # host-paced speculation: every accepted token, on the device
 
     # -- one generation ------------------------------------------------------------------------------------------
     def begin(self, prompt_ids: torch.Tensor, root: torch.Tensor, feats) -> PendingTokens:

@@ -415,6 +415,29 @@ class LlamaTarget(TargetModel):
         self.cache.seqlens[slot:slot + 1].zero_()
         self._set_host_len(slot, 0)
 
+    def keep_slots(self, slots: list[int], batch_size: int) -> None:
+        """Keep only the sequences of ``slots`` (in that order) in a cache of ``batch_size >= len(slots)`` slots: a
+        batch whose last sequences fit a smaller batch moves them there (their rows are copied on the device; the
+        other new slots are empty). Reallocates the cache (its graphs are captured again)."""
+        if self.cache is None:
+            raise ValueError("call setup() before keep_slots()")
+        slots = [self._check_slot(s) for s in slots]
+        if not 1 <= len(slots) <= batch_size:
+            raise ValueError(f"keep_slots: {len(slots)} slots do not fit batch_size {batch_size}")
+        old, lens = self.cache, self.lengths
+        c = self.config
+        new = StaticKVCache(c.num_layers, batch_size, old.max_length, c.num_kv_heads, c.head_dim, self.dtype,
+                            self.device)
+        idx = torch.tensor(slots, device=self.device)
+        n = len(slots)
+        new.k[:, :n].copy_(old.k.index_select(1, idx))
+        new.v[:, :n].copy_(old.v.index_select(1, idx))
+        new.seqlens[:n].copy_(old.seqlens.index_select(0, idx))
+        self.cache, self.batch_size = new, batch_size
+        self._slot_lens = [lens[s] for s in slots] + [0] * (batch_size - n)
+        new.host_len = self._slot_lens[0] if batch_size == 1 else 0
+        self._reset_graphs()
+
     def _check_slot(self, slot) -> int:
         if isinstance(slot, bool) or not isinstance(slot, int) or not 0 <= slot < self.batch_size:
             raise ValueError(f"slot must be an int in [0, {self.batch_size}) (the batch_size given to setup), "

@@ -974,6 +974,30 @@ class FusedDraftBackend:
         self._max_len = max(self._max_len, _pow2(need))
         self._ensure(batch, _pow2(max(int(max_new_rows), 1)), min_len=need)
 
+    def forget_rows(self, keep: torch.Tensor) -> None:
+        """Zero the draft KV length of every sequence whose ``keep [B]`` int32 is 0 (device work only; after
+        :meth:`reserve`): a freed batch slot, or one about to take a new sequence."""
+        if self.bufs is None:
+            raise RuntimeError("forget_rows() before reserve()")
+        self.bufs.kv_len.mul_(keep)
+
+    def keep_rows(self, rows: list[int], batch: int) -> None:
+        """Keep only the draft KV of sequences ``rows`` (in that order) in buffers for ``batch >= len(rows)``
+        sequences (a batch moving its last sequences to a smaller batch; rows copied on the device). Reallocates
+        the buffers."""
+        if self.bufs is None:
+            raise RuntimeError("keep_rows() before reserve()")
+        old, cfg = self.bufs, self._cfg
+        new_cfg = DrafterConfig.from_head(self.head, self.cfg_tree, max_batch=batch, max_len=cfg.max_len,
+                                          max_new_rows=cfg.max_new_rows, **self._tuning)
+        bufs = Buffers.allocate(new_cfg, self.head.device, batch=batch, new_rows=old.new_rows)
+        idx = torch.tensor(rows, device=old.kv_len.device)
+        n = len(rows)
+        bufs.k_cache[:n].copy_(old.k_cache.index_select(0, idx))
+        bufs.v_cache[:n].copy_(old.v_cache.index_select(0, idx))
+        bufs.kv_len[:n].copy_(old.kv_len.index_select(0, idx))
+        self._cfg, self.bufs = new_cfg, bufs
+
     @torch.no_grad()
     def draft_rows(self, features: torch.Tensor, new_ids: torch.Tensor, num_new: torch.Tensor | None = None,
                    sampling: bool = False) -> DraftTree:

@@ -1,0 +1,288 @@
+"""Batched decoding steps: every slot of a batched target stepped together, queued ahead of the host.
+
+:class:`BatchStepRunner` is :class:`~eagle_triton.engine.step.StepRunner` over ``B`` cache slots (the target set up
+with ``batch_size=B``): one draft of the ``B`` sequences in one launch, one verify forward over the ``B (T + 1)``
+tree rows, a batched accept and KV compaction, or one plain decode of ``B`` rows. Each slot holds one sequence
+of a continuous batch (:meth:`EagleEngine.generate_batch`): the engine frees a slot when its sequence stops and
+prefills the next waiting prompt into it (:meth:`BatchStepRunner.release`, :meth:`BatchStepRunner.start`); a
+slot without a sequence (*idle*) is stepped with the others, its rows ignored, and its target and draft KV lengths
+zeroed at the end of every step so it never grows. When nobody waits and the running sequences fit a smaller
+bucket, the engine moves them into the first slots of a runner of that size (:meth:`BatchStepRunner.take_from`,
+with the target's ``keep_slots`` and the drafter's ``keep_rows``), with no step in flight.
+
+A step's output is ``out [B, 2 + C]``: per slot the accepted drafts ``a`` (0 for plain decoding), the slot's
+first token (the token its prefill picked: the host reads it with the sequence's first step, so starting a
+sequence costs no read of its own), then the ``a + 1`` emitted tokens, -1 padded. The host reads it once per
+step (:class:`PendingBatch`), with the next step already queued.
+
+Per-sequence sampling: the parameters of each row live in device tensors (:class:`~.sampling.RowSampling`) and
+each row draws from its own Philox stream (:class:`~.sampling.RowRNG`) exactly the coins it draws alone, so a
+sequence seeded with ``s`` gets the tokens ``generate(seed=s)`` gives wherever the target's logits are the same
+bits (the fused batch-invariant forward). A batch whose sequences are all greedy verifies with the greedy rule;
+a batch with a sampled sequence runs every row through the sampling rule, greedy rows with one-hot
+distributions (which accept exactly the argmax). On CUDA each kind of step replays CUDA graphs (per batch size:
+a runner is built per bucket of :data:`BATCH_BUCKETS`), except the draft of a step in which a slot starts a new
+sequence: it ingests that prompt's rows, a shape of its own, in one eager launch.
+"""
+
+from __future__ import annotations
+
+from dataclasses import fields
+
+import torch
+
+from .accept import accept_tree, accept_tree_probs
+from .sampling import RowRNG, RowSampling, SamplingParams, probs_from_logits_rows, sample_from_probs
+from .step import DeviceSteps, PendingRead, StepRunner
+
+__all__ = ["BATCH_BUCKETS", "BatchSequence", "BatchStepRunner", "PendingBatch", "batch_bucket"]
+
+#: Batch sizes with their own buffers and CUDA graphs: a batch of ``n`` sequences runs in the smallest bucket
+#: ``>= n`` (the other slots idle).
+BATCH_BUCKETS = (1, 2, 4, 8, 16)
+
+_GREEDY = SamplingParams()
+
+
+def batch_bucket(n: int) -> int:
+    """The smallest of :data:`BATCH_BUCKETS` holding ``n`` sequences; a clear error beyond the largest."""
+    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+        raise ValueError(f"batch_size must be an int >= 1, got {n!r}")
+    for b in BATCH_BUCKETS:
+        if n <= b:
+            return b
+    raise ValueError(f"batch_size {n} is beyond the largest batch bucket {BATCH_BUCKETS[-1]} (buckets "
+                     f"{', '.join(map(str, BATCH_BUCKETS))}): pass batch_size <= {BATCH_BUCKETS[-1]}")
+
+
+class PendingBatch(PendingRead):
+    """The output of one queued batch step and who occupied each slot when it was queued (``occupants``: one
+    host token per slot, ``None`` for an idle slot), so the host drops the rows of a slot that changed hands."""
+
+    def __init__(self, out, host, event, occupants: tuple):
+        super().__init__(out, host, event)
+        self.occupants = occupants
+
+    def rows(self) -> list[tuple[int, int, list[int]]]:
+        """Per slot ``(accepted drafts, the slot's first token, emitted tokens)``: waits for the step."""
+        rows = []
+        for v in self.values():
+            a = int(v[0])
+            rows.append((a, int(v[1]), v[2:a + 3]))
+        return rows
+
+
+class BatchStepRunner(DeviceSteps):
+    """Buffers, steps and CUDA graphs of one engine for ``batch`` slots and one kind of decoding.
+
+    Parameters
+    ----------
+    target: a target with device lengths set up with ``batch_size=batch`` (:class:`LlamaTarget`).
+    drafter: a drafter that drafts rows (:attr:`TreeDrafter.drafts_rows`) for speculation, else ``None``.
+    max_path: the longest accepted path in nodes (tree depth + 2).
+    batch: the slots.
+    """
+
+    def __init__(self, target, drafter, max_path: int, batch: int):
+        self.B, self.C = int(batch), int(max_path)
+        B, C = self.B, self.C
+        super().__init__(target, drafter, torch.full((B, 2 + C), -1, dtype=torch.long, device=target.device))
+        if not self.device_paced:
+            what = ("the target keeps its lengths on the host" if not getattr(target, "device_lengths", False)
+                    else "the drafter drafts from host-known lengths only")
+            raise ValueError(f"batched generation needs device-paced steps, but {what}: use the fast LlamaTarget "
+                             "and, to speculate, the fused drafter (drafter_backend='triton')")
+        dev = self.device
+        W = target.feature_width(getattr(drafter, "feature_mode", None) or target.feature_mode) if drafter else 0
+        self.feats = torch.zeros(B, C, max(W, 1), dtype=target.dtype, device=dev)
+        self.ids = torch.zeros(B, C, dtype=torch.long, device=dev)
+        self.num_new = torch.ones(B, dtype=torch.int32, device=dev)
+        self.first_token = torch.zeros(B, dtype=torch.long, device=dev)
+        self.active = torch.zeros(B, dtype=torch.int32, device=dev)
+        self.rng = RowRNG(B, dev)
+        self.sampling = RowSampling(B, dev)
+        # keep[b]: every slot but b (forgetting one slot's draft KV in stream order)
+        self._keep = [torch.ones(B, dtype=torch.int32, device=dev).index_fill_(0, torch.tensor([b], device=dev), 0)
+                      for b in range(B)]
+        self._params: list[SamplingParams] = [_GREEDY] * B  # host copy of the rows' parameters: the kind of step
+        # slot -> (features, ids) of the prompt rows its next draft ingests
+        self._first: dict[int, tuple[torch.Tensor | None, torch.Tensor]] = {}
+
+    # -- slots ----------------------------------------------------------------------------------------------------
+    def reset(self) -> None:
+        """Start a batch: every slot idle, every length zero."""
+        self.target.reset()
+        if self.drafter is not None:
+            self.drafter.reset()
+        self.active.zero_()
+        self.out.fill_(-1)
+        self._first.clear()
+        self._params = [_GREEDY] * self.B
+
+    def release(self, slot: int) -> None:
+        """Free ``slot`` (its sequence stopped, or it is about to take a new one): its target and draft KV lengths
+        become zero and it idles. Device work only, queued after every step already queued."""
+        self.target.reset(slot)
+        if self.drafter is not None:
+            self.drafter.forget_rows(self._keep[slot])
+        self.active[slot:slot + 1].zero_()
+        self._first.pop(slot, None)
+        self._params[slot] = _GREEDY
+
+    def start(self, slot: int, prompt_ids: torch.Tensor, logits: torch.Tensor, feats, params: SamplingParams,
+              seed: int) -> None:
+        """Begin a sequence in ``slot`` after its prefill into that slot (``prompt_ids [1, N]``, the prefill's
+        last logits ``[1, V]`` and features ``[1, N, W]``): pick its first token from the slot's RNG stream seeded
+        with ``seed`` (as ``generate`` does), set the slot's sampling parameters, and queue its prompt rows for the
+        next draft. No host read: the first token comes back with the slot's next step."""
+        root = StepRunner.pick(logits, params, self.rng.manual_seed(slot, seed))
+        self.first_token[slot:slot + 1].copy_(root)
+        self.ids[slot, :1].copy_(root)  # plain decoding reads the pending token here
+        self.sampling.set(slot, params)
+        self._params[slot] = params
+        if self.speculative:  # row j pairs with token j + 1; the first draft ingests every prompt row
+            self._first[slot] = (None if feats is None else feats[0], torch.cat([prompt_ids[0, 1:], root.view(1)]))
+        self.active[slot:slot + 1].fill_(1)
+
+    def take_from(self, other: BatchStepRunner, slots: list[int]) -> None:
+        """Continue ``other``'s sequences of ``slots`` in this runner's first slots (a smaller bucket; the target
+        and drafter have kept the same slots in that order): their step inputs, first tokens, RNG streams and
+        sampling parameters move along (device copies), every other slot idles."""
+        n = len(slots)
+        idx = torch.tensor(slots, device=self.device)
+        for mine, theirs in ((self.feats, other.feats), (self.ids, other.ids), (self.num_new, other.num_new),
+                             (self.first_token, other.first_token), (self.active, other.active),
+                             (self.rng.seed, other.rng.seed), (self.rng.offset, other.rng.offset),
+                             *((getattr(self.sampling, k), getattr(other.sampling, k))
+                               for k in ("temperature", "top_p_cut", "use_top_p", "top_k", "greedy"))):
+            mine[:n].copy_(theirs.index_select(0, idx))
+        self.active[n:].zero_()
+        self.out.fill_(-1)
+        self._params = [other._params[s] for s in slots] + [_GREEDY] * (self.B - n)
+        self._first = {j: other._first[s] for j, s in enumerate(slots) if s in other._first}
+        for j in range(n, self.B):
+            self.sampling.set(j, _GREEDY)
+
+    # -- steps ----------------------------------------------------------------------------------------------------
+    def _mode(self) -> tuple | None:
+        """``None`` when every row is greedy, else which filters some sampled row uses ``(top_p, top_k)``: a kind
+        of step (and graph) each, so a batch never sorts its logits for a filter no row asks for."""
+        sampled = [p for p in self._params if not p.greedy]
+        if not sampled:
+            return None
+        return any(p.top_p < 1.0 for p in sampled), any(p.top_k > 0 for p in sampled)
+
+    def speculative_step(self, occupants: tuple, kv_bound: int | None) -> PendingBatch:
+        """Queue one speculative step of every slot (``occupants``: the host's token per slot, handed back with
+        the output; ``kv_bound``: an upper bound on the cache rows any slot reads, for eager CPU attention)."""
+        mode = self._mode()
+        bound = kv_bound if not self.use_graphs else None
+        if self._first:
+            tree = self._draft_with_prompts()
+        else:
+            tree = self._run(("draft",), lambda: self.drafter.draft_rows(self.feats, self.ids, self.num_new))
+        tree = self._static_tree(tree)
+        self._run(("rest", mode), lambda: self._verify_accept(mode, tree, bound))
+        return self._pending(PendingBatch, occupants=occupants)
+
+    def _static_tree(self, tree):
+        """Under CUDA graphs, the tree at fixed addresses: the rest graph reads the tensors it was captured with.
+        The fused drafter's trees are always its own buffers (returned as they are); a drafter whose eager and
+        graphed drafts return different tensors has them copied into the first tree's."""
+        if not self.use_graphs:
+            return tree
+        static, owners = getattr(self, "_tree", None), self._buffers()
+        if static is None or any(a is not b for a, b in zip(static[0], owners, strict=True)):
+            self._tree = (owners, tree)  # (again after a reallocation, when the graphs are captured again)
+            return tree
+        first = static[1]
+        for f in fields(tree):
+            a, b = getattr(first, f.name), getattr(tree, f.name)
+            if isinstance(a, torch.Tensor) and a.data_ptr() != b.data_ptr():
+                a.copy_(b)
+        return first
+
+    def _draft_with_prompts(self):
+        """One eager draft in which the slots that start a sequence ingest its prompt rows and the others their
+        accepted rows (``num_new`` per slot)."""
+        first, self._first = self._first, {}
+        B, C = self.B, self.C
+        S = max(C, max(i.shape[0] for _, i in first.values()))
+        feats = torch.zeros(B, S, self.feats.shape[-1], dtype=self.feats.dtype, device=self.device)
+        ids = torch.zeros(B, S, dtype=torch.long, device=self.device)
+        feats[:, :C].copy_(self.feats)
+        ids[:, :C].copy_(self.ids)
+        num = self.num_new.clone()
+        for slot, (f, i) in first.items():
+            n = i.shape[0]
+            if f is not None:  # a drafter without features (the stub) reads none
+                feats[slot, :n].copy_(f)
+            ids[slot, :n].copy_(i)
+            num[slot:slot + 1].fill_(n)
+        return self.drafter.draft_rows(feats, ids, num)
+
+    def _verify_accept(self, mode: tuple | None, tree, kv_bound) -> None:
+        """Verify every slot's tree, accept, commit, zero the idle slots' lengths, and leave the next draft's
+        inputs and this step's tokens in the static buffers."""
+        t = self.target
+        if mode is not None:  # sampling verification walks the paths in lexicographic order
+            tree = tree.in_sampling_order()
+        logits, tfeats = t.verify_rows(tree.draft_tokens, tree.positions, tree.tree_mask[:, 0] > 0.5, kv_bound)
+        if mode is None:
+            res = accept_tree(tree, logits, _GREEDY)
+        else:
+            res = accept_tree_probs(tree, probs_from_logits_rows(logits, self.sampling, *mode), self.rng)
+        t.commit_rows(res.accept_index, res.accept_len)
+        self._forget_idle()
+        # the next draft ingests the features of root + accepted drafts, each paired with the token after it
+        if tfeats is not None:
+            rows = res.accept_index.clamp(min=0)
+            self.feats.copy_(tfeats.gather(1, rows.unsqueeze(-1).expand(-1, -1, tfeats.shape[-1])))
+        self.ids.copy_(res.tokens.clamp(min=0))
+        self.num_new.copy_((res.accept_len + 1).to(torch.int32))
+        self.out[:, 0].copy_(res.accept_len)
+        self.out[:, 1].copy_(self.first_token)
+        self.out[:, 2:].copy_(res.tokens)
+
+    def plain_step(self, occupants: tuple, kv_bound: int | None) -> PendingBatch:
+        """Queue one plain decoding step of every slot: each slot's next token after its pending one."""
+        mode = self._mode()
+        bound = kv_bound if not self.use_graphs else None
+        self._run(("plain", mode), lambda: self._plain_body(mode, bound))
+        return self._pending(PendingBatch, occupants=occupants)
+
+    def _plain_body(self, mode: tuple | None, kv_bound) -> None:
+        logits, _ = self.target.decode_rows(self.ids[:, :1], kv_bound)
+        if mode is None:
+            tok = logits.argmax(dim=-1)
+        else:
+            tok = sample_from_probs(probs_from_logits_rows(logits, self.sampling, *mode), self.rng)
+        self._forget_idle()
+        self.ids[:, 0].copy_(tok)
+        self.out[:, 0].zero_()
+        self.out[:, 1].copy_(self.first_token)
+        self.out[:, 2].copy_(tok)
+
+    def _forget_idle(self) -> None:
+        """Idle slots keep no rows: their target and draft KV lengths go back to zero every step."""
+        self.target.cache.seqlens.mul_(self.active)
+        if self.drafter is not None:
+            self.drafter.forget_rows(self.active)
+
+    def committed(self, counts: list[int]) -> None:
+        """The host has read that slot ``b`` committed ``counts[b]`` more rows."""
+        self.target.note_committed(counts)
+
+
+class BatchSequence:
+    """The host's record of one sequence of a batch: its prompt, parameters, budget, tokens so far and stats."""
+
+    def __init__(self, index: int, ids: list[int], params: SamplingParams, max_new_tokens: int, seed: int,
+                 stats):
+        self.index, self.ids, self.params, self.seed, self.stats = index, ids, params, seed, stats
+        self.max_new_tokens = max_new_tokens
+        self.budget = 0  # set with the engine's max_length
+        self.out: list[int] = []
+        self.started = False  # its first token has been read
+        self.emitted = 0  # tokens its steps produced, before the stop cuts
+        self.t0 = 0.0

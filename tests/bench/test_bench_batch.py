@@ -1,0 +1,66 @@
+"""bench/bench_batch.py --smoke on the CPU (a tiny random model built in code, the stub drafter, for both parts): the
+JSON, the PNG, the headline figures and the README table it writes."""
+
+import json
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "bench"))
+
+import bench_batch  # noqa: E402
+
+
+def test_smoke_run_writes_json_png_headline_and_table(tmp_path, capsys):
+    assert bench_batch.main(["--smoke", "--out", str(tmp_path)]) == 0
+    doc = json.loads((tmp_path / "bench_batch.json").read_text())
+    assert (tmp_path / "bench_batch.png").stat().st_size > 0
+    assert doc["benchmark"] == "bench_batch" and doc["smoke"] is True
+    a = doc["parts"]["smollm2"]
+    assert [r["batch"] for r in a["runs"]] == [1, 2, 4] and a["num_prompts"] == 6
+    for run in a["runs"]:
+        assert run["plain"]["new_tokens"] == 6 * 6 and run["plain"]["mean_accepted_length"] == 1.0
+        for tree in a["trees"]:
+            r = run["trees"][tree]
+            assert r["identical_output"] is True and r["new_tokens"] == 36 and r["mean_accepted_length"] >= 1.0
+        best = run["best_tree"]
+        assert run["trees"][best]["tokens_per_second"] == max(t["tokens_per_second"] for t in run["trees"].values())
+        assert abs(run["spec_speedup"] - run["trees"][best]["tokens_per_second"]
+                   / run["plain"]["tokens_per_second"]) < 1e-9
+    b = doc["parts"]["llama8b"]  # the 8B part's code path on the tiny model
+    assert b["shape"] == "tiny random Llama (--smoke)" and [r["batch"] for r in b["runs"]] == [1, 2, 4]
+    for run in b["runs"]:
+        assert run["plain_tok_s"] == run["batch"] * 1e3 / run["plain_step_ms"]
+        r = run["trees"]["6/2/2"]
+        assert r["projection"] is True and r["projected_tok_s"]["3"] == run["batch"] * 3e3 / r["step_ms"]
+    assert a["batch_trees_option"] == ",".join(f"{r['batch']}={r['best_tree']}" for r in a["runs"])
+    assert set(doc["headline"]) == {"smollm2_spec_speedup_b1", "smollm2_spec_speedup_b2", "smollm2_spec_speedup_b4"}
+    printed = capsys.readouterr().out
+    table = bench_batch.table(doc)
+    assert table in printed and len(table.splitlines()) == 2 + 3
+    assert f"{a['runs'][2]['spec_speedup']:.2f}x" in table.splitlines()[-1]
+
+
+def test_batches_beyond_the_buckets_are_refused():
+    import pytest
+
+    with pytest.raises(ValueError, match="beyond the largest batch bucket"):
+        bench_batch.parse_batches("4,32")
+
+
+def test_headline_entries_quote_the_table_rows(tmp_path, monkeypatch):
+    """make_headline.batch_entries on a (smoke) result file posing as a committed one: one speed-up per batch size,
+    each its file's number, quoted by its table row."""
+    import make_headline
+
+    assert bench_batch.main(["--smoke", "--out", str(tmp_path / "bench" / "results" / "set")]) == 0
+    monkeypatch.setattr(make_headline, "ROOT", tmp_path)
+    monkeypatch.setattr(make_headline, "BATCH_SOURCE", "set/bench_batch.json")
+    monkeypatch.setattr(make_headline, "_adding_commit", lambda path: "abc1234")
+    entries = make_headline.batch_entries()
+    doc = json.loads((tmp_path / "bench" / "results" / "set" / "bench_batch.json").read_text())
+    assert [e["name"] for e in entries] == [f"smollm2_spec_speedup_b{b}" for b in (1, 2, 4)]
+    for e, run in zip(entries, doc["parts"]["smollm2"]["runs"], strict=True):
+        assert e["value"] == round(run["spec_speedup"], 2) and e["commit"] == "abc1234"
+        (where,) = e["readme"]
+        assert where["text"] == bench_batch.table_row(run) and where["printed"] + "x" in where["text"]
