@@ -136,3 +136,18 @@ def test_draft_rows_needs_a_back_end_that_drafts_rows():
     assert not drafter.drafts_rows
     with pytest.raises(ValueError, match="drafts from host-known lengths only"):
         drafter.draft_rows(torch.zeros(1, 1, 192), torch.zeros(1, 1, dtype=torch.long))
+
+
+def test_stub_draft_rows_writes_its_own_buffers():
+    """The step graphs read a tree from the drafter's buffers, including a tree drafted outside them (a
+    generation's eager first draft): the stub, like the fused back end, returns the same tensors on every call
+    (per batch size and sampling mode), holding the latest tree."""
+    drafter = TreeDrafter(_head(), TreeConfig(6, 2, 2), backend="stub")
+    feats = torch.zeros(1, 3, 192)
+    first = drafter.draft_rows(feats, torch.tensor([[5, 6, 7]]), torch.tensor([3], dtype=torch.int32))
+    kept = first.draft_tokens.clone()
+    second = drafter.draft_rows(feats, torch.tensor([[9, 0, 0]]), torch.tensor([1], dtype=torch.int32))
+    assert second.draft_tokens is first.draft_tokens and second.retrieve_indices_padded is first.retrieve_indices_padded
+    assert second.draft_tokens[0, 0] == 9 and kept[0, 0] == 7  # the buffers hold the latest tree
+    other = drafter.draft_rows(feats, torch.tensor([[9, 0, 0]]), torch.tensor([1], dtype=torch.int32), sampling=True)
+    assert other.draft_tokens is not first.draft_tokens

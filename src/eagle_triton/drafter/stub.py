@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import fields, replace
+
 import torch
 
 from ..config import TreeConfig
@@ -22,6 +24,7 @@ class StubDraftBackend:
     def __init__(self, head: DraftHead, tree_config: TreeConfig):
         self.head, self.cfg = head, tree_config
         self._kv_len = 0
+        self._out: dict = {}  # draft_rows' output buffers, per (batch, sampling, device)
 
     @property
     def kv_len(self) -> int:
@@ -47,7 +50,20 @@ class StubDraftBackend:
             root = new_ids[:, -1]
         else:
             root = new_ids.gather(1, (num_new.long() - 1).view(-1, 1)).view(-1)
-        return self._tree(root, sampling)
+        return self._into_buffers(self._tree(root, sampling))
+
+    def _into_buffers(self, tree: DraftTree) -> DraftTree:
+        """``tree`` copied into this back end's own output buffers (allocated once per batch size, sampling mode
+        and device), as the fused back end drafts: a CUDA graph that reads a tree drafted outside it (the engine's
+        verify graph after a generation's eager first draft) then reads the current tree, not freed memory."""
+        key = (tree.draft_tokens.shape[0], tree.sampling, tree.draft_tokens.device)
+        bufs = self._out.get(key)
+        if bufs is None:
+            bufs = self._out[key] = {f.name: torch.empty_like(getattr(tree, f.name)) for f in fields(tree)
+                                     if isinstance(getattr(tree, f.name), torch.Tensor)}
+        for name, buf in bufs.items():
+            buf.copy_(getattr(tree, name))
+        return replace(tree, **bufs)
 
     def _tree(self, root: torch.Tensor, sampling: bool) -> DraftTree:
         K, D, T = self.cfg.top_k, self.cfg.depth, self.cfg.num_draft_nodes
