@@ -26,6 +26,8 @@ DRAFTER_ROWS = ([("60/7/10", "decode", b) for b in (1, 2, 4, 8, 16)]
 ENGINE_RUNS: list = []
 S7 = "gpu_2026-11-25/"  # session 7's result set (bench/results/gpu_2026-11-25/README.md)
 S8 = "step_graph_2026-11-25/"  # session 8's result set (bench/results/step_graph_2026-11-25/README.md)
+S9 = "session9_2026-11-25/"  # session 9's benchmarks (bench/results/session9_2026-11-25/README.md)
+S9P = "pdl_2026-11-25/"  # session 9's probes (bench/results/pdl_2026-11-25/README.md)
 # The engine benchmark of issue 18 (a bench_engine.json with "parts": bench/bench_engine.py since schema 2). Its README
 # tables are printed by bench/engine_table.py, and every figure they print is an entry (engine_parts_entries).
 # None: the newest such file committed under bench/results/ (by its "date"); name one ("<set>/bench_engine.json") to
@@ -240,6 +242,59 @@ def session8_entries() -> list[dict]:
     ]
 
 
+def session9_entries() -> list[dict]:
+    """Session 9's figures printed in the README's prose (programmatic dependent launch, the tree kernel without
+    pipeline stages, the SafeAILab glue cut); they replace the earlier entries of the same names."""
+    def s9(name, unit, source, path, decimals, commit, text, printed, note=None, ref_path=None, ref_kind=None,
+           ref_printed=None, ratio_printed=None):
+        readme = [{"text": text, "printed": printed}]
+        if ref_printed:
+            readme.append({"text": text, "printed": ref_printed, "field": ref_kind})
+        if ratio_printed:
+            readme.append({"text": text, "printed": ratio_printed, "field": "ratio"})
+        return entry(name, unit, source, path, decimals, H100, commit, readme, ref_path, ref_kind, note,
+                     date="2026-11-25")
+
+    probe = S9P + "step_probe_8b_tree_stages1.json"
+    run = ["runs", {"norm_mode": "kernel"}]
+    head = ["results", "headline"]
+    smol = ["parts", "smollm2", "runs", {"dtype": "bfloat16"}]
+    return [
+        s9("target_8b_plain_step", "ms", probe, run + ["decode_step_ms"], 2, "1f18743",
+           "plain decode step 5.80 ms against a floor of 5.32 ms (1.09x;", "5.80",
+           "the target's decode graph (bench/probes/step_probe.py); commit: the code measured is 700ff0b",
+           ["floor_ms"], "floor", "5.32", "1.09"),
+        s9("target_8b_verify60", "ms", probe, run + ["verify_ms"], 2, "1f18743",
+           "60-row verify forward 6.50 ms (1.22x the same floor)", "6.50",
+           "the target's 60-row verify graph; commit: the code measured is 700ff0b", ["floor_ms"], "floor", None,
+           "1.22"),
+        s9("drafter_in_step_8b", "ms", probe, run + ["spec_60/7/10_draft_in_step_ms"], 2, "1f18743",
+           "the draft inside it costs 2.49 ms", "2.49",
+           "the 60/7/10 step graph replayed minus the same graph without its draft (the last tree reused)"),
+        s9("smollm2_plain_tok_s", "tok/s", S9 + "bench_engine.json", smol + ["plain", "tokens_per_second"], 1,
+           "1f18743", "plain decoding 1134.8 tok/s in the engine benchmark below", "1134.8",
+           "the engine benchmark (20 MT-bench prompts x 128 tokens); same figure as engine_smollm2_bf16_plain_tok_s"),
+        s9("smollm2_bf16_identical", "prompts of 20", S9 + "bench_engine.json",
+           smol + ["trees", {"tree": "60/7/10"}, "identical_prompts"], 0, "1f18743",
+           "bf16 speculative output is identical to plain on 20 of 20 MT-bench prompts", "20",
+           "the engine benchmark's best tree (every tree: 20 of 20)"),
+        s9("smollm2_prefill_1k", "ms", S9 + "target_smollm2.json", ["parts", "smollm2", "new", "prefill_1000_ms"], 2,
+           "1f18743", "a 1,000-token prefill takes 6.49 ms", "6.49"),
+        s9("safeailab_8b_step_unpatched", "ms", S9 + "bench_safeailab.json", head + ["safeailab_8b_step_unpatched"],
+           1, "1f18743", "`eagenerate` step: 64.6 ms", "64.6"),
+        s9("safeailab_8b_step_drafter_patched", "ms", S9 + "bench_safeailab.json",
+           head + ["safeailab_8b_step_drafter_patched"], 1, "1f18743", "56.0 ms with the drafter patch", "56.0"),
+        s9("safeailab_8b_step_optimized", "ms", S9 + "bench_safeailab.json", head + ["safeailab_8b_step_optimized"],
+           2, "1f18743", "10.40 ms after `optimize_eagle_with_triton`", "10.40"),
+        s9("safeailab_8b_topk_call_patched", "ms", S9 + "bench_safeailab.json",
+           head + ["safeailab_8b_topk_call_patched"], 2, "1f18743",
+           "`topK_genrate` with the drafter patch: 2.60 ms per call", "2.60"),
+        s9("spec_step_8b_60_7_10_safeailab_run", "ms", S9 + "bench_safeailab.json", head + ["spec_step_8b_60_7_10"],
+           2, "1f18743", "our engine's own speculative step at that shape in the same run, 9.26 ms", "9.26",
+           "measured by bench/bench_safeailab.py; spec_step_8b_60_7_10 is the engine benchmark's"),
+    ]
+
+
 def engine_parts_source() -> str | None:
     """The issue-18 engine result file, relative to bench/results/: ENGINE_PARTS_SOURCE, else the newest committed
     bench_engine.json with parts; None while there is none."""
@@ -334,13 +389,24 @@ def batch_entries() -> list[dict]:
     return out
 
 
+def _latest(entries: list[dict]) -> list[dict]:
+    """One entry per name: a later session's entry replaces an earlier one of the same name (in place)."""
+    last = {e["name"]: e for e in entries}
+    seen, out = set(), []
+    for e in entries:
+        if e["name"] not in seen:
+            seen.add(e["name"])
+            out.append(last[e["name"]])
+    return out
+
+
 def main() -> None:
     doc = {"about": "The figures the project README quotes, one entry each. value, floor/baseline: copied from "
                     "`source` at `source_path`, rounded; ratio = value / floor (or baseline); commit: the commit that "
                     "added the source file; readme: where the README prints the figure (tests/test_headline.py "
                     "checks all of it). Written by bench/make_headline.py.",
-           "entries": drafter_entries() + engine_entries() + session7_entries() + session8_entries()
-                      + engine_parts_entries() + batch_entries()}
+           "entries": _latest(drafter_entries() + engine_entries() + session7_entries() + session8_entries()
+                              + session9_entries() + engine_parts_entries() + batch_entries())}
     path = ROOT / RESULTS / "headline.json"
     path.write_text(json.dumps(doc, indent=1) + "\n")
     print(f"wrote {len(doc['entries'])} entries to {path.relative_to(ROOT)}")
