@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import time
 
@@ -44,28 +45,11 @@ SHAPES = [(960, 576), (576, 576), (3072, 576), (576, 1536)]
 
 
 def time_graph(fn, reps=50):
-    s = torch.cuda.Stream()
-    s.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(s):
-        for _ in range(3):
-            fn()
-    torch.cuda.current_stream().wait_stream(s)
-    g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g):
-        fn()
-    for _ in range(5):
-        g.replay()
-    torch.cuda.synchronize()
-    e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    ts = []
-    for _ in range(5):
-        e0.record()
-        for _ in range(reps):
-            g.replay()
-        e1.record()
-        torch.cuda.synchronize()
-        ts.append(e0.elapsed_time(e1) / reps)
-    return sorted(ts)[len(ts) // 2], g
+    """Median ms per replay of ``fn`` captured in a CUDA graph (target_linear_chain's timer), and the graph."""
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    from target_linear_chain import time_graph as chain_time
+
+    return chain_time(fn, reps), None
 
 
 def main(argv=None) -> int:
