@@ -265,7 +265,8 @@ def session9_entries() -> list[dict]:
            "1.22"),
         s9("drafter_in_step_8b", "ms", probe, run + ["spec_60/7/10_draft_in_step_ms"], 2, "c2c5e13",
            "the draft inside it costs 2.48 ms", "2.48",
-           "the 60/7/10 step graph replayed minus the same graph without its draft (the last tree reused); the code measured is 700ff0b"),
+           "the 60/7/10 step graph replayed minus the same graph without its draft (the last tree reused); "
+           "the code measured is 700ff0b"),
         s9("smollm2_plain_tok_s", "tok/s", S9 + "bench_engine.json", smol + ["plain", "tokens_per_second"], 1,
            "014d841", "plain decoding 1134.8 tok/s in the engine benchmark below", "1134.8",
            "the engine benchmark (20 MT-bench prompts x 128 tokens); same figure as engine_smollm2_bf16_plain_tok_s"),
