@@ -68,6 +68,18 @@ def entry(name, unit, source, path, decimals, device, commit, readme, ref_path=N
     return e
 
 
+def prose_entry(name, unit, source, path, decimals, commit, text, printed, note=None, ref_path=None, ref_kind=None,
+                ref_printed=None, ratio_printed=None, date="2026-11-25"):
+    """An H100 figure printed in the README's prose as ``printed`` inside ``text`` (its floor or baseline and its
+    ratio too, when those are printed there)."""
+    readme = [{"text": text, "printed": printed}]
+    if ref_printed:
+        readme.append({"text": text, "printed": ref_printed, "field": ref_kind})
+    if ratio_printed:
+        readme.append({"text": text, "printed": ratio_printed, "field": "ratio"})
+    return entry(name, unit, source, path, decimals, H100, commit, readme, ref_path, ref_kind, note, date=date)
+
+
 def drafter_entries() -> list[dict]:
     out = []
     for tree, scen, b in DRAFTER_ROWS:
@@ -146,13 +158,8 @@ def session7_entries() -> list[dict]:
     """The figures the issues name, from session 7's result set (each printed in the README's prose)."""
     def s7(name, unit, source, path, decimals, commit, text, printed, ref_path=None, ref_kind=None, ref_printed=None,
            ratio_printed=None, note=None):
-        readme = [{"text": text, "printed": printed}]
-        if ref_printed:
-            readme.append({"text": text, "printed": ref_printed, "field": ref_kind})
-        if ratio_printed:
-            readme.append({"text": text, "printed": ratio_printed, "field": "ratio"})
-        return entry(name, unit, S7 + source, path, decimals, H100, commit, readme, ref_path, ref_kind, note,
-                     date="2026-11-25")
+        return prose_entry(name, unit, S7 + source, path, decimals, commit, text, printed, note, ref_path, ref_kind,
+                           ref_printed, ratio_printed)
 
     t8 = ["parts", "8b"]
     floor8 = t8 + ["floor_all_params_ms"]
@@ -203,11 +210,8 @@ def session8_entries() -> list[dict]:
     """The step-graph session's figures printed in the README's prose (bench/results/step_graph_2026-11-25/)."""
     def s8(name, unit, source, path, decimals, commit, text, printed, note=None, ref_path=None, ref_kind=None,
            ref_printed=None):
-        readme = [{"text": text, "printed": printed}]
-        if ref_printed:
-            readme.append({"text": text, "printed": ref_printed, "field": ref_kind})
-        return entry(name, unit, S8 + source, path, decimals, H100, commit, readme, ref_path, ref_kind, note,
-                     date="2026-11-25")
+        return prose_entry(name, unit, S8 + source, path, decimals, commit, text, printed, note, ref_path, ref_kind,
+                           ref_printed)
 
     head = ["results", "headline"]
     return [
@@ -240,15 +244,7 @@ def session8_entries() -> list[dict]:
 def session9_entries() -> list[dict]:
     """Session 9's figures printed in the README's prose (programmatic dependent launch, the tree kernel without
     pipeline stages, the SafeAILab glue cut); they replace the earlier entries of the same names."""
-    def s9(name, unit, source, path, decimals, commit, text, printed, note=None, ref_path=None, ref_kind=None,
-           ref_printed=None, ratio_printed=None):
-        readme = [{"text": text, "printed": printed}]
-        if ref_printed:
-            readme.append({"text": text, "printed": ref_printed, "field": ref_kind})
-        if ratio_printed:
-            readme.append({"text": text, "printed": ratio_printed, "field": "ratio"})
-        return entry(name, unit, source, path, decimals, H100, commit, readme, ref_path, ref_kind, note,
-                     date="2026-11-25")
+    s9 = prose_entry
 
     probe = S9P + "step_probe_8b_tree_stages1.json"
     run = ["runs", {"norm_mode": "kernel"}]
