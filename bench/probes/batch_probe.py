@@ -1,0 +1,289 @@
+"""Where a batched SmolLM2 job spends its time (issue 21), on random weights at SmolLM2-135M's shape (GPU).
+
+    python bench/probes/batch_probe.py --out batch_probe.json [--parts drafter,steady,job]
+
+Parts:
+
+- ``drafter``: the fused drafter alone at the SmolLM2 head shape (the shipped head's config, random weights), per
+  tree and batch, for several resident-program counts (``--nprogs``): is one program per SM right for a head this
+  small?
+- ``steady``: steady-state ms per batched step (plain and each tree) for batch 1-16: ``B`` equal prompts, no EOS,
+  no refills and no bucket moves; two job lengths, the time difference over the step difference (prefills cancel).
+- ``job``: a continuous-batching job like the benchmark's (64 prompts of random length, per-sequence caps standing
+  in for EOS), run three times: cold, warm, and warm with the host timing its parts (synchronising around each:
+  CUDA graph captures, prefills, bucket moves, eager prompt drafts), so the whole-job time can be split.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO / "src"))
+sys.path.insert(0, str(REPO / "bench"))
+sys.path.insert(0, str(REPO / "bench" / "probes"))
+
+
+def drafter_cases(args) -> list[tuple[str, int, int]]:
+    """(tree, batch, nprog): every tree at batch 1 with every ``--nprogs``; ``--drafter-b16-trees`` at batch 16
+    with the first and last ``--nprogs``."""
+    nprogs = [int(x) for x in args.nprogs.split(",")]
+    cases = [(t, 1, n) for t in args.trees.split(",") for n in nprogs]
+    cases += [(t, 16, n) for t in args.drafter_b16_trees.split(",") if t for n in sorted({nprogs[0], nprogs[-1]})]
+    return cases
+
+
+def _drafter_case(head, case, rep_ms):
+    import bench_fused_drafter as bfd
+
+    from eagle_triton import TreeConfig
+
+    tree, b, n = case
+    return bfd.bench_case(head, TreeConfig(*map(int, tree.split("/"))), b, 4, 256, False, False, rep_ms=rep_ms,
+                          tuning={"nprog": n})
+
+
+def part_drafter(args) -> list[dict]:
+    import subprocess
+
+    import bench_fused_drafter as bfd
+
+    cases = drafter_cases(args)
+    procs = []  # compile every variant in parallel first (Triton's disk cache serves the timed runs)
+    for c in cases:
+        while len([p for p in procs if p.poll() is None]) >= 8:
+            time.sleep(0.5)
+        spec = ":".join(map(str, c))
+        procs.append(subprocess.Popen([sys.executable, __file__, "--out", "-", "--warm-drafter", spec]))
+    for p in procs:
+        p.wait()
+    head = bfd.make_head("smollm2-135m", False)
+    rows = []
+    for tree, b, n in cases:
+        try:
+            r = _drafter_case(head, (tree, b, n), 200)
+        except ValueError as exc:
+            rows.append({"tree": tree, "batch": b, "nprog": n, "error": str(exc)})
+            continue
+        rows.append({"tree": tree, "batch": b, "nprog": n, "fused_ms": r["fused_ms"],
+                     "fused_ms_again": r["fused_ms_again"]})
+        print(f"drafter {tree} b{b} nprog {n}: {r['fused_ms']:.3f} ms", flush=True)
+    return rows
+
+
+def part_promptdraft(args) -> list[dict]:
+    """The engine's eager prompt draft (``draft_rows`` over a batch whose slots ingest prompts), timed alone, as
+    ``generate_batch`` sets the drafter up (room for ``max_new_rows`` = 1024 rows per draft), per batch and rows."""
+    import bench_fused_drafter as bfd
+    from triton.testing import do_bench
+
+    from eagle_triton import TreeConfig, TreeDrafter
+
+    head = bfd.make_head("smollm2-135m", False)
+    tc = TreeConfig(16, 3, 4)
+    rows = []
+    for B, S, room in [(16, 250, 1024), (16, 250, 256), (16, 64, 1024), (16, 16, 1024), (8, 250, 1024),
+                       (4, 250, 1024), (1, 250, 1024)]:
+        d = TreeDrafter(head, tc, backend="triton")
+        d.reset()
+        d.reserve(1200, room, batch=B)
+        g = torch.Generator(device="cuda").manual_seed(0)
+        feats = torch.randn(B, S, head.feature_width, device="cuda", dtype=head.dtype, generator=g)
+        ids = torch.randint(0, head.config.vocab_size, (B, S), device="cuda", generator=g)
+        num = torch.randint(1, S + 1, (B,), device="cuda", generator=g).to(torch.int32)
+        zero = torch.zeros(B, dtype=torch.int32, device="cuda")
+
+        def fn(d=d, feats=feats, ids=ids, num=num, zero=zero):
+            d.forget_rows(zero)
+            d.draft_rows(feats, ids, num)
+
+        fn()
+        torch.cuda.synchronize()
+        ms = do_bench(fn, warmup=5, rep=100, return_mode="median")
+        rows.append({"batch": B, "rows": S, "max_new_rows": room, "ms": ms})
+        print(f"prompt draft b{B} x {S} rows (room {room}): {ms:.3f} ms", flush=True)
+        del d
+        torch.cuda.empty_cache()
+    return rows
+
+
+def _engines(trees):
+    from step_probe import smollm2_random
+
+    from eagle_triton import TreeConfig
+    from eagle_triton.engine import EagleEngine, LlamaTarget
+
+    model, head = smollm2_random()
+    target = LlamaTarget.from_hf(model)
+    del model
+    engines = {t: EagleEngine(target, head, TreeConfig(*map(int, t.split("/"))), max_length=1024) for t in trees}
+    return target, engines
+
+
+def _job(eng, prompts, b, speculative, n):
+    torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    res = eng.generate_batch(input_ids=prompts, max_new_tokens=n, batch_size=b, speculative=speculative,
+                             eos_token_id=None)
+    torch.cuda.synchronize()
+    return time.perf_counter() - t0, res
+
+
+def part_steady(args, engines) -> list[dict]:
+    g = torch.Generator().manual_seed(0)
+    rows = []
+    for b in [int(x) for x in args.batches.split(",")]:
+        prompts = [torch.randint(0, 49152, (64,), generator=g).tolist() for _ in range(b)]
+        row = {"batch": b}
+        for name, eng, spec in [("plain", next(iter(engines.values())), False)] + [
+                (t, e, True) for t, e in engines.items()]:
+            _job(eng, prompts, b, spec, 8)
+            t_s, r_s = _job(eng, prompts, b, spec, 24)
+            t_l, r_l = _job(eng, prompts, b, spec, 120)
+            steps = max(s.steps for _, s in r_l) - max(s.steps for _, s in r_s)
+            row[name] = {"step_ms": (t_l - t_s) * 1e3 / max(steps, 1),
+                         "tokens_per_step": sum(len(t) for t, _ in r_l) / max(s.steps for _, s in r_l)}
+        print(f"steady b{b}: " + ", ".join(f"{k} {v['step_ms']:.3f}" for k, v in row.items() if k != "batch"),
+              flush=True)
+        rows.append(row)
+    return rows
+
+
+class _Timers:
+    """Host timers around the parts of a job (each synchronises the device before and after)."""
+
+    def __init__(self):
+        self.t: dict[str, list[float]] = {}
+
+    def wrap(self, obj, name: str, key: str):
+        fn = getattr(obj, name)
+
+        def timed(*a, **k):
+            torch.cuda.synchronize()
+            t0 = time.perf_counter()
+            out = fn(*a, **k)
+            torch.cuda.synchronize()
+            v = self.t.setdefault(key, [0.0, 0])
+            v[0] += time.perf_counter() - t0
+            v[1] += 1
+            return out
+
+        setattr(obj, name, timed)
+        return fn
+
+
+def part_job(args, engines) -> list[dict]:
+    from eagle_triton.engine import batch as batch_mod
+    from eagle_triton.engine import engine as engine_mod
+    from eagle_triton.engine import target as target_mod
+
+    g = torch.Generator().manual_seed(1)
+    n = args.job_prompts
+    prompts = [torch.randint(0, 49152, (int(k),), generator=g).tolist()
+               for k in torch.randint(30, 250, (n,), generator=g)]
+    caps = [int(k) for k in torch.randint(32, 129, (n,), generator=g)]
+    rows = []
+    for b in [int(x) for x in args.job_batches.split(",")]:
+        for name, eng, spec in [("plain", next(iter(engines.values())), False)] + [
+                (t, e, True) for t, e in engines.items() if t in args.job_trees.split(",")]:
+            r = {"batch": b, "tree": name}
+            for run in ("cold", "warm"):
+                torch.cuda.synchronize()
+                t0 = time.perf_counter()
+                res = eng.generate_batch(input_ids=prompts, max_new_tokens=caps, batch_size=b, speculative=spec,
+                                         eos_token_id=None)
+                torch.cuda.synchronize()
+                r[run + "_s"] = time.perf_counter() - t0
+                r["new_tokens"] = sum(len(t) for t, _ in res)
+            tm = _Timers()
+            undo = [(target_mod.LlamaTarget, "prefill", tm.wrap(target_mod.LlamaTarget, "prefill", "prefill")),
+                    (target_mod.LlamaTarget, "keep_slots", tm.wrap(target_mod.LlamaTarget, "keep_slots", "move")),
+                    (batch_mod.BatchStepRunner, "_draft_with_prompts",
+                     tm.wrap(batch_mod.BatchStepRunner, "_draft_with_prompts", "prompt_draft")),
+                    (engine_mod.EagleEngine, "_batch_runner",
+                     tm.wrap(engine_mod.EagleEngine, "_batch_runner", "batch_runner_setup"))]
+            captures = []  # host seconds from each capture's begin to its end (the capture's whole launch work)
+            orig_begin, orig_end = torch.cuda.CUDAGraph.capture_begin, torch.cuda.CUDAGraph.capture_end
+
+            def begin(self, *a, _orig=orig_begin, **k):
+                self._probe_t0 = time.perf_counter()
+                return _orig(self, *a, **k)
+
+            def end(self, *a, _orig=orig_end, _log=captures, **k):
+                out = _orig(self, *a, **k)
+                _log.append(time.perf_counter() - self._probe_t0)
+                return out
+
+            torch.cuda.CUDAGraph.capture_begin, torch.cuda.CUDAGraph.capture_end = begin, end
+            try:
+                torch.cuda.synchronize()
+                t0 = time.perf_counter()
+                eng.generate_batch(input_ids=prompts, max_new_tokens=caps, batch_size=b, speculative=spec,
+                                   eos_token_id=None)
+                torch.cuda.synchronize()
+                r["timed_s"] = time.perf_counter() - t0
+            finally:
+                torch.cuda.CUDAGraph.capture_begin, torch.cuda.CUDAGraph.capture_end = orig_begin, orig_end
+                for obj, nm, fn in undo:
+                    setattr(obj, nm, fn)
+            r["captures"] = len(captures)
+            r["capture_s"] = sum(captures)
+            r["parts_s"] = {k: {"s": v[0], "calls": v[1]} for k, v in tm.t.items()}
+            r["warm_tok_s"] = r["new_tokens"] / r["warm_s"]
+            print(f"job b{b} {name}: cold {r['cold_s']:.2f} s, warm {r['warm_s']:.2f} s "
+                  f"({r['warm_tok_s']:.0f} tok/s), timed {r['timed_s']:.2f} s, {len(captures)} captures "
+                  f"{sum(captures):.2f} s, "
+                  + ", ".join(f"{k} {v[0]:.2f} s/{v[1]}" for k, v in tm.t.items()), flush=True)
+            rows.append(r)
+    return rows
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--out", required=True)
+    p.add_argument("--parts", default="drafter,steady,job")
+    p.add_argument("--trees", default="60/7/10,32/5/6,16/3/4,8/2/3")
+    p.add_argument("--nprogs", default="132,66,33,16")
+    p.add_argument("--drafter-b16-trees", default="16/3/4,8/2/3")
+    p.add_argument("--warm-drafter", default=None, help=argparse.SUPPRESS)
+    p.add_argument("--batches", default="1,2,4,8,16")
+    p.add_argument("--job-batches", default="16,4")
+    p.add_argument("--job-trees", default="16/3/4")
+    p.add_argument("--job-prompts", type=int, default=64)
+    args = p.parse_args(argv)
+    if args.warm_drafter:
+        import bench_fused_drafter as bfd
+
+        tree, b, n = args.warm_drafter.split(":")
+        _drafter_case(bfd.make_head("smollm2-135m", False), (tree, int(b), int(n)), 1)
+        return 0
+    import bench_engine
+
+    parts = args.parts.split(",")
+    res = {"versions": bench_engine.versions(), "command": " ".join(sys.argv),
+           "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "weights": "random, SmolLM2-135M shape"}
+    if "promptdraft" in parts:
+        res["promptdraft"] = part_promptdraft(args)
+        Path(args.out).write_text(json.dumps(res, indent=1))
+    if "drafter" in parts:
+        res["drafter"] = part_drafter(args)
+        Path(args.out).write_text(json.dumps(res, indent=1))
+    if "steady" in parts or "job" in parts:
+        _, engines = _engines(args.trees.split(","))
+        if "steady" in parts:
+            res["steady"] = part_steady(args, engines)
+            Path(args.out).write_text(json.dumps(res, indent=1))
+        if "job" in parts:
+            res["job"] = part_job(args, engines)
+    Path(args.out).write_text(json.dumps(res, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
