@@ -28,6 +28,39 @@ atexit.register(shutil.rmtree, _CACHE, True)
 import pytest  # noqa: E402
 
 
+def _pin_interpreter_dot() -> None:
+    """Make the interpreter's ``tl.dot`` round each output row independently of where the row sits in its tile.
+
+    The interpreter computes a dot with ``np.matmul``, i.e. the BLAS numpy was built with; OpenBLAS 0.3.31's sgemm
+    rounds a row differently by its position in the matrix (row 44 of a 64-row tile and the same row at position 0
+    differ in the last bit), which a GPU's matrix units do not. The batch-invariance tests compare a row computed
+    alone with the same row inside a batch, so they would test the BLAS build instead of the kernels. Here the
+    interpreter's ``matmul`` is ``einsum`` without BLAS: each output element sums its products in an order that
+    depends on the reduction length only. Only the interpreter module's name ``np`` is redirected; numpy itself
+    is untouched."""
+    import types
+
+    import numpy as np
+    import triton.runtime.interpreter as interp
+
+    def matmul(a, b, *args, dtype=None, **kw):
+        if args or kw:  # a call this replacement does not know: numpy's own
+            return np.matmul(a, b, *args, dtype=dtype, **kw)
+        return np.einsum("...ik,...kj->...ij", a, b, optimize=False, dtype=dtype, casting="same_kind")
+
+    class NumpyProxy(types.ModuleType):
+        def __getattr__(self, name):
+            return getattr(np, name)
+
+    proxy = NumpyProxy("numpy")
+    proxy.matmul = matmul
+    interp.np = proxy
+
+
+if os.environ.get("TRITON_INTERPRET") == "1":
+    _pin_interpreter_dot()
+
+
 def pytest_collection_modifyitems(config, items):
     if _HAS_CUDA:
         return
