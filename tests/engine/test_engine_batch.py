@@ -443,3 +443,76 @@ def test_target_keep_slots_keeps_rows_and_lengths(target):
     target.keep_slots([1], 1)
     assert target.batch_size == 1 and target.length == 8 and target.cache.seqlens.tolist() == [8]
     target.setup(32, None)  # back to one slot for the other tests of the module
+
+
+def test_batch_buckets_share_the_cache_and_keep_their_step_runners(tiny_model, target):
+    """The target's slots are one storage whose first slots each batch size (bucket) steps: moving the tail of a
+    job to smaller buckets, a second job and a batch-1 generation after it reallocate nothing, so the step runners
+    (and on CUDA their graphs) of every bucket are kept and found again; outputs stay generate's."""
+    prompts = _prompts((4, 6, 5, 8), seed=9)
+    refs = [hf_greedy(tiny_model, p, 12) for p in prompts]
+    drafter = BatchOracleDrafter([p + r for p, r in zip(prompts, refs, strict=True)], TreeConfig(6, 2, 2))
+    eng = EagleEngine(target, drafter=drafter, max_length=48)
+    caps = [2, 5, 9, 12]
+    out = eng.generate_batch(input_ids=prompts, max_new_tokens=caps, batch_size=4)
+    assert [t for t, _ in out] == [r[:c] for r, c in zip(refs, caps, strict=True)]
+    gen, storage = target.cache_generation, target.cache.k.untyped_storage().data_ptr()
+    runners = dict(eng._batch_runners)
+    assert {k[1] for k in runners} == {4, 2, 1}  # the job's tail ran in the 2- and 1-slot buckets
+    views = {b: target._buckets[b] for b in (4, 2, 1)}
+    out2 = eng.generate_batch(input_ids=prompts[::-1], max_new_tokens=caps[::-1], batch_size=4)
+    assert [t for t, _ in out2] == [r[:c] for r, c in zip(refs[::-1], caps[::-1], strict=True)]
+    assert eng.generate(input_ids=prompts[1], max_new_tokens=5)[0] == refs[1][:5]
+    assert target.cache_generation == gen and target.cache.k.untyped_storage().data_ptr() == storage
+    assert all(eng._batch_runners[k] is r for k, r in runners.items())
+    assert all(target._buckets[b] is v for b, v in views.items())
+
+
+def test_target_keep_slots_moves_in_place_and_grows_only_past_the_storage(target):
+    """keep_slots within the allocated slots copies the moving slots in place (no reallocation, the other
+    buckets' views stay valid); past them the storage grows (a new generation) and the kept rows come along."""
+    g = torch.Generator().manual_seed(6)
+    target.setup(32, None, batch_size=4)
+    for b, n in enumerate((3, 7, 5, 2)):
+        target.prefill(torch.randint(0, V, (1, n), generator=g), slot=b)
+    k, gen = target.cache.k.clone(), target.cache_generation
+    target.keep_slots([2, 0, 3], 4)  # same bucket, slots permuted in place
+    assert target.cache_generation == gen and target.batch_size == 4
+    assert target.cache.seqlens.tolist() == [5, 3, 2, 0] and target.lengths == [5, 3, 2, 0]
+    for j, s in enumerate((2, 0, 3)):
+        assert torch.equal(target.cache.k[:, j], k[:, s])
+    target.keep_slots([1, 0], 8)  # more slots than allocated: the storage grows, rows kept
+    assert target.cache_generation == gen + 1 and target.batch_size == 8
+    assert target.cache.seqlens.tolist() == [3, 5, 0, 0, 0, 0, 0, 0]
+    assert torch.equal(target.cache.k[:, 0, :3], k[:, 0, :3]) and torch.equal(target.cache.k[:, 1, :5], k[:, 2, :5])
+    with pytest.raises(ValueError, match="repeat"):
+        target.keep_slots([1, 1], 2)
+    target.setup(32, None)  # back to one slot (a view of the grown storage) for the other tests of the module
+    assert target.cache_generation == gen + 1 and target.batch_size == 1
+
+
+def test_fused_drafter_buckets_share_the_draft_kv():
+    """FusedDraftBackend: the buffer sets of each batch size share one draft KV; keep_rows moves rows in place and
+    finds the smaller bucket's buffers again; reserve for a size seen before returns its buffers, lengths zeroed."""
+    head = random_eagle3_head(hidden_size=32, intermediate_size=48, num_attention_heads=2, num_key_value_heads=1,
+                              vocab_size=V, draft_vocab_size=48, seed=3)
+    d = TreeDrafter(head, TreeConfig(6, 2, 2), backend="triton")
+    impl = d._impl
+    g = torch.Generator().manual_seed(2)
+    W = head.feature_width
+    d.reset()
+    d.reserve(64, 8, batch=4)
+    b4 = impl.bufs
+    d.draft_rows(torch.randn(4, 5, W, generator=g), torch.randint(0, V, (4, 5), generator=g),
+                 torch.tensor([5, 3, 4, 2], dtype=torch.int32))
+    k4 = b4.k_cache.clone()
+    d.keep_rows([3, 1], 2)
+    b2 = impl.bufs
+    assert b2.batch == 2 and b2.k_cache.data_ptr() == b4.k_cache.data_ptr()
+    assert b2.kv_len.tolist() == [2, 3] and b4.kv_len.tolist() == [2, 3, 0, 0]
+    assert torch.equal(b2.k_cache[0, :2], k4[3, :2]) and torch.equal(b2.k_cache[1, :3], k4[1, :3])
+    d.reset()
+    d.reserve(64, 8, batch=4)
+    assert impl.bufs is b4 and b4.kv_len.tolist() == [0, 0, 0, 0]
+    d.keep_rows([0], 2)
+    assert impl.bufs is b2

@@ -542,9 +542,7 @@ class EagleEngine:
         # every tree's rows, and one more step: a stopped sequence's slot may run one queued before its stop
         cap = self.max_length + max(self.tree_config.total_tokens, tree.total_tokens) + 1 + most
         if t.feature_mode != self.feature_mode or t.capacity < cap or t.batch_size != B:
-            self._runners.clear()  # their graphs hold the old cache: let it go
-            self._batch_runners = {k: v for k, v in self._batch_runners.items() if k[1] == B}
-            t.setup(cap, self.feature_mode, batch_size=B)
+            self._setup_target(cap, B)
         key = (bool(speculative), B, tree if speculative else None)
         run = self._batch_runners.get(key)
         if run is None:
@@ -563,7 +561,6 @@ class EagleEngine:
         if speculative:
             run.drafter.keep_rows(live, bucket)
         key = (bool(speculative), bucket, tree if speculative else None)
-        self._batch_runners = {k: v for k, v in self._batch_runners.items() if k[1] == bucket}  # free old graphs
         new = self._batch_runners.get(key)
         if new is None:
             new = self._batch_runners[key] = BatchStepRunner(self.target, run.drafter, run.C, bucket)
@@ -580,8 +577,7 @@ class EagleEngine:
         t = self.target
         if (t.feature_mode != self.feature_mode or t.capacity < self._capacity
                 or getattr(t, "batch_size", 1) != 1):  # target shared with another engine, or batched last
-            self._batch_runners.clear()  # their graphs hold the batched cache: let it go
-            t.setup(self._capacity, self.feature_mode)
+            self._setup_target(self._capacity, 1)
         t.reset()
         key = bool(speculative)
         run = self._runners.get(key)
@@ -593,6 +589,20 @@ class EagleEngine:
             if run.device_paced:  # room for the prompt's rows (the first draft) and every accepted row
                 self.drafter.reserve(self._capacity, max(self.max_length, run.C))
         return run
+
+    def _setup_target(self, capacity: int, batch: int) -> None:
+        """Set the target up for ``batch`` slots of ``capacity`` rows. The step runners of every batch size are kept
+        (their graphs stay valid: a batched target runs smaller batches on the first slots of its cache) unless the
+        cache was reallocated or the features changed: then their graphs point at the old buffers, so they go."""
+        t = self.target
+        before = (getattr(t, "cache_generation", None), t.feature_mode)
+        if batch == 1:
+            t.setup(capacity, self.feature_mode)
+        else:
+            t.setup(capacity, self.feature_mode, batch_size=batch)
+        if before[0] is None or before != (t.cache_generation, t.feature_mode):
+            self._runners.clear()
+            self._batch_runners.clear()
 
     def _upload(self, ids: list[int]) -> torch.Tensor:
         """The prompt on the target's device, through pinned memory (no synchronous copy)."""

@@ -36,6 +36,30 @@ class StaticKVCache:
         self.seqlens = torch.zeros(batch_size, dtype=torch.int32, device=device)
         self.host_len = 0
 
+    def first_slots(self, n: int) -> StaticKVCache:
+        """A cache of the first ``n`` slots that shares this one's storage (views ``k[:, :n]``, ``seqlens[:n]``): a
+        batch bucket of ``n`` sequences whose rows stay where they are, so CUDA graphs captured on it stay valid
+        while other buckets of the same storage are used."""
+        if not 1 <= n <= self.k.shape[1]:
+            raise ValueError(f"first_slots: {n} slots outside 1..{self.k.shape[1]}")
+        view = object.__new__(StaticKVCache)
+        view.max_length = self.max_length
+        view.k, view.v, view.seqlens = self.k[:, :n], self.v[:, :n], self.seqlens[:n]
+        view.host_len = 0
+        return view
+
+    def move_slots(self, slots: list[int]) -> None:
+        """Move the rows and lengths of ``slots`` (distinct slot indices, in order) to slots ``0..len(slots)-1``, in
+        place (device copies of the slots that move only)."""
+        moves = [(j, s) for j, s in enumerate(slots) if j != s]
+        if not moves:
+            return
+        dev = self.seqlens.device
+        dst = torch.tensor([j for j, _ in moves], device=dev)
+        src = torch.tensor([s for _, s in moves], device=dev)
+        for t, dim in ((self.k, 1), (self.v, 1), (self.seqlens, 0)):
+            t.index_copy_(dim, dst, t.index_select(dim, src))  # index_select copies first: overlaps are safe
+
     @property
     def num_layers(self) -> int:
         return self.k.shape[0]

@@ -226,7 +226,11 @@ class LlamaTarget(TargetModel):
         self.attention_scaling = attention_scaling
         self._load(state_dict)
         self._linear_configs = self._make_linear_configs() if self.fused_forward else {}
-        self.cache: StaticKVCache | None = None
+        self.cache: StaticKVCache | None = None  # the slots stepped now: a view of the first slots of _store
+        self._store: StaticKVCache | None = None  # every allocated slot
+        self._buckets: dict[int, StaticKVCache] = {}
+        #: changes whenever the cache storage is reallocated (every graph captured on the old one is stale)
+        self.cache_generation = 0
         self.feature_mode: str | None = None
         self.taps: tuple[int, ...] = ()
         self._graphs = GraphedStep(self._step) if self.use_cuda_graphs else None
@@ -367,6 +371,10 @@ class LlamaTarget(TargetModel):
         """Allocate the KV cache for ``max_length`` rows per sequence (callers add room for one tree) in
         ``batch_size`` slots, choose features, and forget every slot.
 
+        The storage only grows: a smaller ``batch_size`` than allocated runs on the first slots of it (a *bucket*,
+        :meth:`StaticKVCache.first_slots`), so the CUDA graphs captured for each batch size stay valid while the
+        engine moves between them; :attr:`cache_generation` changes only when the storage is reallocated.
+
         A batched target (``batch_size > 1``) prefills one sequence per slot (:meth:`prefill` with ``slot``) and
         steps all slots at once (:meth:`verify_rows`, :meth:`decode_rows`, :meth:`commit_rows`); the batch-1
         methods :meth:`decode`, :meth:`verify`, :meth:`commit` and :attr:`length` are for ``batch_size == 1``.
@@ -379,18 +387,22 @@ class LlamaTarget(TargetModel):
         if c.sliding_window is not None and max_length > c.sliding_window:
             raise ValueError(f"{c.model_type} uses a sliding window of {c.sliding_window} tokens, which the fast path "
                              f"does not implement; use max_length <= {c.sliding_window}")
-        if self.cache is None or self.cache.max_length < max_length or self.cache.k.shape[1] != batch_size:
-            self.cache = None  # free the old buffers before allocating the new ones
-            self.cache = StaticKVCache(c.num_layers, batch_size, max_length, c.num_kv_heads, c.head_dim, self.dtype,
-                                       self.device)
-            self.batch_size = batch_size
-            n = self.cache.max_length
+        store = self._store
+        if store is None or store.max_length < max_length or store.k.shape[1] < batch_size:
+            slots = max(batch_size, store.k.shape[1] if store is not None else 1)  # slots only grow
+            self.cache = self._store = None  # free the old buffers before allocating the new ones
+            self._buckets.clear()
+            self._store = StaticKVCache(c.num_layers, slots, max_length, c.num_kv_heads, c.head_dim, self.dtype,
+                                        self.device)
+            self.cache_generation += 1
+            n = self._store.max_length
             t = torch.arange(n, device=self.device, dtype=torch.float32)
             freqs = t[:, None] * self.inv_freq[None, :]
             emb = torch.cat((freqs, freqs), dim=-1)
             self.cos = (emb.cos() * self.attention_scaling).to(self.dtype)
             self.sin = (emb.sin() * self.attention_scaling).to(self.dtype)
             self._reset_graphs()
+        self._use_bucket(batch_size)
         if feature_mode != self.feature_mode:
             self.feature_mode = feature_mode
             self.taps = eagle3_tap_layers(c.num_layers) if feature_mode == "eagle3" else ()
@@ -415,28 +427,40 @@ class LlamaTarget(TargetModel):
         self.cache.seqlens[slot:slot + 1].zero_()
         self._set_host_len(slot, 0)
 
+    def _use_bucket(self, batch_size: int) -> None:
+        """Step the first ``batch_size`` slots of the storage from now on (one cache view per size, kept, so that
+        graphs captured on it find the same object)."""
+        view = self._buckets.get(batch_size)
+        if view is None:
+            view = self._buckets[batch_size] = self._store.first_slots(batch_size)
+        self.cache, self.batch_size = view, batch_size
+
     def keep_slots(self, slots: list[int], batch_size: int) -> None:
-        """Keep only the sequences of ``slots`` (in that order) in a cache of ``batch_size >= len(slots)`` slots: a
-        batch whose last sequences fit a smaller batch moves them there (their rows are copied on the device; the
-        other new slots are empty). Reallocates the cache (its graphs are captured again)."""
+        """Keep only the sequences of ``slots`` (in that order) in the first slots of a ``batch_size >= len(slots)``
+        bucket: a batch whose last sequences fit a smaller batch moves them there (the rows of the slots that move
+        are copied on the device, in place; the bucket's other slots are emptied). Nothing is reallocated within the
+        allocated slots, so no graph needs capturing again."""
         if self.cache is None:
             raise ValueError("call setup() before keep_slots()")
         slots = [self._check_slot(s) for s in slots]
         if not 1 <= len(slots) <= batch_size:
             raise ValueError(f"keep_slots: {len(slots)} slots do not fit batch_size {batch_size}")
-        old, lens = self.cache, self.lengths
-        c = self.config
-        new = StaticKVCache(c.num_layers, batch_size, old.max_length, c.num_kv_heads, c.head_dim, self.dtype,
-                            self.device)
-        idx = torch.tensor(slots, device=self.device)
-        n = len(slots)
-        new.k[:, :n].copy_(old.k.index_select(1, idx))
-        new.v[:, :n].copy_(old.v.index_select(1, idx))
-        new.seqlens[:n].copy_(old.seqlens.index_select(0, idx))
-        self.cache, self.batch_size = new, batch_size
+        if len(set(slots)) != len(slots):
+            raise ValueError(f"keep_slots: slots {slots} repeat a slot")
+        lens, n = self.lengths, len(slots)
+        if batch_size > self._store.k.shape[1]:  # beyond the storage: grow it (a reallocation), rows copied over
+            old = self._store
+            self.setup(old.max_length, self.feature_mode, batch_size)
+            idx = torch.tensor(slots, device=self.device)
+            self._store.k[:, :n].copy_(old.k.index_select(1, idx))
+            self._store.v[:, :n].copy_(old.v.index_select(1, idx))
+            self._store.seqlens[:n].copy_(old.seqlens.index_select(0, idx))
+        else:
+            self._store.move_slots(slots)
+            self._store.seqlens[n:batch_size].zero_()
+            self._use_bucket(batch_size)
         self._slot_lens = [lens[s] for s in slots] + [0] * (batch_size - n)
-        new.host_len = self._slot_lens[0] if batch_size == 1 else 0
-        self._reset_graphs()
+        self.cache.host_len = self._slot_lens[0] if batch_size == 1 else 0
 
     def _check_slot(self, slot) -> int:
         if isinstance(slot, bool) or not isinstance(slot, int) or not 0 <= slot < self.batch_size:

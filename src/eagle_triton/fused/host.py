@@ -485,7 +485,12 @@ class FusedDrafterBuffers:
     nprog: int = 1
 
     @classmethod
-    def allocate(cls, cfg: DrafterConfig, device, batch: int | None = None, new_rows: int | None = None) -> Buffers:
+    def allocate(cls, cfg: DrafterConfig, device, batch: int | None = None, new_rows: int | None = None,
+                 kv: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None) -> Buffers:
+        """Buffers for ``batch`` sequences (default ``cfg.max_batch``) and ``new_rows`` rows per draft (default
+        ``cfg.max_new_rows``). ``kv``: ``(k_cache, v_cache, kv_len)`` to use as the draft KV instead of new ones
+        (``[batch, cfg.max_len, nkv, hd]`` contiguous, ``[batch]`` int32): buffer sets of several batch sizes can
+        share the first rows of one draft KV."""
         B = cfg.max_batch if batch is None else int(batch)
         S = cfg.max_new_rows if new_rows is None else int(new_rows)
         if not 1 <= B <= cfg.max_batch:
@@ -526,14 +531,19 @@ class FusedDrafterBuffers:
             pnode=z(B, TP), posb=z(B, TP),
         )
         kvshape = (B, cfg.max_len, cfg.num_kv_heads, cfg.head_dim)
+        if kv is None:
+            kv = (torch.zeros(kvshape, dtype=dt, device=dev), torch.zeros(kvshape, dtype=dt, device=dev), z(B))
+        elif (tuple(kv[0].shape) != kvshape or tuple(kv[1].shape) != kvshape or not kv[0].is_contiguous()
+              or not kv[1].is_contiguous() or tuple(kv[2].shape) != (B,) or kv[2].dtype != torch.int32):
+            raise ValueError(f"kv must be contiguous k/v caches {list(kvshape)} and int32 kv_len [{B}], got "
+                             f"{[list(t.shape) for t in kv]}")
         # the outputs a host reads after a draft share one allocation, so that one device->host copy moves them
         # (integrations.safeailab reads the batch-1 tree's leaf count, depth, retrieve indices and mask)
         num_leaves, max_depth, retrieve, tree_mask = _zeros_in_one_allocation(
             dev, ((B,), torch.int64), ((B,), torch.int64), ((B, T, D + 2), torch.int64),
             ((B, 1, T + 1, T + 1), torch.float32))
         return cls(
-            k_cache=torch.zeros(kvshape, dtype=dt, device=dev), v_cache=torch.zeros(kvshape, dtype=dt, device=dev),
-            kv_len=z(B), scratch=scratch,
+            k_cache=kv[0], v_cache=kv[1], kv_len=kv[2], scratch=scratch,
             draft_tokens=z(B, T + 1, dtype=torch.int64), retrieve=retrieve,
             tree_mask=tree_mask, positions=z(B, T + 1, dtype=torch.int64),
             parents=z(B, T + 1, dtype=torch.int64), num_leaves=num_leaves,
@@ -870,6 +880,8 @@ class FusedDraftBackend:
         self._max_len = max_len or 256
         self._cfg = None
         self.bufs = None
+        self._kv_store: tuple | None = None  # (k, v, kv_len) of every slot: the draft KV the buffer sets share
+        self._buckets: dict[int, tuple[DrafterConfig, Buffers]] = {}  # batch size -> its config and buffers
         self.weights = None
         self._kv_len = 0
 
@@ -903,29 +915,64 @@ class FusedDraftBackend:
 
     def _ensure(self, batch: int, new_rows: int, min_len: int = 0) -> None:
         """Buffers for ``batch`` sequences, ``new_rows`` new rows and at least ``min_len`` draft-KV rows (beyond the
-        rows held plus the new ones and the tree's)."""
+        rows held plus the new ones and the tree's).
+
+        Buffer sets are kept per batch size (a batch bucket), all sharing the first rows of one draft KV, so that a
+        batch moving between buckets reallocates nothing and graphs captured on a bucket's buffers stay valid; the
+        shared draft KV only grows (then every bucket's buffers are made anew)."""
         tc = self.cfg_tree
         need_len = max(self._kv_len + new_rows + tc.depth * tc.top_k, min_len)
         cfg = self._cfg
         if (cfg is not None and self.bufs.batch == batch and new_rows <= cfg.max_new_rows
                 and need_len <= cfg.max_len):
             return
+        if self.bufs is not None and self._kv_len and self.bufs.batch != batch:
+            raise ValueError(f"batch changed from {self.bufs.batch} to {batch} without reset()")
+        bucket = self._buckets.get(batch)
+        if bucket is not None and new_rows <= bucket[0].max_new_rows and need_len <= bucket[0].max_len:
+            self._cfg, self.bufs = bucket
+            if self._kv_len == 0:  # nothing held: the bucket's share of the draft KV may hold another's rows
+                self.bufs.reset()
+            return
         max_len = max(self._max_len, _pow2(need_len))
         max_new = max(_pow2(new_rows), cfg.max_new_rows if cfg is not None else 1)
         max_new = min(max_new, max_len - tc.depth * tc.top_k)
-        new_cfg = DrafterConfig.from_head(self.head, tc, max_batch=batch, max_len=max_len, max_new_rows=max_new,
-                                          **self._tuning)
+        store = self._kv_store
+        if store is None or store[0].shape[0] < batch or store[0].shape[1] < max_len:
+            old = self.bufs
+            slots = max(batch, store[0].shape[0] if store is not None else 1)
+            shape = (slots, max_len, self.head.config.num_key_value_heads, self.head.config.head_dim)
+            dev = self.head.device
+            self._kv_store = (torch.zeros(shape, dtype=self.head.dtype, device=dev),
+                              torch.zeros(shape, dtype=self.head.dtype, device=dev),
+                              torch.zeros(slots, dtype=torch.int32, device=dev))
+            self._buckets.clear()
+            bufs = self._new_bucket(batch, max_len, max_new)
+            if old is not None and self._kv_len:  # keep the rows drafted so far (the batch is the same)
+                bufs.k_cache[:, :self._kv_len] = old.k_cache[:, :self._kv_len]
+                bufs.v_cache[:, :self._kv_len] = old.v_cache[:, :self._kv_len]
+                bufs.kv_len.fill_(self._kv_len)
+        else:
+            bufs = self._new_bucket(batch, store[0].shape[1], max_new)
+        self._max_len = max(self._max_len, self._cfg.max_len)
+
+    def _new_bucket(self, batch: int, max_len: int, max_new: int) -> Buffers:
+        """A buffer set for ``batch`` sequences on the first rows of the shared draft KV (kept for that batch
+        size); it becomes the current one."""
+        tc = self.cfg_tree
+        cfg = DrafterConfig.from_head(self.head, tc, max_batch=batch, max_len=max_len,
+                                      max_new_rows=min(max_new, max_len - tc.depth * tc.top_k), **self._tuning)
         if self.weights is None or self.weights.cos.shape[0] < max_len + tc.depth + 1:
             self.weights = Weights.from_head(self.head, max_len + tc.depth + 1)
-            self.weights.check(new_cfg)
-        bufs = Buffers.allocate(new_cfg, self.head.device, batch=batch, new_rows=max_new)
-        if self.bufs is not None and self._kv_len:
-            if self.bufs.batch != batch:
-                raise ValueError(f"batch changed from {self.bufs.batch} to {batch} without reset()")
-            bufs.k_cache[:, :self._kv_len] = self.bufs.k_cache[:, :self._kv_len]
-            bufs.v_cache[:, :self._kv_len] = self.bufs.v_cache[:, :self._kv_len]
-            bufs.kv_len.fill_(self._kv_len)
-        self._cfg, self.bufs, self._max_len = new_cfg, bufs, max_len
+            self.weights.check(cfg)
+        k, v, n = self._kv_store
+        bufs = Buffers.allocate(cfg, self.head.device, batch=batch, new_rows=cfg.max_new_rows,
+                                kv=(k[:batch], v[:batch], n[:batch]))
+        if self._kv_len == 0:  # nothing held: the shared draft KV's lengths may be another bucket's
+            bufs.kv_len.zero_()
+        self._buckets[batch] = (cfg, bufs)
+        self._cfg, self.bufs = cfg, bufs
+        return bufs
 
     # -- drafting ---------------------------------------------------------------------------------------------
     @torch.no_grad()
@@ -982,21 +1029,37 @@ class FusedDraftBackend:
         self.bufs.kv_len.mul_(keep)
 
     def keep_rows(self, rows: list[int], batch: int) -> None:
-        """Keep only the draft KV of sequences ``rows`` (in that order) in buffers for ``batch >= len(rows)``
-        sequences (a batch moving its last sequences to a smaller batch; rows copied on the device). Reallocates
-        the buffers."""
+        """Keep only the draft KV of sequences ``rows`` (in that order) in the first rows of the buffers for
+        ``batch >= len(rows)`` sequences (a batch moving its last sequences to a smaller batch): the rows that move
+        are copied on the device, in place; within the allocated slots nothing is reallocated."""
         if self.bufs is None:
             raise RuntimeError("keep_rows() before reserve()")
-        old, cfg = self.bufs, self._cfg
-        new_cfg = DrafterConfig.from_head(self.head, self.cfg_tree, max_batch=batch, max_len=cfg.max_len,
-                                          max_new_rows=cfg.max_new_rows, **self._tuning)
-        bufs = Buffers.allocate(new_cfg, self.head.device, batch=batch, new_rows=old.new_rows)
-        idx = torch.tensor(rows, device=old.kv_len.device)
-        n = len(rows)
-        bufs.k_cache[:n].copy_(old.k_cache.index_select(0, idx))
-        bufs.v_cache[:n].copy_(old.v_cache.index_select(0, idx))
-        bufs.kv_len[:n].copy_(old.kv_len.index_select(0, idx))
-        self._cfg, self.bufs = new_cfg, bufs
+        n, old_cfg = len(rows), self._cfg
+        if not 1 <= n <= batch or len(set(rows)) != n or not all(0 <= r < self.bufs.batch for r in rows):
+            raise ValueError(f"keep_rows: rows {rows} must be distinct rows of the {self.bufs.batch} held, at most "
+                             f"batch={batch}")
+        k, v, kv_len = self._kv_store
+        if batch > k.shape[0]:  # beyond the slots allocated: a larger draft KV, the kept rows copied over
+            idx = torch.tensor(rows, device=kv_len.device)
+            kept = (k.index_select(0, idx), v.index_select(0, idx), kv_len.index_select(0, idx))
+            self._kv_store, self._buckets = None, {}
+            self._kv_len, self.bufs, self._cfg = 0, None, None
+            self._ensure(batch, old_cfg.max_new_rows, min_len=old_cfg.max_len)
+            for dst, src in zip(self._kv_store, kept, strict=True):
+                dst[:n].copy_(src)
+        else:
+            moves = [(j, r) for j, r in enumerate(rows) if j != r]
+            if moves:
+                dst = torch.tensor([j for j, _ in moves], device=kv_len.device)
+                src = torch.tensor([r for _, r in moves], device=kv_len.device)
+                for t in (k, v, kv_len):
+                    t.index_copy_(0, dst, t.index_select(0, src))  # index_select copies first: overlaps are safe
+            kv_len[n:batch].zero_()
+            bucket = self._buckets.get(batch)
+            if bucket is not None and bucket[0].max_new_rows >= old_cfg.max_new_rows:
+                self._cfg, self.bufs = bucket
+            else:
+                self._new_bucket(batch, k.shape[1], old_cfg.max_new_rows)
 
     @torch.no_grad()
     def draft_rows(self, features: torch.Tensor, new_ids: torch.Tensor, num_new: torch.Tensor | None = None,
