@@ -1,5 +1,7 @@
 """The fused q/k RMSNorm + RoPE + KV-cache write against its reference (the eager PyTorch forward's sequence)."""
 
+import secrets
+
 import pytest
 import torch
 
@@ -129,3 +131,85 @@ def test_rope_kv_batched_bad_inputs(device):
         target_rope_kv(qkv, kc, vc, seqlens, pos.reshape(2, 3), cos, sin, 4, 2)
     with pytest.raises(ValueError, match="positions must be contiguous"):
         target_rope_kv(qkv, kc, vc, seqlens, pos.t().contiguous().t(), cos, sin, 4, 2)
+
+
+# -- cache slots: sequence b writes cache batch index cache_slots[b] of a larger cache ----------------------------
+def _slot_case(NB, B, S, Hq, Hkv, D, Lmax, dtype, device, norm, seed):
+    """A whole cache of ``NB`` slots with random lengths (one slot running past ``Lmax``), ``B`` sequences of ``S``
+    rows; fresh random values each run."""
+    g = torch.Generator().manual_seed(seed)
+    qkv, kc, vc, _, _, cos, sin, qn, kn = _batched_case(NB, S, Hq, Hkv, D, Lmax, (0,) * NB, dtype, device, norm, seed)
+    qkv = qkv[:B * S].contiguous()
+    starts = torch.randint(0, Lmax - S + 1, (NB,), generator=g)
+    starts[-1] = Lmax - 1  # overflowing rows are dropped
+    seqlens = starts.to(device, torch.int32)
+    return qkv, kc, vc, seqlens, cos, sin, qn, kn, g
+
+
+SLOT_CASES = [  # NB, S, slots: a prefill chunk, a decode row, two sequences in non-monotone slots (one overflowing)
+    pytest.param(4, 6, (2,), id="chunk-slot2"),
+    pytest.param(5, 1, (4,), id="decode-last-slot"),
+    pytest.param(5, 3, (3, 1), id="B2-slots-3-1"),
+    pytest.param(6, 4, (5, 0), id="B2-overflow-slot5"),
+]
+
+
+@pytest.mark.parametrize("dtype,norm", [(torch.float32, False), (torch.float16, True)], ids=["fp32", "fp16-norm"])
+@pytest.mark.parametrize("NB,S,slots", SLOT_CASES)
+def test_rope_kv_slots_equal_view_calls(NB, S, slots, dtype, norm, device):
+    """Bitwise: with ``cache_slots`` on the whole cache, q and every cache row equal per-sequence calls on the views
+    ``cache[s:s+1]`` (other slots untouched); and the reference with ``cache_slots`` agrees."""
+    B, Hq, Hkv, D, Lmax = len(slots), 6, 2, 24, 30
+    seed = secrets.randbelow(1 << 30)  # fresh inputs each run (bitwise claims hold for any); printed on failure
+    qkv, kc, vc, seqlens, cos, sin, qn, kn, g = _slot_case(NB, B, S, Hq, Hkv, D, Lmax, dtype, device, norm, seed)
+    sl = torch.tensor(slots, dtype=torch.int32, device=device)
+    pos = (seqlens.long().cpu()[list(slots)][:, None] + torch.randint(0, 4, (B, S), generator=g)).to(device)
+    k0, v0 = kc.clone(), vc.clone()
+    kv, vv, kr, vr = kc.clone(), vc.clone(), kc.clone(), vc.clone()
+    q = target_rope_kv(qkv, kc, vc, seqlens, pos, cos, sin, Hq, Hkv, qn, kn, cache_slots=sl)
+    for b, s in enumerate(slots):
+        rows = slice(b * S, (b + 1) * S)
+        one = target_rope_kv(qkv[rows], kv[s:s + 1], vv[s:s + 1], seqlens[s:s + 1], pos[b], cos, sin, Hq, Hkv,
+                             qn, kn)
+        assert torch.equal(one, q[rows]), f"sequence {b}, seed={seed}"
+    assert torch.equal(kc, kv) and torch.equal(vc, vv), f"seed={seed}"
+    others = [i for i in range(NB) if i not in slots]
+    assert torch.equal(kc[others], k0[others]) and torch.equal(vc[others], v0[others]), f"seed={seed}"
+    assert not torch.equal(kc[list(slots)], k0[list(slots)])  # the slots' rows were written
+    q_ref = target_rope_kv_ref(qkv, kr, vr, seqlens, pos, cos, sin, Hq, Hkv, qn, kn, cache_slots=sl)
+    assert torch.equal(vc, vr), f"seed={seed}"
+    if norm:
+        torch.testing.assert_close(q.float(), q_ref.float(), atol=2e-2, rtol=2e-2, msg=lambda m: f"{m} seed={seed}")
+        torch.testing.assert_close(kc.float(), kr.float(), atol=2e-2, rtol=2e-2, msg=lambda m: f"{m} seed={seed}")
+    else:
+        assert torch.equal(q, q_ref) and torch.equal(kc, kr), f"seed={seed}"
+
+
+def test_rope_kv_slots_bad_inputs(device):
+    qkv, kc, vc, seqlens, cos, sin, _, _, _ = _slot_case(4, 2, 3, 4, 2, 8, 16, torch.float32, device, False,
+                                                         secrets.randbelow(1 << 30))
+    pos = torch.zeros(6, dtype=torch.int64, device=device)
+    sl = torch.tensor([3, 1], dtype=torch.int32, device=device)
+
+    def call(slots, lens=seqlens, validate=True):
+        return target_rope_kv(qkv, kc, vc, lens, pos, cos, sin, 4, 2, cache_slots=slots, validate=validate)
+
+    with pytest.raises(TypeError, match="cache_slots"):
+        call(sl.long())
+    with pytest.raises(ValueError, match="cache_slots must have 1 dims"):
+        call(sl[None])
+    with pytest.raises(ValueError, match="cache_slots is on meta"):
+        call(torch.empty(2, dtype=torch.int32, device="meta"))
+    with pytest.raises(ValueError, match="B=4 sequences of cache_slots"):  # 6 rows are not S rows for 4 slots
+        call(torch.arange(4, dtype=torch.int32, device=device))
+    for bad in ((3, 4), (-1, 0)):
+        with pytest.raises(ValueError, match="cache_slots in .* outside"):
+            call(torch.tensor(bad, dtype=torch.int32, device=device))
+    with pytest.raises(ValueError, match="cache_slots must be distinct"):
+        call(torch.tensor([2, 2], dtype=torch.int32, device=device))
+    with pytest.raises(ValueError, match="cache_seqlens must have shape"):
+        call(sl, lens=seqlens[:2])
+    # unchecked (validate=False, as under capture): an out-of-range slot writes nothing, the valid one writes
+    k0 = kc.clone()
+    call(torch.tensor([4, 1], dtype=torch.int32, device=device), validate=False)
+    assert torch.equal(kc[[0, 2, 3]], k0[[0, 2, 3]]) and not torch.equal(kc[1], k0[1])

@@ -7,6 +7,7 @@ copied into the committed rows ``L, L + 1, ...``; with GQA groups 1, 3, 4 and tw
 """
 
 import math
+import secrets
 
 import pytest
 import torch
@@ -234,6 +235,69 @@ def test_config_does_not_depend_on_lengths():
     assert cfg == target_attention_config(torch.float16, 128, 4)
     assert target_attention_config(torch.float16, 64, 16).block_m >= 16
     assert cfg.split % cfg.block_n == 0
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# cache slots: query sequence b reads cache batch index cache_slots[b] of a larger cache
+
+SLOT_CASES = [  # NB, S, slots, tree; lengths are random per slot (some crossing the block/split boundaries)
+    pytest.param(4, 6, (2,), False, id="chunk-slot2"),
+    pytest.param(5, 1, (4,), False, id="decode-last-slot"),
+    pytest.param(4, 5, (1,), True, id="tree-slot1"),
+    pytest.param(5, 4, (3, 1), False, id="B2-chunk-slots-3-1"),
+    pytest.param(5, 5, (3, 1), True, id="B2-tree-slots-3-1"),
+]
+
+
+@pytest.mark.parametrize("dtype", CPU_DTYPES)
+@pytest.mark.parametrize("NB,S,slots,tree", SLOT_CASES)
+def test_target_attention_slots_equal_view_calls(NB, S, slots, tree, dtype, device):
+    """Bitwise: with ``cache_slots`` on the whole cache, each sequence's rows equal a call on the views
+    ``cache[s:s+1]`` (same lengths); and the op with slots matches the reference with slots."""
+    seed = secrets.randbelow(1 << 30)  # fresh inputs each run (the bitwise claim holds for any); printed on failure
+    gen = torch.Generator().manual_seed(seed)
+    B, Hq, Hkv, D, Lmax = len(slots), 6, 2, 24, 75
+    q, _, _ = _inputs(B, S, Hq, Hkv, D, Lmax, dtype, device, gen)
+    _, k, v = _inputs(NB, S, Hq, Hkv, D, Lmax, dtype, device, gen)
+    cl = torch.randint(0, Lmax - S + 1, (NB,), generator=gen).to(device, torch.int32)
+    mask = torch.stack([_ancestor_mask(_random_parents(S, gen)) for _ in range(B)]).to(device) if tree else None
+    sl = torch.tensor(slots, dtype=torch.int32, device=device)
+    out = target_attention(q, k, v, cl, mask, cache_slots=sl)
+    for b, s in enumerate(slots):
+        one = target_attention(q[b:b + 1], k[s:s + 1], v[s:s + 1], cl[s:s + 1], mask[b:b + 1] if tree else None)
+        assert torch.equal(out[b:b + 1], one), f"sequence {b} (slot {s}, L={int(cl[s])}), seed={seed}"
+    idx = sl.long()
+    ref32 = target_attention_ref(q.float(), k.float(), v.float(), cl, mask, cache_slots=sl)
+    _close(out, ref32, _lowp(q, k[idx], v[idx], cl[idx], mask, 1 / math.sqrt(D)), dtype)
+
+
+def test_target_attention_slots_errors(device):
+    NB, Lmax = 4, 10
+    q = torch.randn(2, 3, 4, 16, device=device)
+    k = torch.randn(NB, Lmax, 2, 16, device=device)
+    lens = _lens((2, 8, 1, 9), device)  # slots 1 and 3 cannot take 3 more rows
+    sl = _lens((2, 0), device)
+    target_attention(q, k, k, lens, cache_slots=sl)  # only the used slots' lengths are checked
+    with pytest.raises(TypeError, match="cache_slots"):
+        target_attention(q, k, k, lens, cache_slots=sl.long())
+    with pytest.raises(ValueError, match="cache_slots must have shape"):
+        target_attention(q, k, k, lens, cache_slots=sl[:1])
+    with pytest.raises(ValueError, match="cache_slots must have shape"):
+        target_attention(q, k, k, lens, cache_slots=sl[None])
+    with pytest.raises(ValueError, match="cache_slots is on meta"):
+        target_attention(q, k, k, lens, cache_slots=torch.empty(2, dtype=torch.int32, device="meta"))
+    for bad in ((2, 4), (-1, 0)):
+        with pytest.raises(ValueError, match="cache_slots in .* outside"):
+            target_attention(q, k, k, lens, cache_slots=_lens(bad, device))
+    with pytest.raises(ValueError, match="capacity"):
+        target_attention(q, k, k, lens, cache_slots=_lens((2, 1), device))
+    with pytest.raises(ValueError, match="cache_seqlens must have shape"):
+        target_attention(q, k, k, lens[:2], cache_slots=sl)
+    with pytest.raises(ValueError, match="k_cache"):  # the slot count is free, the head dim is not
+        target_attention(q, k[..., :8].contiguous(), k[..., :8].contiguous(), lens, cache_slots=sl)
+    # unchecked (validate=False, as under capture): an out-of-range slot is clamped, never read out of the cache
+    out = target_attention(q, k, k, lens, cache_slots=_lens((5, 0), device), validate=False)
+    assert torch.equal(out, target_attention(q, k, k, lens, cache_slots=_lens((3, 0), device), validate=False))
 
 
 # ----------------------------------------------------------------------------------------------------------------

@@ -131,16 +131,18 @@ def check_tensor(
         raise ValueError(f"{name} must be contiguous in its last dim (stride {t.stride(-1)})")
 
 
-def check_attention_cache(q, k_cache, v_cache, dtypes, name_q: str = "q") -> tuple[int, int, int, int]:
+def check_attention_cache(q, k_cache, v_cache, dtypes, name_q: str = "q",
+                          any_cache_batch: bool = False) -> tuple[int, int, int, int]:
     """Check ``q [B, S, Hq, D]`` against one layer's cache ``[B, Lmax, Hkv, D]`` (same dtype and device, GQA heads,
-    ``1 <= D <= 256``); returns ``(B, Hq, Hkv, D)``. Raises ``ValueError``/``TypeError`` naming the argument."""
+    ``1 <= D <= 256``); returns ``(B, Hq, Hkv, D)``. Raises ``ValueError``/``TypeError`` naming the argument.
+    ``any_cache_batch``: the cache's batch size is not tied to ``B`` (a cache addressed through slots)."""
     check_tensor(name_q, q, ndim=4, dtypes=dtypes, last_dim_contiguous=True)
     dev = q.device
     B, _, Hq, D = q.shape
     check_tensor("k_cache", k_cache, ndim=4, dtypes=(q.dtype,), device=dev, last_dim_contiguous=True)
     check_tensor("v_cache", v_cache, shape=tuple(k_cache.shape), dtypes=(q.dtype,), device=dev,
                  last_dim_contiguous=True)
-    if k_cache.shape[0] != B or k_cache.shape[3] != D:
+    if (k_cache.shape[0] != B and not any_cache_batch) or k_cache.shape[3] != D:
         raise ValueError(f"k_cache must be [B={B}, Lmax, Hkv, D={D}], got {list(k_cache.shape)}")
     Hkv = k_cache.shape[2]
     if Hkv == 0 or Hq % Hkv != 0:

@@ -30,9 +30,21 @@ def target_rope_kv_ref(
     eps: float = 1e-6,
     *,
     out: torch.Tensor | None = None,
+    cache_slots: torch.Tensor | None = None,
     **_: object,
 ) -> torch.Tensor:
-    """Reference of :func:`~eagle_triton.ops.rope_kv.target_rope_kv` (same contract and side effect)."""
+    """Reference of :func:`~eagle_triton.ops.rope_kv.target_rope_kv` (same contract and side effect).
+
+    ``cache_slots`` ``[B]``: sequence ``b`` writes cache batch index ``cache_slots[b]`` of the whole cache (and
+    starts at ``cache_seqlens[cache_slots[b]]``); None: index ``b``.
+    """
+    if cache_slots is not None:  # gather the slots' views, run the plain path, scatter them back
+        idx = cache_slots.to(k_cache.device).long()
+        kc, vc = k_cache[idx], v_cache[idx]
+        q = target_rope_kv_ref(qkv, kc, vc, cache_seqlens.to(idx.device)[idx], positions, cos, sin, num_heads,
+                               num_kv_heads, q_norm, k_norm, eps, out=out)
+        k_cache[idx], v_cache[idx] = kc, vc
+        return q
     M = qkv.shape[0]
     D = k_cache.shape[-1]
     nq, nkv = num_heads * D, num_kv_heads * D

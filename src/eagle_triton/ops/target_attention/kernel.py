@@ -27,6 +27,11 @@ Kernels:
   the cache row of its position (committed row, or the tree row of the ancestor at that depth).
 * :func:`_combine_kernel`: ``out = sum_k 2^(c (m_k - M)) acc_k / sum_k 2^(c (m_k - M)) l_k`` over the row's splits.
 
+**Cache slots.** With ``HAS_SLOTS`` query sequence ``b`` reads the keys and the length of cache batch index
+``slots[b]`` (loaded on the device, clamped to ``[0, NB)``), so one CUDA graph serves every slot of a larger cache;
+queries, tree masks, partials and outputs stay indexed by ``b``. Without it the index is ``b`` and the code is the
+same as before the option existed. Which cache index is read changes no arithmetic.
+
 Scores are kept raw (``q.k``); the scale enters as ``exp2((s - m) * c)`` with ``c = scale * log2(e)``, a form the
 backend cannot contract into an FMA (the launcher also compiles with ``enable_fp_fusion=False``).
 """
@@ -57,6 +62,17 @@ def _block_update(acc, m_i, l_i, q, k, v, vis, qk_scale, PRECISION: tl.constexpr
 
 
 @triton.jit
+def _cache_index(slots_ptr, b, b64, NB, HAS_SLOTS: tl.constexpr):
+    """Cache batch index of query sequence ``b`` and its int64: ``slots[b]`` clamped to ``[0, NB)`` (no read leaves
+    the cache, whatever the device holds), or ``b`` itself without slots (then ``(b, b64)`` unchanged)."""
+    if HAS_SLOTS:
+        c = tl.minimum(tl.maximum(tl.load(slots_ptr + b), 0), NB - 1)
+        return c, c.to(tl.int64)
+    else:
+        return b, b64
+
+
+@triton.jit
 def _store_state(acc_ptr, ml_ptr, acc, m_i, l_i, part_row, split, row_ok, offs_d, NSPLIT, BLOCK_D: tl.constexpr):
     """Write a split's raw state: ``acc`` to ``acc_ptr[part_row, split, :]``, ``(m, l)`` to ``ml_ptr[.., 0:2]``."""
     idx = part_row * NSPLIT + split
@@ -65,16 +81,16 @@ def _store_state(acc_ptr, ml_ptr, acc, m_i, l_i, part_row, split, row_ok, offs_d
     tl.store(ml_ptr + idx * 2 + 1, l_i, mask=row_ok)
 
 
-@triton.jit(do_not_specialize=["S"])
+@triton.jit(do_not_specialize=["S", "NB"])
 def _shared_kernel(
-    q_ptr, k_ptr, v_ptr, seqlens_ptr, acc_ptr, ml_ptr,
+    q_ptr, k_ptr, v_ptr, seqlens_ptr, slots_ptr, acc_ptr, ml_ptr,
     stride_qb, stride_qt, stride_qh,
     stride_kb, stride_kl, stride_kh,
     stride_vb, stride_vl, stride_vh,
-    S, Hq, Lmax, NSPLIT, qk_scale,
+    S, Hq, Lmax, NSPLIT, qk_scale, NB,
     HEAD_DIM: tl.constexpr, GROUP: tl.constexpr, CAUSAL: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, SPLIT_BLOCKS: tl.constexpr,
-    PRECISION: tl.constexpr, PDL: tl.constexpr = False,
+    PRECISION: tl.constexpr, HAS_SLOTS: tl.constexpr = False, PDL: tl.constexpr = False,
 ):
     """Splits over key blocks shared by a tile of tokens; grid ``(cdiv(S, BLOCK_M // GROUP), B * Hkv, Z)``.
 
@@ -91,6 +107,7 @@ def _shared_kernel(
     b = pid_bh // n_kv
     kvh = pid_bh % n_kv
     b64 = b.to(tl.int64)
+    c, c64 = _cache_index(slots_ptr, b, b64, NB, HAS_SLOTS)
 
     offs_r = tl.arange(0, BLOCK_M)
     tok = pid_t * TPT + offs_r // GROUP
@@ -103,7 +120,7 @@ def _shared_kernel(
     q = tl.load(q_ptr + q_off[:, None] + offs_d[None, :], mask=row_ok[:, None] & d_mask[None, :], other=0.0)
 
     # Clamped so that no read leaves the cache even for out-of-range lengths (the host checks when it can).
-    L = tl.minimum(tl.maximum(tl.load(seqlens_ptr + b).to(tl.int32), 0), Lmax - S)
+    L = tl.minimum(tl.maximum(tl.load(seqlens_ptr + c).to(tl.int32), 0), Lmax - S)
     if CAUSAL:
         pos_row = L + tok  # row t sees positions 0..L+t
         hi = L + tl.minimum(S, (pid_t + 1) * TPT)  # positions < hi are loaded
@@ -114,8 +131,8 @@ def _shared_kernel(
         blk_end = L // BLOCK_N  # whole blocks below L
     n_split = tl.cdiv(blk_end, SPLIT_BLOCKS)
 
-    k_base = k_ptr + b64 * stride_kb + kvh * stride_kh
-    v_base = v_ptr + b64 * stride_vb + kvh * stride_vh
+    k_base = k_ptr + c64 * stride_kb + kvh * stride_kh
+    v_base = v_ptr + c64 * stride_vb + kvh * stride_vh
     part_row = (b64 * S + tok) * Hq + h
     for split in range(tl.program_id(2), n_split, tl.num_programs(2)):
         m_i = tl.full([BLOCK_M], float("-inf"), tl.float32)
@@ -134,17 +151,17 @@ def _shared_kernel(
         _store_state(acc_ptr, ml_ptr, acc, m_i, l_i, part_row, split, row_ok, offs_d, NSPLIT, BLOCK_D)
 
 
-@triton.jit(do_not_specialize=["S"])
+@triton.jit(do_not_specialize=["S", "NB"])
 def _tree_kernel(
-    q_ptr, k_ptr, v_ptr, seqlens_ptr, mask_ptr, acc_ptr, ml_ptr,
+    q_ptr, k_ptr, v_ptr, seqlens_ptr, slots_ptr, mask_ptr, acc_ptr, ml_ptr,
     stride_qb, stride_qt, stride_qh,
     stride_kb, stride_kl, stride_kh,
     stride_vb, stride_vl, stride_vh,
     stride_mb, stride_mi, stride_mj,
-    S, Hq, Lmax, NSPLIT, qk_scale,
+    S, Hq, Lmax, NSPLIT, qk_scale, NB,
     HEAD_DIM: tl.constexpr, GROUP: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_S: tl.constexpr,
-    SPLIT_BLOCKS: tl.constexpr, PRECISION: tl.constexpr, PDL: tl.constexpr = False,
+    SPLIT_BLOCKS: tl.constexpr, PRECISION: tl.constexpr, HAS_SLOTS: tl.constexpr = False, PDL: tl.constexpr = False,
 ):
     """Blocks from ``L // BLOCK_N`` to the row's own position, one token per program; grid ``(S, B * Hkv)``.
 
@@ -160,6 +177,7 @@ def _tree_kernel(
     b = pid_bh // n_kv
     kvh = pid_bh % n_kv
     b64 = b.to(tl.int64)
+    c, c64 = _cache_index(slots_ptr, b, b64, NB, HAS_SLOTS)
 
     offs_r = tl.arange(0, BLOCK_M)
     row_ok = offs_r < GROUP
@@ -169,7 +187,7 @@ def _tree_kernel(
     q_off = b64 * stride_qb + i.to(tl.int64) * stride_qt + h * stride_qh
     q = tl.load(q_ptr + q_off[:, None] + offs_d[None, :], mask=row_ok[:, None] & d_mask[None, :], other=0.0)
 
-    L = tl.minimum(tl.maximum(tl.load(seqlens_ptr + b).to(tl.int32), 0), Lmax - S)
+    L = tl.minimum(tl.maximum(tl.load(seqlens_ptr + c).to(tl.int32), 0), Lmax - S)
     offs_s = tl.arange(0, BLOCK_S)
     mrow = tl.load(mask_ptr + b64 * stride_mb + i * stride_mi + offs_s * stride_mj, mask=offs_s < S, other=0)
     mrow = (mrow != 0).to(tl.int32)
@@ -186,8 +204,8 @@ def _tree_kernel(
     l_i = tl.load(ml_ptr + idx * 2 + 1, mask=ld, other=0.0)
     acc = tl.load(acc_ptr + idx[:, None] * BLOCK_D + offs_d[None, :], mask=ld[:, None], other=0.0)
 
-    k_base = k_ptr + b64 * stride_kb + kvh * stride_kh
-    v_base = v_ptr + b64 * stride_vb + kvh * stride_vh
+    k_base = k_ptr + c64 * stride_kb + kvh * stride_kh
+    v_base = v_ptr + c64 * stride_vb + kvh * stride_vh
     for j in range(j_lo, j_end):
         fresh = (j % SPLIT_BLOCKS) == 0
         if fresh & (j > j_lo):  # a split boundary inside the tail: close the previous split
@@ -212,14 +230,15 @@ def _tree_kernel(
                      BLOCK_D)
 
 
-@triton.jit(do_not_specialize=["S"])
+@triton.jit(do_not_specialize=["S", "NB"])
 def _combine_kernel(
-    seqlens_ptr, mask_ptr, acc_ptr, ml_ptr, o_ptr,
+    seqlens_ptr, slots_ptr, mask_ptr, acc_ptr, ml_ptr, o_ptr,
     stride_mb, stride_mi, stride_mj,
     stride_ob, stride_ot, stride_oh,
-    S, Hq, Lmax, NSPLIT, qk_scale,
+    S, Hq, Lmax, NSPLIT, qk_scale, NB,
     HEAD_DIM: tl.constexpr, CAUSAL: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_D: tl.constexpr,
-    BLOCK_S: tl.constexpr, BLOCK_C: tl.constexpr, SPLIT: tl.constexpr, PDL: tl.constexpr = False,
+    BLOCK_S: tl.constexpr, BLOCK_C: tl.constexpr, SPLIT: tl.constexpr, HAS_SLOTS: tl.constexpr = False,
+    PDL: tl.constexpr = False,
 ):
     """Merge a row's split states in split order; grid ``(B * S, cdiv(Hq, BLOCK_H))``.
 
@@ -233,9 +252,10 @@ def _combine_kernel(
         tl.extra.cuda.gdc_launch_dependents()
     i = bi % S
     b = bi // S
+    c, _ = _cache_index(slots_ptr, b, b, NB, HAS_SLOTS)
     offs_h = tl.program_id(1) * BLOCK_H + tl.arange(0, BLOCK_H)
     h_ok = offs_h < Hq
-    L = tl.minimum(tl.maximum(tl.load(seqlens_ptr + b).to(tl.int32), 0), Lmax - S)
+    L = tl.minimum(tl.maximum(tl.load(seqlens_ptr + c).to(tl.int32), 0), Lmax - S)
     if CAUSAL:
         n_keys = L + i + 1
     else:

@@ -88,10 +88,15 @@ def _precision(dtype: torch.dtype) -> str:
     return "ieee" if dtype == torch.float32 else "tf32"
 
 
-def _check(q, k_cache, v_cache, cache_seqlens, tree_mask, softmax_scale):
-    B, Hq, Hkv, D = check_attention_cache(q, k_cache, v_cache, _FLOATS)
+def _check(q, k_cache, v_cache, cache_seqlens, tree_mask, softmax_scale, cache_slots):
+    slotted = cache_slots is not None
+    B, Hq, Hkv, D = check_attention_cache(q, k_cache, v_cache, _FLOATS, any_cache_batch=slotted)
     dev, S = q.device, q.shape[1]
-    check_tensor("cache_seqlens", cache_seqlens, shape=(B,), dtypes=_INTS, device=dev)
+    if slotted:
+        check_tensor("cache_slots", cache_slots, shape=(B,), dtypes=(torch.int32,), device=dev)
+        if k_cache.shape[0] < 1:
+            raise ValueError("k_cache must hold at least one slot (NB >= 1) with cache_slots")
+    check_tensor("cache_seqlens", cache_seqlens, shape=(k_cache.shape[0],), dtypes=_INTS, device=dev)
     if tree_mask is not None:
         check_tensor("tree_mask", tree_mask, shape=(B, S, S), dtypes=(torch.bool,), device=dev)
     if S < 1:
@@ -111,6 +116,7 @@ def target_attention(
     tree_mask: torch.Tensor | None = None,
     softmax_scale: float | None = None,
     validate: bool = True,
+    cache_slots: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """Batch-invariant attention of ``S`` new rows over a KV cache: decode, prefill chunks and tree verification.
 
@@ -127,21 +133,34 @@ def target_attention(
     Parameters
     ----------
     q : Tensor ``[B, S, Hq, D]``, fp16/bf16/fp32, ``D <= 256``.
-    k_cache, v_cache : Tensor ``[B, Lmax, Hkv, D]``, dtype of ``q``; ``Hq % Hkv == 0``.
-    cache_seqlens : Tensor ``[B]`` int32/int64: committed length ``L_b``; ``L_b + S <= Lmax``.
+    k_cache, v_cache : Tensor ``[B, Lmax, Hkv, D]``, dtype of ``q``; ``Hq % Hkv == 0``. With ``cache_slots``: the
+        whole cache ``[NB, Lmax, Hkv, D]``.
+    cache_seqlens : Tensor ``[B]`` (``[NB]`` with ``cache_slots``) int32/int64: committed length ``L_b`` of each
+        cache index; ``L_b + S <= Lmax``.
     tree_mask : Tensor ``[B, S, S]`` bool, or None for causal.
     softmax_scale : float > 0, default ``1 / sqrt(D)``.
-    validate : bool. Check the lengths on the host (a device sync) when no CUDA graph is being captured.
+    validate : bool. Check the lengths (and slots) on the host (a device sync) when no CUDA graph is being captured.
+    cache_slots : Tensor ``[B]`` int32 or None: query sequence ``b`` reads the keys and the length of cache batch
+        index ``cache_slots[b]`` (in ``[0, NB)``; read on the device, so one captured graph serves every slot; an
+        unchecked out-of-range slot is clamped). None: index ``b``. ``q`` and the output stay indexed by ``b``.
 
     Returns
     -------
     out : Tensor ``[B, S, Hq, D]``, dtype of ``q``. A row with no visible key gets zeros.
     """
-    B, S, Hq, Hkv, D = _check(q, k_cache, v_cache, cache_seqlens, tree_mask, softmax_scale)
+    B, S, Hq, Hkv, D = _check(q, k_cache, v_cache, cache_seqlens, tree_mask, softmax_scale, cache_slots)
     dev = q.device
-    Lmax = k_cache.shape[1]
+    NB, Lmax = k_cache.shape[0], k_cache.shape[1]
+    slotted = cache_slots is not None
     if validate and not is_capturing(dev) and B > 0:
-        lo, hi = torch.stack([cache_seqlens.min().long(), cache_seqlens.max().long()]).tolist()
+        lens, stats = cache_seqlens, []
+        if slotted:  # the lengths the queries use; clamped (as the kernels do) so the gather itself stays in range
+            lens = cache_seqlens[cache_slots.clamp(0, NB - 1).long()]
+            stats = [cache_slots.min().long(), cache_slots.max().long()]
+        lo, hi, *slot_lh = torch.stack([lens.min().long(), lens.max().long(), *stats]).tolist()
+        if slot_lh and (slot_lh[0] < 0 or slot_lh[1] >= NB):
+            raise ValueError(f"cache_slots in [{slot_lh[0]}, {slot_lh[1]}] outside the cache's batch range "
+                             f"[0, NB={NB})")
         if lo < 0 or hi + S > Lmax:
             raise ValueError(f"cache_seqlens in [{lo}, {hi}] plus {S} new rows exceeds the cache capacity Lmax={Lmax}")
     out = torch.empty_like(q)
@@ -159,38 +178,39 @@ def target_attention(
     pdl = pdl_kwargs(dev)
     opts = dict(num_warps=cfg.num_warps, num_stages=cfg.num_stages, enable_fp_fusion=False, **pdl)
     common = dict(HEAD_DIM=D, GROUP=G, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, BLOCK_D=block_d,
-                  SPLIT_BLOCKS=cfg.split_blocks, PRECISION=_precision(q.dtype))
+                  SPLIT_BLOCKS=cfg.split_blocks, PRECISION=_precision(q.dtype), HAS_SLOTS=slotted)
 
     # Which program runs which split does not change any result: spread the splits to fill the GPU.
     tiles = cdiv(S, cfg.block_m // G)
     z = max(1, min(nsplit, cdiv(4 * num_sms(dev), tiles * B * Hkv)))
+    slots = cache_slots if slotted else cache_seqlens  # an unread stand-in without slots
     _shared_kernel[(tiles, B * Hkv, z)](
-        q, k_cache, v_cache, cache_seqlens, acc_part, ml_part,
+        q, k_cache, v_cache, cache_seqlens, slots, acc_part, ml_part,
         q.stride(0), q.stride(1), q.stride(2),
         k_cache.stride(0), k_cache.stride(1), k_cache.stride(2),
         v_cache.stride(0), v_cache.stride(1), v_cache.stride(2),
-        S, Hq, Lmax, nsplit, qk_scale, CAUSAL=causal, **common, **opts,
+        S, Hq, Lmax, nsplit, qk_scale, NB, CAUSAL=causal, **common, **opts,
     )
     if causal:
         mask, ms, block_s = cache_seqlens, (0, 0, 0), 2
     else:
         mask, ms, block_s = tree_mask.view(torch.uint8), tree_mask.stride(), max(2, next_power_of_2(S))
         _tree_kernel[(S, B * Hkv)](
-            q, k_cache, v_cache, cache_seqlens, mask, acc_part, ml_part,
+            q, k_cache, v_cache, cache_seqlens, slots, mask, acc_part, ml_part,
             q.stride(0), q.stride(1), q.stride(2),
             k_cache.stride(0), k_cache.stride(1), k_cache.stride(2),
             v_cache.stride(0), v_cache.stride(1), v_cache.stride(2),
             ms[0], ms[1], ms[2],
-            S, Hq, Lmax, nsplit, qk_scale, BLOCK_S=block_s, **common, **dict(opts, num_stages=cfg.tree_stages),
+            S, Hq, Lmax, nsplit, qk_scale, NB, BLOCK_S=block_s, **common, **dict(opts, num_stages=cfg.tree_stages),
         )
     block_h = min(16, next_power_of_2(Hq)) if is_interpreter() else 1
     _combine_kernel[(B * S, cdiv(Hq, block_h))](
-        cache_seqlens, mask, acc_part, ml_part, out,
+        cache_seqlens, slots, mask, acc_part, ml_part, out,
         ms[0], ms[1], ms[2],
         out.stride(0), out.stride(1), out.stride(2),
-        S, Hq, Lmax, nsplit, qk_scale,
+        S, Hq, Lmax, nsplit, qk_scale, NB,
         HEAD_DIM=D, CAUSAL=causal, BLOCK_H=block_h, BLOCK_D=block_d, BLOCK_S=block_s, BLOCK_C=cfg.combine_chunk,
-        SPLIT=cfg.split,
+        SPLIT=cfg.split, HAS_SLOTS=slotted,
         num_warps=1 if block_d <= 64 else 2, enable_fp_fusion=False, **pdl,
     )
     return out
@@ -206,17 +226,18 @@ def _div16(fn) -> list[str]:
 
 
 def _aot_specs():
-    """Compile-only specs at the Llama-3.1-8B shape (D=128, 32/8 heads) for tests/test_compile_targets.py."""
+    """Compile-only specs at the Llama-3.1-8B shape (D=128, 32/8 heads) for tests/test_compile_targets.py; bf16 also
+    with cache slots (the one-graph prefill)."""
     specs = []
-    for dt in ("bf16", "fp16", "fp32"):
+    for dt, slots in (("bf16", False), ("fp16", False), ("fp32", False), ("bf16", True)):
         cfg = GPU_FP32_CONFIG if dt == "fp32" else GPU_CONFIG
         prec = "ieee" if dt == "fp32" else "tf32"
         pdl = dt == "bf16"  # the launch the GPU runs (programmatic dependent launch on sm_90)
         opts = {"num_warps": cfg.num_warps, "num_stages": cfg.num_stages, "enable_fp_fusion": False,
                 "launch_pdl": pdl}
         common = dict(HEAD_DIM=128, GROUP=4, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, BLOCK_D=128,
-                      SPLIT_BLOCKS=cfg.split_blocks, PRECISION=prec, PDL=pdl)
-        ptrs = {"q_ptr": f"*{dt}", "k_ptr": f"*{dt}", "v_ptr": f"*{dt}", "seqlens_ptr": "*i32",
+                      SPLIT_BLOCKS=cfg.split_blocks, PRECISION=prec, HAS_SLOTS=slots, PDL=pdl)
+        ptrs = {"q_ptr": f"*{dt}", "k_ptr": f"*{dt}", "v_ptr": f"*{dt}", "seqlens_ptr": "*i32", "slots_ptr": "*i32",
                 "acc_ptr": "*fp32", "ml_ptr": "*fp32", "qk_scale": "fp32"}
         for causal in ((True, False) if dt == "bf16" else (False,)):
             sig = {n: "i32" for n in _shared_kernel.arg_names}
@@ -232,10 +253,10 @@ def _aot_specs():
         specs.append((_tree_kernel, sig, const, {**opts, "num_stages": cfg.tree_stages, "div16": _div16(_tree_kernel)}))
         for causal in (True, False):
             sig = {n: "i32" for n in _combine_kernel.arg_names}
-            sig.update({"seqlens_ptr": "*i32", "mask_ptr": "*u8", "acc_ptr": "*fp32", "ml_ptr": "*fp32",
-                        "o_ptr": f"*{dt}", "qk_scale": "fp32"})
+            sig.update({"seqlens_ptr": "*i32", "slots_ptr": "*i32", "mask_ptr": "*u8", "acc_ptr": "*fp32",
+                        "ml_ptr": "*fp32", "o_ptr": f"*{dt}", "qk_scale": "fp32"})
             const = dict(HEAD_DIM=128, CAUSAL=causal, BLOCK_H=1, BLOCK_D=128, BLOCK_S=64, BLOCK_C=cfg.combine_chunk,
-                         SPLIT=cfg.split, PDL=pdl)
+                         SPLIT=cfg.split, HAS_SLOTS=slots, PDL=pdl)
             sig.update({k: "constexpr" for k in const})
             specs.append((_combine_kernel, sig, const,
                           {"num_warps": 2, "enable_fp_fusion": False, "launch_pdl": pdl,

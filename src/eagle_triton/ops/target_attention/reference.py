@@ -22,14 +22,19 @@ def target_attention_ref(
     tree_mask: torch.Tensor | None = None,
     softmax_scale: float | None = None,
     validate: bool = True,
+    cache_slots: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """Reference of :func:`~eagle_triton.ops.target_attention.target_attention` (same contract; fp32 math).
 
     Query ``i`` of sequence ``b`` sees cache rows ``[0, L_b)`` and new rows ``L_b + j`` with ``tree_mask[b, i, j]``
-    (``j <= i`` when ``tree_mask`` is None); a row that sees nothing gets zeros. No host sync (``validate`` is
-    accepted for signature parity and ignored).
+    (``j <= i`` when ``tree_mask`` is None); a row that sees nothing gets zeros. With ``cache_slots`` ``[B]``,
+    sequence ``b`` reads the rows and the length of cache batch index ``cache_slots[b]`` of the whole cache. No host
+    sync (``validate`` is accepted for signature parity and ignored).
     """
     del validate
+    if cache_slots is not None:  # gather the slots' views: the plain contract on them
+        idx = cache_slots.to(k_cache.device).long()
+        k_cache, v_cache, cache_seqlens = k_cache[idx], v_cache[idx], cache_seqlens.to(idx.device)[idx]
     return tree_attention_ref(q, k_cache, v_cache, cache_seqlens, tree_mask, softmax_scale)
 
 
