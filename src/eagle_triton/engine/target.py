@@ -234,10 +234,11 @@ class LlamaTarget(TargetModel):
         self.feature_mode: str | None = None
         self.taps: tuple[int, ...] = ()
         self._graphs = GraphedStep(self._step) if self.use_cuda_graphs else None
-        # Full prefill chunks of the fused forward replay graphs too (one with the lm_head, one without, per cache
-        # slot: see _chunk_graph), created on first use.
+        # Full prefill chunks of the fused forward replay graphs too (one with the lm_head, one without, for every
+        # cache slot: see _chunk_graph), created on first use.
         self._use_chunk_graphs = self.use_cuda_graphs and self.fused_forward
-        self._chunk_graphs: dict[tuple[bool, int], GraphedStep] = {}
+        self._chunk_graphs: dict[bool, GraphedStep] = {}
+        self._prefill_slot = torch.zeros(1, dtype=torch.int32, device=self.device)  # the slot a prefill writes
         self._chunk_pool = None  # one CUDA-graph memory pool for every chunk graph (they never run concurrently)
         self._max_length = 0
         self.batch_size = 1
@@ -457,7 +458,7 @@ class LlamaTarget(TargetModel):
             self._store.seqlens[:n].copy_(old.seqlens.index_select(0, idx))
         else:
             self._store.move_slots(slots)
-            self._store.seqlens[n:batch_size].zero_()
+            self._store.seqlens[n:].zero_()  # every slot beyond the kept ones is empty, in every bucket
             self._use_bucket(batch_size)
         self._slot_lens = [lens[s] for s in slots] + [0] * (batch_size - n)
         self.cache.host_len = self._slot_lens[0] if batch_size == 1 else 0
@@ -533,18 +534,22 @@ class LlamaTarget(TargetModel):
         return self._forward_torch(tokens, positions, tree_mask, kv_limit, last_only, slot=slot)
 
     def _forward_fused(self, tokens, positions, tree_mask, last_only: bool, want_logits: bool = True,
-                       slot: int | None = None):
+                       slot: int | None = None, cache_slots: torch.Tensor | None = None):
         """The fused batch-invariant forward of ``tokens [B, S]`` written at cache rows ``seqlens[b] + j`` (every
         slot, ``B = batch_size``; or ``B = 1`` into ``slot``). The weight products run over the ``B S`` rows,
         each row reduced in an order independent of the others, so a sequence's rows round as when it runs
-        alone."""
+        alone. ``cache_slots`` (int32 ``[B]`` on the device, instead of ``slot``): sequence ``b`` uses slot
+        ``cache_slots[b]`` of the whole storage, chosen at run time (one prefill graph serves every slot)."""
         from .. import ops as tops
         from ..ops.rope_kv import target_rope_kv
         from ..ops.target_linear import target_embedding, target_linear, target_rms_norm
 
         attention = tops.target_attention
         c, cfg = self.config, self._linear_configs
-        k_all, v_all, seqlens = self._kv(slot)
+        if cache_slots is None:
+            k_all, v_all, seqlens = self._kv(slot)
+        else:
+            k_all, v_all, seqlens = self._store.k, self._store.v, self._store.seqlens
         B, S = tokens.shape
         M = B * S
         eps, hd = c.rms_norm_eps, c.head_dim
@@ -568,9 +573,9 @@ class LlamaTarget(TargetModel):
             qkv = self._normed_linear(x, ss_mlp, L.ln_in, L.w_qkv, L.b_qkv, cfg["qkv"])
             k_cache, v_cache = k_all[i], v_all[i]
             q = target_rope_kv(qkv, k_cache, v_cache, seqlens, pos, self.cos, self.sin, c.num_heads,
-                               c.num_kv_heads, L.q_norm, L.k_norm, eps, validate=False)
+                               c.num_kv_heads, L.q_norm, L.k_norm, eps, validate=False, cache_slots=cache_slots)
             o = attention(q.view(B, S, c.num_heads, hd), k_cache, v_cache, seqlens, tree_mask,
-                          softmax_scale=scale, validate=False)
+                          softmax_scale=scale, validate=False, cache_slots=cache_slots)
             x = target_linear(o.view(M, c.num_heads * hd), L.w_o, L.b_o, residual=x, sumsq_out=ss_attn,
                               config=cfg["o"], validate=False)
             h = self._normed_linear(x, ss_attn, L.ln_post, L.w_gate_up, L.b_gate_up, cfg["gate_up"], silu_mul=True)
@@ -612,26 +617,22 @@ class LlamaTarget(TargetModel):
         return target_linear(x, weight, bias, norm_weight=norm_weight, eps=eps, silu_mul=silu_mul, sumsq=sumsq,
                              config=config, validate=False)
 
-    def _chunk_step(self, tokens, last: bool, slot: int = 0):
-        """One prefill chunk of ``slot`` at rows ``seqlens[slot] + j`` (positions read from the device:
-        graph-capturable)."""
+    def _chunk_step(self, tokens, last: bool):
+        """One prefill chunk of the slot in ``_prefill_slot`` (a device scalar) at rows ``seqlens[slot] + j``
+        (the slot and its length read on the device: one graph per chunk kind serves every slot)."""
         n = tokens.shape[1]
-        positions = (self.cache.seqlens[slot:slot + 1].long() + torch.arange(n, device=self.device)).view(1, n)
-        return self._forward_fused(tokens, positions, None, last_only=True, want_logits=last, slot=slot)
+        slot = self._prefill_slot
+        positions = (self._store.seqlens.index_select(0, slot).long() + torch.arange(n, device=self.device))
+        return self._forward_fused(tokens, positions.view(1, n), None, last_only=True, want_logits=last,
+                                   cache_slots=slot)
 
-    def _chunk_graph(self, last: bool, slot: int) -> GraphedStep:
-        """The CUDA graphs of full prefill chunks into ``slot`` (keyed by chunk size inside).
-
-        One set per slot, each captured on views of that slot's cache: the kernels address the cache by the batch
-        index of their program, so making the slot a runtime input would need a slot argument in the rope/KV and
-        attention kernels, or a copy of the slot's cache in and out per chunk. The price is a capture per
-        (chunk size, with/without lm_head, slot) in use, each holding its own output buffers; their intermediates
-        share one memory pool, so the activation memory does not grow with the slots.
-        """
-        g = self._chunk_graphs.get((last, slot))
+    def _chunk_graph(self, last: bool) -> GraphedStep:
+        """The CUDA graphs of full prefill chunks (keyed by chunk size inside), with or without the lm_head, for
+        every slot: the slot is a device input. Each holds its own output buffers; their intermediates share one
+        memory pool."""
+        g = self._chunk_graphs.get(last)
         if g is None:
-            g = self._chunk_graphs[(last, slot)] = GraphedStep(
-                lambda tokens, last=last, slot=slot: self._chunk_step(tokens, last, slot))
+            g = self._chunk_graphs[last] = GraphedStep(lambda tokens, last=last: self._chunk_step(tokens, last))
             if self._chunk_pool is None:
                 self._chunk_pool = torch.cuda.graph_pool_handle()
             g.pool = self._chunk_pool
@@ -650,6 +651,7 @@ class LlamaTarget(TargetModel):
         C = next((c for c in PREFILL_CHUNKS if c <= N), N)
         base = self._host_len(slot)
         seqlen = self.cache.seqlens[slot:slot + 1]
+        self._prefill_slot.fill_(slot)
         starts = list(range(0, N - C + 1, C))
         if not starts or starts[-1] + C < N:
             starts.append(max(0, N - C))
@@ -658,11 +660,11 @@ class LlamaTarget(TargetModel):
             s1, last = min(N, s0 + C), idx == len(starts) - 1
             seqlen.fill_(base + s0)  # rewinds onto the overlap for the last chunk
             self._set_host_len(slot, base + s0)
-            graph = self._chunk_graph(last, slot) if self._use_chunk_graphs and s1 - s0 == C else None
+            graph = self._chunk_graph(last) if self._use_chunk_graphs and s1 - s0 == C else None
             if graph is not None:
                 logits, f = graph(("chunk", C), ids[:, s0:s1])
             else:
-                logits, f = self._chunk_step(ids[:, s0:s1], last, slot)
+                logits, f = self._chunk_step(ids[:, s0:s1], last)
             if f is not None:  # the new rows only; clone: a graph's outputs are overwritten by its next replay
                 feats.append(f[:, covered - s0:].clone())
             covered = s1

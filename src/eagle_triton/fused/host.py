@@ -1054,7 +1054,7 @@ class FusedDraftBackend:
                 src = torch.tensor([r for _, r in moves], device=kv_len.device)
                 for t in (k, v, kv_len):
                     t.index_copy_(0, dst, t.index_select(0, src))  # index_select copies first: overlaps are safe
-            kv_len[n:batch].zero_()
+            kv_len[n:].zero_()  # every slot beyond the kept ones is empty, in every bucket
             bucket = self._buckets.get(batch)
             if bucket is not None and bucket[0].max_new_rows >= old_cfg.max_new_rows:
                 self._cfg, self.bufs = bucket
