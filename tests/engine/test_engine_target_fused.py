@@ -123,6 +123,30 @@ def test_verify_rows_equal_decode_rows_bitwise(model, extra, small_chunks):
     assert torch.equal(ld, lv[:, 4]) and torch.equal(fd[:, 0], fv[:, 4]), (model, "after commit")
 
 
+@pytest.mark.parametrize("n", [1, 3, 8, 13, 17])
+def test_padded_prefill_chunks_equal_row_by_row_decoding(n, small_chunks, monkeypatch):
+    """fp16: a prompt prefilled in full chunks plus one padded last chunk (chunks of 8 or 4) gives, for every prompt
+    row, the features, and for the last row the logits, that decoding the prompt one row at a time gives, bit for
+    bit; the padding rows leave nothing behind (the next decode equals too). Also with a 32-row chunk size in a
+    cache too short for its padding (the last chunk then runs the exact rows)."""
+    m = _model("llama", torch.float16)
+    g = torch.Generator().manual_seed(n)
+    prompt = torch.randint(0, V, (1, n), generator=g)
+    nxt = torch.randint(0, V, (1, 1), generator=g)
+    for capacity in (64, n + 1):
+        if capacity != 64:
+            monkeypatch.setattr(target_mod, "PREFILL_CHUNKS", (32, 8, 4))
+        t = LlamaTarget.from_hf(m, ops="triton")
+        t.setup(capacity, "eagle3")
+        lp, fp = (x.clone() for x in t.prefill(prompt))
+        ln = t.decode(nxt)[0].clone()
+        t.setup(capacity, "eagle3")
+        rows = [t.decode(prompt[:, j:j + 1]) for j in range(n)]
+        fd = torch.cat([f for _, f in rows], dim=1)
+        assert torch.equal(fp, fd) and torch.equal(lp, rows[-1][0]), (n, capacity)
+        assert torch.equal(ln, t.decode(nxt)[0]), (n, capacity)
+
+
 def test_greedy_speculative_equals_plain_fp16(small_chunks):
     """fp16 under the interpreter: an oracle drafter makes long accepted chunks (deep verify rows); the output
     must equal plain greedy decoding token for token."""

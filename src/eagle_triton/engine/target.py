@@ -239,6 +239,7 @@ class LlamaTarget(TargetModel):
         self._use_chunk_graphs = self.use_cuda_graphs and self.fused_forward
         self._chunk_graphs: dict[bool, GraphedStep] = {}
         self._prefill_slot = torch.zeros(1, dtype=torch.int32, device=self.device)  # the slot a prefill writes
+        self._prefill_row = torch.zeros(1, dtype=torch.long, device=self.device)  # its last chunk's last prompt row
         self._chunk_pool = None  # one CUDA-graph memory pool for every chunk graph (they never run concurrently)
         self._max_length = 0
         self.batch_size = 1
@@ -534,12 +535,14 @@ class LlamaTarget(TargetModel):
         return self._forward_torch(tokens, positions, tree_mask, kv_limit, last_only, slot=slot)
 
     def _forward_fused(self, tokens, positions, tree_mask, last_only: bool, want_logits: bool = True,
-                       slot: int | None = None, cache_slots: torch.Tensor | None = None):
+                       slot: int | None = None, cache_slots: torch.Tensor | None = None,
+                       last_row: torch.Tensor | None = None):
         """The fused batch-invariant forward of ``tokens [B, S]`` written at cache rows ``seqlens[b] + j`` (every
         slot, ``B = batch_size``; or ``B = 1`` into ``slot``). The weight products run over the ``B S`` rows,
         each row reduced in an order independent of the others, so a sequence's rows round as when it runs
         alone. ``cache_slots`` (int32 ``[B]`` on the device, instead of ``slot``): sequence ``b`` uses slot
-        ``cache_slots[b]`` of the whole storage, chosen at run time (one prefill graph serves every slot)."""
+        ``cache_slots[b]`` of the whole storage, chosen at run time (one prefill graph serves every slot).
+        ``last_row`` (int64 ``[1]`` on the device, with ``last_only``): the row whose logits are computed."""
         from .. import ops as tops
         from ..ops.rope_kv import target_rope_kv
         from ..ops.target_linear import target_embedding, target_linear, target_rms_norm
@@ -591,7 +594,10 @@ class LlamaTarget(TargetModel):
             feats = None
         logits = None
         if want_logits:
-            rows = h.view(B, S, -1)[:, -1] if last_only else h  # last_only: each sequence's last row
+            if last_row is not None:  # a prefill chunk's last prompt row (a device index: padded chunks)
+                rows = h.view(B, S, -1).index_select(1, last_row).view(B, -1)
+            else:
+                rows = h.view(B, S, -1)[:, -1] if last_only else h  # last_only: each sequence's last row
             logits = target_linear(rows, self.lm_head_weight, config=cfg["lm_head"],
                                    validate=False).view(B, 1 if last_only else S, -1)
         return logits, feats
@@ -624,7 +630,7 @@ class LlamaTarget(TargetModel):
         slot = self._prefill_slot
         positions = (self._store.seqlens.index_select(0, slot).long() + torch.arange(n, device=self.device))
         return self._forward_fused(tokens, positions.view(1, n), None, last_only=True, want_logits=last,
-                                   cache_slots=slot)
+                                   cache_slots=slot, last_row=self._prefill_row)
 
     def _chunk_graph(self, last: bool) -> GraphedStep:
         """The CUDA graphs of full prefill chunks (keyed by chunk size inside), with or without the lm_head, for
@@ -639,35 +645,44 @@ class LlamaTarget(TargetModel):
         return g
 
     def _prefill_fused(self, ids: torch.Tensor, slot: int = 0):
-        """Prefill through the fused kernels in fixed-size chunks.
+        """Prefill through the fused kernels in chunks whose sizes are ``PREFILL_CHUNKS``.
 
-        A prompt of ``N`` rows runs in full chunks of ``C``, the largest of ``PREFILL_CHUNKS`` that is ``<= N``
-        (replayed from CUDA graphs on CUDA): when ``N`` is not a multiple of ``C``, the last chunk is the last
-        ``C`` rows, overlapping the previous one; the overlapped rows are recomputed from the same inputs and
-        rewritten (with batch-invariant kernels, to the same bits). A prompt shorter than every chunk size runs as
-        one partial chunk (eager; the kernels take any row count without recompiling).
+        A prompt of ``N`` rows runs in full chunks of the largest size, then its remaining rows in one chunk of the
+        smallest size that holds them, padded (on CUDA every chunk replays a graph, so a prompt of up to the largest
+        size is one forward): the padding rows write K/V rows past the prompt, which nothing reads before a later
+        step writes its own rows there, and their outputs are dropped; the row whose logits come back is a device
+        input. Rows round alike in any chunk (batch-invariant kernels), so the chunking never changes a bit. Where
+        the padding would not fit the cache, the remaining rows run as one exact chunk (eager; the kernels take any
+        row count without recompiling).
         """
         N = ids.shape[1]
-        C = next((c for c in PREFILL_CHUNKS if c <= N), N)
+        big = PREFILL_CHUNKS[0]
         base = self._host_len(slot)
         seqlen = self.cache.seqlens[slot:slot + 1]
         self._prefill_slot.fill_(slot)
-        starts = list(range(0, N - C + 1, C))
-        if not starts or starts[-1] + C < N:
-            starts.append(max(0, N - C))
-        feats, logits, covered = [], None, 0
-        for idx, s0 in enumerate(starts):
-            s1, last = min(N, s0 + C), idx == len(starts) - 1
-            seqlen.fill_(base + s0)  # rewinds onto the overlap for the last chunk
+        pieces = [(s0, big) for s0 in range(0, N - big, big)]  # (first row, rows): full chunks, then the rest
+        s0 = len(pieces) * big
+        pieces.append((s0, N - s0))
+        feats, logits = [], None
+        for idx, (s0, n) in enumerate(pieces):
+            last = idx == len(pieces) - 1
+            C = min(c for c in PREFILL_CHUNKS if c >= n)
+            if base + s0 + C > self.cache.max_length:  # no room for the padding: the exact rows
+                C = n
+            chunk = ids[:, s0:s0 + n]
+            if C > n:
+                chunk = torch.cat([chunk, chunk.new_zeros(1, C - n)], dim=1)
+            seqlen.fill_(base + s0)
             self._set_host_len(slot, base + s0)
-            graph = self._chunk_graph(last) if self._use_chunk_graphs and s1 - s0 == C else None
+            if last:
+                self._prefill_row.fill_(n - 1)
+            graph = self._chunk_graph(last) if self._use_chunk_graphs and C in PREFILL_CHUNKS else None
             if graph is not None:
-                logits, f = graph(("chunk", C), ids[:, s0:s1])
+                logits, f = graph(("chunk", C), chunk)
             else:
-                logits, f = self._chunk_step(ids[:, s0:s1], last)
-            if f is not None:  # the new rows only; clone: a graph's outputs are overwritten by its next replay
-                feats.append(f[:, covered - s0:].clone())
-            covered = s1
+                logits, f = self._chunk_step(chunk, last)
+            if f is not None:  # the prompt's rows only; clone: a graph's outputs are overwritten by its next replay
+                feats.append(f[:, :n].clone())
         seqlen.fill_(base + N)
         self._set_host_len(slot, base + N)
         return logits, (torch.cat(feats, dim=1) if feats else None)

@@ -5,8 +5,9 @@
 stopping rules and return values, whose every step runs on eagle_triton: the base model as a
 :class:`~eagle_triton.LlamaTarget` (static KV cache, tree-masked attention, CUDA graphs on a GPU), the ``ea_layer``
 as an :class:`~eagle_triton.Eagle3DraftHead` drafted by the fused drafter, verification by
-:func:`~eagle_triton.engine.accept.accept_tree`. Deleting the instance attributes (``restore_eagle``) brings the
-class's methods back.
+:func:`~eagle_triton.engine.accept.accept_tree`: the engine's own steps (:meth:`EagleEngine.generate`'s), each
+queued before the previous one is read, with SafeAILab's stop checks on the host. Deleting the instance
+attributes (``restore_eagle``) brings the class's methods back.
 
 SafeAILab's loop, as reproduced (reference/EAGLE_ALGORITHM.md section 3): ``input_ids`` grows by the step's root
 and accepted drafts (the bonus token becomes the next root and is never returned); after every step it stops when
@@ -26,8 +27,7 @@ import warnings
 
 import torch
 
-from ..engine.accept import accept_tree
-from ..engine.sampling import SamplingParams, probs_from_logits, sample_from_probs
+from ..engine.sampling import SamplingParams
 from .safeailab import head_from_ea_layer, tree_config_from_ea_layer
 
 __all__ = ["take_over_generation", "share_fused_projections", "SafeAILabGeneration"]
@@ -89,24 +89,48 @@ class SafeAILabGeneration:
         self.backend = drafter_backend
 
     # -- shared pieces -----------------------------------------------------------------------------------------
-    def _prepare(self, input_ids, max_length):
+    def _prepare(self, input_ids, max_length) -> int:
+        """Check ``input_ids``, follow the ``ea_layer``'s tree settings, make room for ``max_length``; returns
+        SafeAILab's step limit ``max_length - total_tokens - 10``."""
         if not isinstance(input_ids, torch.Tensor) or input_ids.dim() != 2 or input_ids.shape[0] != 1:
             raise ValueError("input_ids must be a [1, N] tensor (SafeAILab's EAGLE decodes batch size 1)")
-        eng, t = self.engine, self.engine.target
+        eng = self.engine
         tc = tree_config_from_ea_layer(self.model.ea_layer)
         if tc != eng.tree_config:  # the user changed ea_layer.top_k / depth / total_tokens
             eng.tree_config = tc
             eng.drafter = eng._make_drafter(eng.head, self.backend)
+            eng._runners.clear()
         T = tc.total_tokens - 1
         limit = int(max_length) - T - 10
-        N = input_ids.shape[1]
-        need = max(N, limit) + 2 * (T + 2)
-        if t.capacity < need or t.feature_mode != eng.feature_mode:
-            t.setup(max(need, eng._capacity), eng.feature_mode)
-        t.reset()
-        gen = torch.Generator(device=t.device)
-        gen.manual_seed(int(torch.randint(0, 2**62, (1,)).item()))
-        return limit, gen
+        # room for the prompt or SafeAILab's length limit, the steps that may be queued past it, and one tree
+        need = max(input_ids.shape[1], limit) + 2 * (T + 2)
+        if need > eng.max_length:
+            eng.max_length = need
+            eng._capacity = need + tc.total_tokens + 1
+        return limit
+
+    def _steps(self, input_ids, params, speculative: bool, limit: int):
+        """The engine's steps for one generation: first the prefill's token ``(0, [token])``, then per step
+        ``(accepted drafts a, the a + 1 tokens it emits)``, at most ``limit`` steps. Each step is queued before the
+        previous one is read (the engine's lagged read, device-paced steps replayed from CUDA graphs), so the
+        caller's stop checks run while the GPU works; a step queued past the caller's stop is dropped."""
+        eng = self.engine
+        seed = int(torch.randint(0, 2**62, (1,)).item())  # a CPU draw: SafeAILab's runs are unseeded
+        run, pending = eng._prefill(input_ids[0].tolist(), params, speculative, seed)
+        step = eng._speculative_step if speculative else eng._plain_step
+        queued, first = 0, True
+        while pending is not None:
+            ahead = None
+            if run.device_paced and queued < limit:
+                ahead, queued = step(run, params), queued + 1
+            a, new = pending.result()
+            if not first:
+                run.committed(a + 1)
+            first = False
+            yield a, new
+            if ahead is None and queued < limit:  # host-paced steps: queued after the read
+                ahead, queued = step(run, params), queued + 1
+            pending = ahead
 
     def _stop_ids(self, is_llama3) -> set:
         tok = self.model.tokenizer
@@ -116,12 +140,6 @@ class SafeAILabGeneration:
             if eot is not None:
                 ids.add(eot)
         return ids
-
-    @staticmethod
-    def _pick(logits, params, gen) -> torch.Tensor:
-        if params.greedy:
-            return logits.argmax(dim=-1)
-        return sample_from_probs(probs_from_logits(logits, params), gen)
 
     @staticmethod
     def _result(prompt, generated, new_token, idx, log, max_length, limit):
@@ -137,73 +155,51 @@ class SafeAILabGeneration:
     @torch.no_grad()
     def eagenerate(self, input_ids, temperature=0.0, top_p=0.0, top_k=0.0, max_new_tokens=512, max_length=2048,
                    log=False, is_llama3=False):
-        """SafeAILab's ``EaModel.eagenerate`` (same arguments, stopping rules and return values) on eagle_triton."""
-        eng, t, model = self.engine, self.engine.target, self.model
+        """SafeAILab's ``EaModel.eagenerate`` (same arguments, stopping rules and return values) on eagle_triton's
+        engine: the same steps as :meth:`EagleEngine.generate`, queued ahead of SafeAILab's stop checks."""
         params = _sampling_params(temperature, top_p, top_k)
         stop = self._stop_ids(is_llama3)
-        model.ea_layer.reset_kv()
-        limit, gen = self._prepare(input_ids, max_length)
-        drafter = eng.drafter
-        drafter.reset()
-        dev = t.device
-        N = input_ids.shape[1]
-        prompt = input_ids.to(dev, torch.long)
-        seq = torch.zeros(1, max(N, limit) + 2 * (eng.tree_config.total_tokens + 2), dtype=torch.long, device=dev)
-        seq[:, :N] = prompt
-        logits, feats = t.prefill(prompt)
-        root_t = self._pick(logits, params, gen)
-        seq[0, N] = root_t[0]
-        root = int(root_t.item())
+        self.model.ea_layer.reset_kv()
+        limit = self._prepare(input_ids, max_length)
+        steps = self._steps(input_ids, params, True, limit)
+        _, (root,) = next(steps)  # the prefill's token: the first root
         generated: list[int] = []
-        new_token = 0
-        L = N  # tokens in input_ids (and in the target KV); seq[L] is the pending root
-        idx = -1
-        hidden = feats
-        for idx in range(limit):  # noqa: B007 - SafeAILab returns the last step index
-            tree = drafter.draft(hidden, seq[:, :L + 1], sampling=not params.greedy)
-            logits, tfeats = t.verify(tree.draft_tokens, tree.positions, tree.tree_mask[:, 0] > 0.5)
-            res = accept_tree(tree, logits, params, gen)
-            host = torch.cat([res.accept_len.view(1), res.tokens[0]]).tolist()  # the step's one sync
-            a = int(host[0])
-            t.commit(res.accept_index, res.accept_len, a)
-            if tfeats is not None:
-                hidden = tfeats[:, res.accept_index[0, :a + 1]]
-            seq[0, L + 1:L + a + 2] = res.tokens[0, :a + 1]
-            chunk = [root] + [int(x) for x in host[1:a + 1]]
-            root = int(host[a + 1])
+        new_token, idx, L = 0, -1, input_ids.shape[1]
+        for idx, (a, new) in enumerate(steps):  # noqa: B007 - SafeAILab returns the last step index
+            chunk = [root] + new[:a]  # SafeAILab's step adds its root and the accepted drafts; the bonus token
+            root = new[a]  # becomes the next root
             generated.extend(chunk)
             L += a + 1
             new_token += a + 1
             if not stop.isdisjoint(chunk) or new_token > max_new_tokens or L > limit:
                 break
+        steps.close()
         if params.greedy and idx >= 0:  # SafeAILab's greedy accept length is a tensor, so is its sum
-            new_token = torch.tensor(new_token, device=t.device)
+            new_token = torch.tensor(new_token, device=self.engine.target.device)
         return self._result(input_ids, generated, new_token, idx, log, max_length, limit)
 
     @torch.no_grad()
     def naivegenerate(self, input_ids, temperature=0.0, top_p=0.0, top_k=0.0, max_new_tokens=512, max_length=2048,
                       log=False, is_llama3=False):
         """SafeAILab's ``EaModel.naivegenerate`` (plain decoding; same arguments, stopping rules and return
-        values) on eagle_triton's target."""
-        t, model = self.engine.target, self.model
+        values) on eagle_triton's engine (plain steps, queued ahead as in :meth:`eagenerate`)."""
         params = _sampling_params(temperature, top_p, top_k)
         stop = self._stop_ids(is_llama3)
-        model.ea_layer.reset_kv()
-        limit, gen = self._prepare(input_ids, max_length)
-        dev = t.device
-        logits, _ = t.prefill(input_ids.to(dev, torch.long))
+        self.model.ea_layer.reset_kv()
+        limit = self._prepare(input_ids, max_length)
+        # SafeAILab's step i picks token i (the first from the prefill): limit tokens, limit - 1 decode steps
+        steps = self._steps(input_ids, params, False, max(limit - 1, 0))
         generated: list[int] = []
-        new_token, idx = 0, -1
-        L = input_ids.shape[1]
-        for idx in range(limit):  # noqa: B007
-            tok = self._pick(logits, params, gen)
-            x = int(tok.item())  # the step's one sync
-            generated.append(x)
-            new_token += 1
-            L += 1
-            if x in stop or new_token > max_new_tokens or L > limit:
-                break
-            logits, _ = t.decode(tok.view(1, 1))
+        new_token, idx, L = 0, -1, input_ids.shape[1]
+        if limit > 0:
+            for idx, (_, new) in enumerate(steps):  # noqa: B007
+                x = new[0]
+                generated.append(x)
+                new_token += 1
+                L += 1
+                if x in stop or new_token > max_new_tokens or L > limit:
+                    break
+        steps.close()
         return self._result(input_ids, generated, new_token, idx, log, max_length, limit)
 
 
