@@ -210,10 +210,9 @@ def part_smollm2(args, dev: torch.device, budget_s: float, keep_tokens: dict) ->
                 target_src, draft_src, TreeConfig(*map(int, tree.split("/"))), device=dev, dtype=dtype,
                 max_length=args.max_length, drafter_backend=args.drafter, tokenizer=tok)
         plain_engine = engines[trees[0]]
-        warm = prompts[0][1]
-        for eng in engines.values():  # warm-up: graph capture and compilation stay out of the numbers
-            eng.generate(input_ids=warm, max_new_tokens=16, speculative=True)
-        plain_engine.generate(input_ids=warm, max_new_tokens=16, speculative=False)
+        for eng in engines.values():  # warm-up: graph capture (every prefill chunk kind) and compilation stay out
+            eng.warmup(speculative=True)
+        plain_engine.warmup(speculative=False)
         plain, spec = Tally(), {tree: Tally() for tree in trees}
         per_prompt, budget_hit = [], False
         for qid, ids in prompts:

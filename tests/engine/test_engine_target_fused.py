@@ -11,9 +11,10 @@ import torch
 from engine_testlib import OracleDrafter, tiny_llama
 
 import eagle_triton.engine.target as target_mod
-from eagle_triton import TreeConfig
+from eagle_triton import TreeConfig, TreeDrafter
 from eagle_triton.drafter.tree import build_tree_buffers
 from eagle_triton.engine import EagleEngine, LlamaTarget
+from eagle_triton.testing import random_eagle3_head
 
 V = 97
 FAMILIES = [("llama", {"attention_bias": True, "mlp_bias": True}), ("qwen2", {}), ("qwen3", {"head_dim": 24}),
@@ -341,3 +342,35 @@ def test_gpu_no_compilation_for_new_prompt_lengths(norm_mode):
         t.decode(torch.randint(0, 512, (1, 1)).cuda())
     after = _compiled_count(kernels)
     assert after == before, {k: (before[k], after[k]) for k in after if after[k] != before[k]}
+
+
+def test_engine_warmup_runs_every_prefill_chunk_kind_and_changes_nothing(small_chunks):
+    """EagleEngine.warmup generates a few tokens after prompts of each chunk kind (here chunks of 8 and 4: prompts
+    of 4, 8 and 9 rows), plain and speculative; the generations after it are the same as without it."""
+    m = _model("llama", torch.float16)
+    t = LlamaTarget.from_hf(m, ops="triton")
+    g = torch.Generator().manual_seed(8)
+    prompt = torch.randint(0, V, (11,), generator=g).tolist()
+    plain, _ = EagleEngine(t, max_length=48).generate(input_ids=prompt, max_new_tokens=6, eos_token_id=None)
+    head = random_eagle3_head(hidden_size=48, vocab_size=V, draft_vocab_size=48, seed=1)
+    eng = EagleEngine(t, drafter=TreeDrafter(head, TreeConfig(6, 2, 2), backend="stub"), max_length=48)
+    seen = []
+    real = eng.generate
+    eng.generate = lambda **kw: seen.append((len(kw["input_ids"]), kw["speculative"])) or real(**kw)
+    eng.warmup()
+    assert sorted(seen) == [(n, s) for n in (4, 8, 9) for s in (False, True)]
+    eng.generate = real
+    assert eng.generate(input_ids=prompt, max_new_tokens=6, eos_token_id=None)[0] == plain
+    assert eng.generate(input_ids=prompt, max_new_tokens=6, eos_token_id=None, speculative=False)[0] == plain
+
+
+@pytest.mark.gpu
+def test_gpu_warmup_captures_every_prefill_graph():
+    """On CUDA, after warmup every prefill chunk graph is captured (each size as the last chunk, the largest also
+    as a full chunk before the rest): prompts of any length then capture nothing new."""
+    m = _gpu_model("llama")
+    t = LlamaTarget.from_hf(m, ops="triton")
+    EagleEngine(t, max_length=1024).warmup()
+    last, full = t._chunk_graphs[True], t._chunk_graphs[False]
+    assert all(("chunk", c) in last for c in target_mod.PREFILL_CHUNKS)
+    assert ("chunk", target_mod.PREFILL_CHUNKS[0]) in full

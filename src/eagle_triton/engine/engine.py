@@ -241,6 +241,20 @@ class EagleEngine:
         return ids
 
     @torch.no_grad()
+    def warmup(self, speculative: bool | None = None) -> None:
+        """Compile and capture now what generations will use, so the first ones run at full speed: a few tokens
+        after prompts of each prefill chunk kind (:data:`~eagle_triton.engine.target.PREFILL_CHUNKS`: one chunk,
+        padded, of each size; full chunks then a rest), plain and, with a draft head, speculative (or only the
+        kind ``speculative`` names). The prompts are token 0 repeated; nothing of them is kept."""
+        from .target import PREFILL_CHUNKS
+
+        kinds = [False, True] if speculative is None and self.drafter is not None else [bool(speculative)]
+        lengths = sorted({*PREFILL_CHUNKS, PREFILL_CHUNKS[0] + 1})
+        for n in lengths:
+            if n + 4 + self.tree_config.total_tokens < self.max_length:
+                for spec in kinds:
+                    self.generate(input_ids=[0] * n, max_new_tokens=4, speculative=spec, eos_token_id=None, seed=0)
+
     def generate(self, prompt: str | None = None, max_new_tokens: int = 128, temperature: float = 0.0,
                  top_p: float = 1.0, top_k: int = 0, seed: int | None = None, *, input_ids=None,
                  speculative: bool | None = None, eos_token_id: int | list[int] | None | str = "default",
