@@ -151,3 +151,24 @@ def test_stub_draft_rows_writes_its_own_buffers():
     assert second.draft_tokens[0, 0] == 9 and kept[0, 0] == 7  # the buffers hold the latest tree
     other = drafter.draft_rows(feats, torch.tensor([[9, 0, 0]]), torch.tensor([1], dtype=torch.int32), sampling=True)
     assert other.draft_tokens is not first.draft_tokens
+
+
+def test_a_tree_outside_the_drafters_buffers_is_refused_under_graphs(target):
+    """Under CUDA graphs (flag set on the CPU: the check is host pointer compares) a step's tree must live where the
+    drafter's previous trees did (the rest graph reads it there): the same buffers pass, a copy elsewhere is an
+    error, and after a reallocation of a buffer the graphs point into, the new addresses are taken."""
+    from eagle_triton.engine.step import StepRunner
+
+    EagleEngine(target, max_length=64)
+    drafter = TreeDrafter(_head(), TreeConfig(6, 2, 2), backend="stub")
+    run = StepRunner(target, drafter, 4)
+    run.use_graphs = True
+    feats = torch.zeros(1, 3, 192)
+    tree = drafter.draft_rows(feats, torch.tensor([[5, 6, 7]]), torch.tensor([3], dtype=torch.int32))
+    assert run._check_tree(tree) is tree
+    assert run._check_tree(drafter.draft_rows(feats, torch.tensor([[1, 2, 3]]))) is not None
+    moved = type(tree)(**{k: (v.clone() if isinstance(v, torch.Tensor) else v) for k, v in vars(tree).items()})
+    with pytest.raises(RuntimeError, match="outside the buffers"):
+        run._check_tree(moved)
+    target.setup(target.capacity + 64, None)  # the graphs' buffers reallocated: new addresses are taken
+    assert run._check_tree(moved) is moved

@@ -118,7 +118,12 @@ class TreeDrafter:
         """Draft one tree from ``features [1, S, W]`` of rows not yet in the draft KV, ``num_new [1]`` int32 of
         them valid (``None``: all), ``new_ids [1, S]`` the token after each row (the last valid one is the root).
         Lengths stay on the device: no host synchronisation (the engine's step graphs). Back ends with
-        :attr:`drafts_rows` only."""
+        :attr:`drafts_rows` only.
+
+        The tree's tensors are views of the back end's own output buffers, the same ones at every call until its
+        buffers are reallocated (:meth:`reserve`, a batch moving buckets): the engine's CUDA graph of the rest of a
+        step reads the tree at the addresses it was captured with, also after a draft that ran eagerly (the
+        first one of a generation, which ingests the prompt). The engine checks this contract on every step."""
         if not self.drafts_rows:
             raise ValueError(f"the {self.backend!r} drafter back end drafts from host-known lengths only: use "
                              "draft(), or a back end with drafts_rows (the fused 'triton' one, 'stub')")

@@ -27,8 +27,6 @@ sequence: it ingests that prompt's rows, a shape of its own, in one eager launch
 
 from __future__ import annotations
 
-from dataclasses import fields
-
 import torch
 
 from .accept import accept_tree, accept_tree_probs
@@ -181,26 +179,9 @@ class BatchStepRunner(DeviceSteps):
             tree = self._draft_with_prompts()
         else:
             tree = self._run(("draft",), lambda: self.drafter.draft_rows(self.feats, self.ids, self.num_new))
-        tree = self._static_tree(tree)
+        tree = self._check_tree(tree)
         self._run(("rest", mode), lambda: self._verify_accept(mode, tree, bound))
         return self._pending(PendingBatch, occupants=occupants)
-
-    def _static_tree(self, tree):
-        """Under CUDA graphs, the tree at fixed addresses: the rest graph reads the tensors it was captured with.
-        The fused drafter's trees are always its own buffers (returned as they are); a drafter whose eager and
-        graphed drafts return different tensors has them copied into the first tree's."""
-        if not self.use_graphs:
-            return tree
-        static, owners = getattr(self, "_tree", None), self._buffers()
-        if static is None or any(a is not b for a, b in zip(static[0], owners, strict=True)):
-            self._tree = (owners, tree)  # (again after a reallocation, when the graphs are captured again)
-            return tree
-        first = static[1]
-        for f in fields(tree):
-            a, b = getattr(first, f.name), getattr(tree, f.name)
-            if isinstance(a, torch.Tensor) and a.data_ptr() != b.data_ptr():
-                a.copy_(b)
-        return first
 
     def _draft_with_prompts(self):
         """One eager draft in which the slots that start a sequence ingest its prompt rows and the others their

@@ -83,6 +83,24 @@ class DeviceSteps:
         self._slot = 0
         self._graphs: dict = {}
         self._eager_runs: dict = {}
+        self._tree_ptrs: tuple | None = None  # (buffer owners, the tree's tensor addresses) of the first tree
+
+    def _check_tree(self, tree):
+        """Under CUDA graphs the rest of a step replays reading the tree at the addresses it was captured with, so a
+        drafter must return its trees in its own buffers (:meth:`TreeDrafter.draft_rows`'s contract): checked
+        here by comparing addresses on the host, for each set of buffers; a breach is an error, never a replay
+        reading stale memory. Returns ``tree``."""
+        if self.use_graphs:
+            owners = self._buffers()
+            ptrs = tuple(t.data_ptr() for t in vars(tree).values() if isinstance(t, torch.Tensor))
+            seen = self._tree_ptrs
+            if seen is None or any(a is not b for a, b in zip(seen[0], owners, strict=True)):
+                self._tree_ptrs = (owners, ptrs)
+            elif seen[1] != ptrs:
+                raise RuntimeError(f"the drafter ({type(self.drafter).__name__}) returned a tree outside the buffers "
+                                   "of its previous trees: draft_rows must return views of its own output buffers "
+                                   "(the step's CUDA graph reads them at fixed addresses)")
+        return tree
 
     def _buffers(self) -> tuple:
         """Every buffer object a captured graph points into: the target's cache and the drafter's buffers (a
@@ -175,6 +193,7 @@ class StepRunner(DeviceSteps):
             tree = self.drafter.draft_rows(first[0], first[1], None)
         else:
             tree = self._run(("draft",), lambda: self.drafter.draft_rows(self.feats, self.ids, self.num_new))
+        tree = self._check_tree(tree)
         self._run(("rest", params), lambda: self._verify_accept(params, tree, bound))
         return self._pending()
 
