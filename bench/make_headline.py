@@ -28,6 +28,7 @@ S7 = "gpu_2026-11-25/"  # session 7's result set (bench/results/gpu_2026-11-25/R
 S8 = "step_graph_2026-11-25/"  # session 8's result set (bench/results/step_graph_2026-11-25/README.md)
 S9 = "session9_2026-11-25/"  # session 9's benchmarks (bench/results/session9_2026-11-25/README.md)
 S9P = "pdl_2026-11-25/"  # session 9's probes (bench/results/pdl_2026-11-25/README.md)
+S10B = "session10b_2026-11-26/"  # session 10's second set (bench/results/session10b_2026-11-26/README.md)
 # The engine benchmark of issue 18 (a bench_engine.json with "parts": bench/bench_engine.py since schema 2). Its README
 # tables are printed by bench/engine_table.py, and every figure they print is an entry (engine_parts_entries).
 # None: the newest such file committed under bench/results/ (by its "date"); name one ("<set>/bench_engine.json") to
@@ -287,6 +288,37 @@ def session9_entries() -> list[dict]:
     ]
 
 
+def session10_entries() -> list[dict]:
+    """Session 10's figures printed in the README's prose (SafeAILab's eagenerate on the engine's queued steps, the
+    SmolLM2 engine rerun); they replace the earlier entries of the same names."""
+    def s10(*a, **kw):
+        return prose_entry(*a, date="2026-11-26", **kw)
+
+    head = ["results", "headline"]
+    smol = ["parts", "smollm2", "runs", {"dtype": "bfloat16"}]
+    safe, engine, commit = S10B + "bench_safeailab.json", S10B + "bench_engine_smollm2.json", "106bd66"
+    measured = "commit: the commit that added the source; the code measured is 8bb9503"
+    return [
+        s10("safeailab_8b_step_unpatched", "ms", safe, head + ["safeailab_8b_step_unpatched"], 1, commit,
+            "55.1 ms unpatched", "55.1", measured),
+        s10("safeailab_8b_step_drafter_patched", "ms", safe, head + ["safeailab_8b_step_drafter_patched"], 1, commit,
+            "41.4 ms with the drafter patch", "41.4", measured),
+        s10("safeailab_8b_step_optimized", "ms", safe, head + ["safeailab_8b_step_optimized"], 2, commit,
+            "9.26 ms after `optimize_eagle_with_triton`", "9.26",
+            measured + "; our engine's step in the same run is spec_step_8b_60_7_10_safeailab_run (ratio 1.00)"),
+        s10("safeailab_8b_topk_call_patched", "ms", safe, head + ["safeailab_8b_topk_call_patched"], 2, commit,
+            "`topK_genrate` with the drafter patch: 2.82 ms", "2.82", measured),
+        s10("spec_step_8b_60_7_10_safeailab_run", "ms", safe, head + ["spec_step_8b_60_7_10"], 2, commit,
+            "own speculative step at that shape in the same run, 9.26 ms", "9.26",
+            "measured by bench/bench_safeailab.py at 8bb9503; spec_step_8b_60_7_10 is the engine benchmark's"),
+        s10("smollm2_rerun_plain_tok_s", "tok/s", engine, smol + ["plain", "tokens_per_second"], 1, commit,
+            "gave plain 1159.0 tok/s", "1159.0", measured + "; the engine benchmark's SmolLM2 part alone"),
+        s10("smollm2_rerun_best_speedup", "speculative / plain tok/s", engine,
+            smol + ["trees", {"tree": "32/5/6"}, "speedup"], 2, commit, "2004.2 tok/s with 32/5/6 (1.73x", "1.73",
+            measured + "; the best of 60/7/10, 32/5/6 and 16/3/4"),
+    ]
+
+
 def engine_parts_source() -> str | None:
     """The issue-18 engine result file, relative to bench/results/: ENGINE_PARTS_SOURCE, else the newest committed
     bench_engine.json with parts; None while there is none."""
@@ -398,7 +430,7 @@ def main() -> None:
                     "added the source file; readme: where the README prints the figure (tests/test_headline.py "
                     "checks all of it). Written by bench/make_headline.py.",
            "entries": _latest(drafter_entries() + engine_entries() + session7_entries() + session8_entries()
-                              + session9_entries() + engine_parts_entries() + batch_entries())}
+                              + session9_entries() + session10_entries() + engine_parts_entries() + batch_entries())}
     path = ROOT / RESULTS / "headline.json"
     path.write_text(json.dumps(doc, indent=1) + "\n")
     print(f"wrote {len(doc['entries'])} entries to {path.relative_to(ROOT)}")
