@@ -35,18 +35,19 @@ def _pin_interpreter_dot() -> None:
     rounds a row differently by its position in the matrix (row 44 of a 64-row tile and the same row at position 0
     differ in the last bit), which a GPU's matrix units do not. The batch-invariance tests compare a row computed
     alone with the same row inside a batch, so they would test the BLAS build instead of the kernels. Here the
-    interpreter's ``matmul`` is ``einsum`` without BLAS: each output element sums its products in an order that
-    depends on the reduction length only. Only the interpreter module's name ``np`` is redirected; numpy itself
-    is untouched."""
+    interpreter's ``matmul`` computes each row as its own ``[1, K] x [K, N]`` product (a stacked matmul: the same
+    BLAS call for every row, whatever its position or neighbours). Only the interpreter module's name ``np`` is
+    redirected; numpy itself is untouched."""
     import types
 
     import numpy as np
     import triton.runtime.interpreter as interp
 
     def matmul(a, b, *args, dtype=None, **kw):
-        if args or kw:  # a call this replacement does not know: numpy's own
+        if args or kw or a.ndim < 2 or b.ndim < 2:  # a call this replacement does not know: numpy's own
             return np.matmul(a, b, *args, dtype=dtype, **kw)
-        return np.einsum("...ik,...kj->...ij", a, b, optimize=False, dtype=dtype, casting="same_kind")
+        # one [1, K] x [K, N] product per row: every row takes the same BLAS path, wherever it sits
+        return np.matmul(a[..., :, None, :], b[..., None, :, :], dtype=dtype)[..., 0, :]
 
     class NumpyProxy(types.ModuleType):
         def __getattr__(self, name):
