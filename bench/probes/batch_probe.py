@@ -9,6 +9,7 @@ Parts:
   small?
 - ``steady``: steady-state ms per batched step (plain and each tree) for batch 1-16: ``B`` equal prompts, no EOS,
   no refills and no bucket moves; two job lengths, the time difference over the step difference (prefills cancel).
+- ``prefill``: the target's prefill of one prompt per length (host and device ms; ``--profile``: its kernels).
 - ``job``: a continuous-batching job like the benchmark's (64 prompts of random length, per-sequence caps standing
   in for EOS), run three times: cold, warm, and warm with the host timing its parts (synchronising around each:
   CUDA graph captures, prefills, bucket moves, eager prompt drafts), so the whole-job time can be split.
@@ -110,6 +111,51 @@ def part_promptdraft(args) -> list[dict]:
         print(f"prompt draft b{B} x {S} rows (room {room}): {ms:.3f} ms", flush=True)
         del d
         torch.cuda.empty_cache()
+    return rows
+
+
+def part_prefill(args) -> list[dict]:
+    """The target's prefill alone (one prompt into slot 0, chunk graphs warm) per prompt length: host wall time
+    (synchronised) and device time (CUDA events), and the kernels of one 256-row chunk (``--profile``)."""
+    from step_probe import profile_kernels, smollm2_random
+
+    from eagle_triton.engine import LlamaTarget
+    from eagle_triton.engine import target as target_mod
+
+    model, _ = smollm2_random()
+    target = LlamaTarget.from_hf(model)
+    del model
+    target.setup(1200, "eagle3")
+    g = torch.Generator().manual_seed(0)
+    rows = []
+    for n in [int(x) for x in args.prefill_lengths.split(",")]:
+        ids = torch.randint(0, 49152, (1, n), generator=g).cuda()
+
+        def run(ids=ids):
+            target.reset(0)
+            return target.prefill(ids)
+
+        for _ in range(3):
+            run()
+        torch.cuda.synchronize()
+        walls, devs = [], []
+        for _ in range(20):
+            e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            t0 = time.perf_counter()
+            e0.record()
+            run()
+            e1.record()
+            torch.cuda.synchronize()
+            walls.append(time.perf_counter() - t0)
+            devs.append(e0.elapsed_time(e1))
+        walls.sort()
+        devs.sort()
+        row = {"prompt_len": n, "chunks": target_mod.PREFILL_CHUNKS, "wall_ms": 1e3 * walls[10],
+               "device_ms": devs[10]}
+        if args.profile and n == 256:
+            row["kernels"] = profile_kernels(run, top=15)
+        print(json.dumps({k: v for k, v in row.items() if k != "kernels"}), flush=True)
+        rows.append(row)
     return rows
 
 
@@ -256,6 +302,8 @@ def main(argv=None) -> int:
     p.add_argument("--job-batches", default="16,4")
     p.add_argument("--job-trees", default="16/3/4")
     p.add_argument("--job-prompts", type=int, default=64)
+    p.add_argument("--prefill-lengths", default="16,40,100,200,256,257,600,1000")
+    p.add_argument("--profile", action="store_true", help="prefill: the kernels of a 256-row prompt's prefill")
     args = p.parse_args(argv)
     if args.warm_drafter:
         import bench_fused_drafter as bfd
@@ -268,6 +316,9 @@ def main(argv=None) -> int:
     parts = args.parts.split(",")
     res = {"versions": bench_engine.versions(), "command": " ".join(sys.argv),
            "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "weights": "random, SmolLM2-135M shape"}
+    if "prefill" in parts:
+        res["prefill"] = part_prefill(args)
+        Path(args.out).write_text(json.dumps(res, indent=1))
     if "promptdraft" in parts:
         res["promptdraft"] = part_promptdraft(args)
         Path(args.out).write_text(json.dumps(res, indent=1))

@@ -65,14 +65,16 @@ def test_fused_eagle1_feature_is_lm_head_input(small_chunks):
     torch.testing.assert_close(t.lm_head(feats[:, -1]), logits, atol=1e-5, rtol=1e-5)
 
 
-@pytest.mark.parametrize("kw", [{"norm_mode": "partials"}, {"norm_mode": "prologue"}, {"inline_norm": False},
-                                {"inline_norm": True}], ids=["partials", "prologue", "inline_false", "inline_true"])
+@pytest.mark.parametrize("kw", [{"norm_mode": "partials"}, {"norm_mode": "prologue"}, {"norm_mode": "kernel"},
+                                {"inline_norm": False}, {"inline_norm": True}],
+                         ids=["partials", "prologue", "kernel", "inline_false", "inline_true"])
 def test_norm_modes_agree(kw):
-    """The RMSNorm as its own kernel (default), from partial sums of squares and in the prologue (also under the
-    older ``inline_norm`` spelling) round alike up to the order of the row's sum of squares."""
+    """The RMSNorm folded into the weights (default), as its own kernel, from partial sums of squares and in the
+    prologue (also under the older ``inline_norm`` spelling) round alike up to the order of the row's sum of
+    squares (and, folded, the roundings of the normalised row and the folded weights: fp32 here)."""
     m = _model("qwen2")
     a, b = LlamaTarget.from_hf(m, ops="triton"), LlamaTarget.from_hf(m, ops="triton", **kw)
-    assert a.norm_mode == "kernel"
+    assert a.norm_mode == "folded"
     assert b.norm_mode == kw.get("norm_mode", {True: "prologue", False: "kernel"}.get(kw.get("inline_norm")))
     ids = torch.randint(0, V, (1, 6))
     for t in (a, b):
@@ -94,17 +96,19 @@ def test_fused_forward_needs_triton_ops():
         LlamaTarget.from_hf(_model(), ops="torch", fused_forward=True)
 
 
-@pytest.mark.parametrize("model,extra", [FAMILIES[0], FAMILIES[2]], ids=["llama", "qwen3"])
-def test_verify_rows_equal_decode_rows_bitwise(model, extra, small_chunks):
+@pytest.mark.parametrize("model,extra,norm_mode", [(*FAMILIES[0], "folded"), (*FAMILIES[2], "folded"),
+                                                   (*FAMILIES[0], "kernel")], ids=["llama", "qwen3", "llama-kernel"])
+def test_verify_rows_equal_decode_rows_bitwise(model, extra, norm_mode, small_chunks):
     """fp16: each verified node's logits and features equal bit for bit those of decoding its path token by token
-    (a 5-row tree forward vs 1-row forwards, keys at other cache positions)."""
+    (a 5-row tree forward vs 1-row forwards, keys at other cache positions); also with the norms folded into the
+    weights (the default, biases present) and with the norm as its own kernel."""
     m = _model(model, torch.float16, **extra)
     g = torch.Generator().manual_seed(2)
     prompt = torch.randint(0, V, (1, 10), generator=g)
     parents = torch.tensor([[-1, 0, 1, 0, 2]])
     tokens = torch.randint(0, V, (1, 5), generator=g)
     mask, depths, *_ = build_tree_buffers(parents, 3)
-    t = LlamaTarget.from_hf(m, ops="triton")
+    t = LlamaTarget.from_hf(m, ops="triton", norm_mode=norm_mode)
     t.setup(64, "eagle3")
     t.prefill(prompt)
     lv, fv = (x.clone() for x in t.verify(tokens, depths, mask))

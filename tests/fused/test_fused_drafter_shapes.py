@@ -14,7 +14,7 @@ import pytest
 import torch
 import triton
 import triton.language as tl
-from test_fused_drafter import assert_same_kv, assert_same_tree, run_calls
+from test_fused_drafter import accept_some, assert_same_kv, assert_same_tree, reference_margins, run_calls
 
 from eagle_triton import Eagle3DraftHead, TreeConfig, TreeDrafter
 from eagle_triton.fused import Buffers, DrafterConfig, DraftInputs, Weights, launch_drafter, launch_drafter_ref
@@ -232,7 +232,9 @@ def test_weights_that_do_not_match_the_config_are_refused():
 @pytest.mark.parametrize("fp8", [False, True], ids=["fp32", "fp8-weights"])
 def test_gpu_published_shapes_fp32_identical_trees(shape, fp8):
     """One program per SM at the published shapes, fp32 activations (IEEE dots, no TF32), with and without FP8
-    weights: trees identical to the reference, prefill then decode."""
+    weights, prefill then decode: the draft KV equal to the reference's, and every tree whose reference decisions
+    are separated by more than 256 fp32 ulps (:func:`reference_margins`; the kernel and cuBLAS sum in different
+    orders, so a near-tie may rank either way) identical to the reference's."""
     torch.backends.cuda.matmul.allow_tf32 = False
     hidden, nh, nkv, inter, vocab, dvocab = PUBLISHED[shape]
     cfg = DraftHeadConfig(hidden_size=hidden, intermediate_size=inter, num_attention_heads=nh,
@@ -241,13 +243,27 @@ def test_gpu_published_shapes_fp32_identical_trees(shape, fp8):
     head = random_eagle3_head_on("cuda", cfg, peaked=True, dtype=torch.float32)
     if fp8:
         head.quantize_fp8()
-    rng = np.random.default_rng()
-    for drafters, trees in run_calls(head, TreeConfig(60, 7, 10), ["torch", "triton"], 2, 64, rng, device="cuda"):
+    tc, rng, decided, prompt = TreeConfig(60, 7, 10), np.random.default_rng(), 0, 64
+    for _ in range(3):
+        drafters = {n: TreeDrafter(head, tc, backend=n) for n in ("torch", "triton")}
+        ids = torch.randint(0, vocab, (1, prompt + 1), device="cuda")
+        feats = torch.randn(1, prompt, head.feature_width, device="cuda")
+        trees = {n: d.draft(feats, ids) for n, d in drafters.items()}
         assert drafters["triton"]._impl.fallback_reason == ""
-        assert_same_tree(trees["torch"], trees["triton"])
+        if reference_margins(head, tc, feats, ids) > 256:
+            assert_same_tree(trees["torch"], trees["triton"])
+            decided += 1
+        assert_same_kv(drafters["torch"].stable_kv, drafters["triton"].stable_kv, atol=1e-3)
+        acc = accept_some(trees["torch"], rng).cuda()  # the same accepted path into both: their KV must agree
+        ids = torch.cat([ids, acc[None], torch.randint(0, vocab, (1, 1), device="cuda")], 1)
+        feats = torch.randn(1, acc.numel() + 1, head.feature_width, device="cuda")
+        for d in drafters.values():
+            d.draft(feats, ids)
         assert_same_kv(drafters["torch"].stable_kv, drafters["triton"].stable_kv, atol=1e-3)
     del head, drafters
     torch.cuda.empty_cache()
+    if decided == 0:
+        pytest.skip("no reference tree was separated at 256 ulps: only the draft KV was compared")
 
 
 # ------------------------------------------------------------------------------------------------ FP8 pieces

@@ -8,6 +8,7 @@ import torch
 from eagle_triton.ops.target_linear import (
     LinearConfig,
     default_config,
+    fold_norm_weight,
     sumsq_width,
     target_embedding,
     target_embedding_ref,
@@ -283,3 +284,55 @@ def test_partials_bad_inputs_are_named(device):
     if device == "cpu":
         with pytest.raises(IndexError, match="token id 5 is out of the embedding's range"):
             target_embedding(torch.tensor([1, 5]), emb)
+
+
+# ------------------------------------------------------------------------------------------------ folded RMSNorm
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("flags", ["norm", "all"])
+@pytest.mark.parametrize("M,N,K,P", [(1, 50, 70, 5), (37, 24, 33, 3), (9, 17, 130, 1), (4, 17, 130, 100)])
+def test_norm_folded_matches_reference(M, N, K, P, flags, dtype, device):
+    """The norm weight folded into W and each row's rstd (from P partials) applied to the product: against the
+    folded reference (same contract, fp64) and against the unfolded RMSNorm product, within the dtype's tolerance
+    (the folded form skips the rounding of the normalised row)."""
+    x, w, kw = _inputs(M, N, K, dtype, device, seed=int(torch.randint(1 << 30, ())), **FLAGS[flags])
+    nw = kw.pop("norm_weight")
+    ss = _tile_sumsq(x, -(-K // P), P)
+    wf = fold_norm_weight(w, nw)
+    y = target_linear(x, wf, sumsq=ss, norm_folded=True, config=SMALL, **kw)
+    ref = target_linear_ref(x.double(), wf.double(), sumsq=ss, norm_folded=True,
+                            **{k: v.double() if torch.is_tensor(v) else v for k, v in kw.items()})
+    unfolded = target_linear_ref(x.double(), w.double(), norm_weight=nw.double(), sumsq=ss,
+                                 **{k: v.double() if torch.is_tensor(v) else v for k, v in kw.items()})
+    atol, rtol = TOL[dtype]
+    torch.testing.assert_close(y.double(), ref, atol=atol * 4, rtol=rtol * 4)
+    torch.testing.assert_close(y.double(), unfolded, atol=atol * 8, rtol=rtol * 8)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_norm_folded_row_is_batch_invariant_and_prefetch_free(dtype, device):
+    """Folded: a row alone, in 5 rows and in 45 rows (several row tiles) is bit-identical, with and without the
+    weight chunks prefetched, with the SiLU·mul, bias and residual epilogues."""
+    x, w, kw = _inputs(45, 40, 72, dtype, device, seed=int(torch.randint(1 << 30, ())), **FLAGS["all"])
+    wf = fold_norm_weight(w, kw.pop("norm_weight"))
+    ss = _tile_sumsq(x, 24, 3)
+    for pre in (0, 1, 2):
+        cfg = LinearConfig(block_m=16, block_n=16, block_k=16, num_warps=4, num_stages=1, prefetch=pre)
+        full = target_linear(x, wf, sumsq=ss, norm_folded=True, config=cfg, **kw)
+        if pre == 0:
+            base = full
+        assert torch.equal(full, base), pre
+        for sl in (slice(0, 1), slice(44, 45), slice(16, 21)):
+            part = target_linear(x[sl], wf, sumsq=ss[sl], norm_folded=True, config=cfg,
+                                 **{k: (v[sl] if k == "residual" else v) for k, v in kw.items()})
+            assert torch.equal(part, full[sl]), (pre, sl)
+
+
+def test_norm_folded_bad_inputs_are_named(device):
+    x, w, kw = _inputs(4, 6, 8, torch.float32, device, 0, norm=True)
+    ss = torch.ones(4, 2, device=device)
+    with pytest.raises(ValueError, match="norm_folded needs sumsq"):
+        target_linear(x, w, norm_folded=True)
+    with pytest.raises(ValueError, match="norm_folded needs sumsq"):
+        target_linear(x, w, sumsq=ss, norm_folded=True, **kw)
+    with pytest.raises(ValueError, match=r"norm_weight must be \[K=8\]"):
+        fold_norm_weight(w, kw["norm_weight"][:5])

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import torch
 
+from ..ops._utils import move_slots_to_front
+
 __all__ = ["StaticKVCache", "find_multiple"]
 
 
@@ -51,14 +53,7 @@ class StaticKVCache:
     def move_slots(self, slots: list[int]) -> None:
         """Move the rows and lengths of ``slots`` (distinct slot indices, in order) to slots ``0..len(slots)-1``, in
         place (device copies of the slots that move only)."""
-        moves = [(j, s) for j, s in enumerate(slots) if j != s]
-        if not moves:
-            return
-        dev = self.seqlens.device
-        dst = torch.tensor([j for j, _ in moves], device=dev)
-        src = torch.tensor([s for _, s in moves], device=dev)
-        for t, dim in ((self.k, 1), (self.v, 1), (self.seqlens, 0)):
-            t.index_copy_(dim, dst, t.index_select(dim, src))  # index_select copies first: overlaps are safe
+        move_slots_to_front(slots, (self.k, 1), (self.v, 1), (self.seqlens, 0))
 
     @property
     def num_layers(self) -> int:

@@ -16,15 +16,18 @@ it runs alone.
 
 Two forwards share the weights and the cache. The PyTorch forward (``ops="torch"``, the CPU default) is the eager
 layer sequence. The fused Triton forward (``ops="triton"``, or ``"auto"`` on CUDA; on the CPU ``ops="triton"``
-runs it under Triton's interpreter) is eight batch-invariant kernels per layer (see :mod:`eagle_triton.ops`): the
-input RMSNorm, the q/k/v product, RoPE (+ Qwen3 q/k norm) fused with the KV-cache write, attention, the o product
-with the residual add, the post-attention RMSNorm, the gate/up product with SiLU·mul in its epilogue, the down
-product with the residual add; then the final RMSNorm and the lm_head product. Each RMSNorm is its own small kernel
-by default (``norm_mode="kernel"``); ``"partials"`` removes those launches (the kernels that write the residual
-stream also write per-tile partial sums of squares, which the normed products' prologue adds) but measured slower
-at the Llama-3.1-8B shape on the H100: decode 7.53 ms against 6.04 (14.46 before its partials were loaded as one
-block; ``bench/results/step_graph_2026-11-25/``): normalising in the products' loop costs them more than the two
-launches. Every kernel reduces a row in an order that does not depend on how many
+runs it under Triton's interpreter) is seven batch-invariant launches per layer (see :mod:`eagle_triton.ops`): the
+q/k/v product, RoPE (+ Qwen3 q/k norm) fused with the KV-cache write, attention (two launches: the key splits and
+their combine), the o product with the residual add, the gate/up product with SiLU·mul in its epilogue, the down
+product with the residual add; then the final RMSNorm and the lm_head product. The input and post-attention
+RMSNorms are folded by default (``norm_mode="folded"``): their weights are multiplied into the q/k/v and gate/up
+weights at load, the kernels that write the residual stream (embedding, o, down) also write per-tile partial sums
+of squares, and the next product scales each output row by its ``rstd`` in the epilogue. On the H100
+(``bench/results/session11_2026-11-26/``) that made SmolLM2's decode step 0.734 ms against 0.800 with a separate
+RMSNorm kernel (``norm_mode="kernel"``) and its 60-row verify 0.950 against 1.051; at the Llama-3.1-8B shape 5.718
+against 5.804 and 6.427 against 6.516. Normalising the row inside the product (``"partials"``, ``"prologue"``)
+measured slower than both: that per-element work runs on every padded row of a tile, in every chunk. Every kernel
+reduces a row in an order that does not depend on how many
 rows run with it, so a verify row, a decode row and a prefill row round alike (bf16
 speculation can equal plain decoding bit for bit once the attention is invariant too). Prefill runs through the
 same kernels in fixed-size chunks (``PREFILL_CHUNKS``), and no kernel is specialised on the row count, so no
@@ -54,10 +57,12 @@ __all__ = ["TargetModel", "LlamaTarget", "TargetConfig", "eagle3_tap_layers", "S
 
 SUPPORTED_MODEL_TYPES = ("llama", "mistral", "qwen2", "qwen3")
 
-#: Prefill chunk sizes of the fused forward, largest first: a prompt runs in chunks of the largest size that it
-#: fills (the last chunk overlapping the previous one), each size replayed from its own CUDA graphs. Larger chunks
-#: read the weights fewer times; the kernels' results do not depend on the chunking (batch invariance).
-PREFILL_CHUNKS = (256, 64, 16)
+#: Prefill chunk sizes of the fused forward, largest first: a prompt runs in full chunks of the largest size, then
+#: its remaining rows in the smallest size that holds them (padded), each size replayed from its own CUDA graphs.
+#: Larger chunks read the weights fewer times, smaller ones waste fewer padded rows (SmolLM2 on the H100: 16 rows
+#: 0.90 ms, 64 rows 1.00, 256 rows 1.71: a 100-token chat prompt in a 256-row chunk paid for 156 padded rows, hence
+#: the 128); the kernels' results do not depend on the chunking (batch invariance).
+PREFILL_CHUNKS = (256, 128, 64, 16)
 
 
 class TargetModel:
@@ -152,7 +157,7 @@ def _rotary_from_config(hf_config, device):
     return rope.inv_freq.detach().float().to(device), float(getattr(rope, "attention_scaling", 1.0))
 
 
-NORM_MODES = ("partials", "kernel", "prologue")
+NORM_MODES = ("partials", "kernel", "prologue", "folded")
 
 
 def _norm_mode(norm_mode: str | None, inline_norm: bool | None) -> str:
@@ -163,7 +168,7 @@ def _norm_mode(norm_mode: str | None, inline_norm: bool | None) -> str:
             raise ValueError(f"inline_norm={inline_norm} means norm_mode={legacy!r}, which contradicts "
                              f"norm_mode={norm_mode!r}; pass norm_mode only")
         return legacy
-    norm_mode = "kernel" if norm_mode is None else norm_mode
+    norm_mode = "folded" if norm_mode is None else norm_mode
     if norm_mode not in NORM_MODES:
         raise ValueError(f"norm_mode must be one of {NORM_MODES}, got {norm_mode!r}")
     return norm_mode
@@ -185,14 +190,18 @@ class LlamaTarget(TargetModel):
         ``False`` keeps the PyTorch layer sequence with the Triton attention (the previous CUDA path).
     linear_configs: tile configurations of the weight products by name (``"qkv"``, ``"o"``, ``"gate_up"``,
         ``"down"``, ``"lm_head"``), default :func:`eagle_triton.ops.target_linear.default_config` per shape.
-    norm_mode: fused forward only, how the input/post-attention and final RMSNorms get each row's sum of squares
-        (all batch-invariant; they round alike up to the order of that sum): ``"kernel"`` (default): a separate
-        RMSNorm kernel before the product; ``"partials"``: from the partial sums written by the kernel that produced
-        the row, the normalisation in the q/k/v and gate/up products' prologue (two launches per layer fewer, but
-        slower on the H100: 8B decode 7.53 against 6.04 ms, SmolLM2 1.21 against 1.03 ms);
-        ``"prologue"``: every program of the product re-reads its row tile
-        to sum the squares (measured slower than ``"kernel"`` on the H100: +7.6 / +12 us per q/k/v / gate-up
-        product at 1 row, +21 / +72 us at 60 rows, ``bench/results/target_forward_2026-11-24/``).
+    norm_mode: fused forward only, how the input/post-attention RMSNorms are applied (all batch-invariant; they
+        round alike up to the order of the row's sum of squares): ``"folded"`` (default): the norm weights folded
+        into the q/k/v and gate/up weights at load (``W * w_norm``, rounded once), the rows streamed unnormalised
+        and each output row scaled by its ``rstd`` (from the partial sums of squares the producing kernels write)
+        in the product's epilogue: no norm launches and no per-element prologue work; it differs from the others
+        by the rounding of the normalised row and of the folded weights (within the dtype's tolerance of
+        transformers' layers). ``"kernel"``: a separate RMSNorm kernel before the product. ``"partials"``: from the
+        partial sums, the normalisation in the q/k/v and gate/up products' prologue (slower on the H100: 8B
+        decode 7.53 against 6.04 ms, SmolLM2 1.21 against 1.03 ms). ``"prologue"``: every program of the product
+        re-reads its row tile to sum the squares (slower than ``"kernel"``: +7.6 / +12 us per q/k/v / gate-up
+        product at 1 row, +21 / +72 us at 60 rows, ``bench/results/target_forward_2026-11-24/``). The final norm
+        is always its own kernel (its output is the lm_head input and the EAGLE-1 feature).
     inline_norm: the older spelling: ``True`` is ``norm_mode="prologue"``, ``False`` is ``norm_mode="kernel"``.
     cuda_graphs: capture the decode and verify steps on CUDA (default: on for CUDA).
     eos_token_ids: end-of-sequence ids (the engine's default stop tokens).
@@ -225,6 +234,12 @@ class LlamaTarget(TargetModel):
         self.inv_freq = inv_freq.float().to(self.device)
         self.attention_scaling = attention_scaling
         self._load(state_dict)
+        if self.norm_mode == "folded" and self.fused_forward:
+            from ..ops.target_linear import fold_norm_weight
+
+            for L in self.layers:  # w_qkv and w_gate_up are this runner's own (concatenated at load)
+                L.w_qkv = fold_norm_weight(L.w_qkv, L.ln_in)
+                L.w_gate_up = fold_norm_weight(L.w_gate_up, L.ln_post)
         self._linear_configs = self._make_linear_configs() if self.fused_forward else {}
         self.cache: StaticKVCache | None = None  # the slots stepped now: a view of the first slots of _store
         self._store: StaticKVCache | None = None  # every allocated slot
@@ -563,7 +578,7 @@ class LlamaTarget(TargetModel):
         # tile's partials as one contiguous block (each partial is written once and read by every program of the
         # next product, so the layout serves the reads).
         ss_mlp = ss_attn = None
-        if self.norm_mode == "partials":
+        if self.norm_mode in ("partials", "folded"):
             ss_mlp = self._sumsq_buffer(M, "down")
             ss_attn = self._sumsq_buffer(M, "o")
         x = target_embedding(tokens.reshape(M), self.embed, sumsq_out=ss_mlp, validate=False)  # [M, H]
@@ -605,21 +620,27 @@ class LlamaTarget(TargetModel):
     def _sumsq_buffer(self, S: int, producer: str) -> torch.Tensor:
         """fp32 row-major ``[S, P]`` for the partial sums of squares the ``producer`` product writes
         (``P`` = its output tiles); the embedding gather writes the same ``P`` as the down product, so every q/k/v
-        product reads one partial count (one compiled variant)."""
+        product reads one partial count (one compiled variant). The rows are padded to a multiple of 16 floats
+        (a view of the first ``P`` columns): the readers' ``[rows, P]`` loads are then 16-byte vectors (at
+        SmolLM2's ``P = 36`` the scalar loads more than doubled the q/k/v product's instructions)."""
         from ..ops.target_linear import sumsq_width
 
         P = sumsq_width(self.hidden_size, self._linear_configs[producer])
-        return torch.empty(S, P, device=self.device, dtype=torch.float32)
+        return torch.empty(S, -(-P // 16) * 16, device=self.device, dtype=torch.float32)[:, :P]
 
     def _normed_linear(self, x, sumsq, norm_weight, weight, bias, config, silu_mul: bool = False):
         """``linear(rms_norm(x))`` as ``norm_mode`` says: the norm in the product's prologue from the partial sums
-        of squares ``sumsq`` (``"partials"``) or from the row itself (``"prologue"``), or as its own kernel."""
+        of squares ``sumsq`` (``"partials"``) or from the row itself (``"prologue"``), as its own kernel, or
+        folded into the weight with ``rstd`` applied to the product (``"folded"``)."""
         from ..ops.target_linear import target_linear, target_rms_norm
 
         eps = self.config.rms_norm_eps
         if self.norm_mode == "kernel":
             h = target_rms_norm(x, norm_weight, eps, validate=False)
             return target_linear(h, weight, bias, silu_mul=silu_mul, config=config, validate=False)
+        if self.norm_mode == "folded":  # norm_weight is folded into weight (at load): rstd scales the product
+            return target_linear(x, weight, bias, eps=eps, silu_mul=silu_mul, sumsq=sumsq, norm_folded=True,
+                                 config=config, validate=False)
         return target_linear(x, weight, bias, norm_weight=norm_weight, eps=eps, silu_mul=silu_mul, sumsq=sumsq,
                              config=config, validate=False)
 

@@ -18,7 +18,7 @@ import torch
 from ..config import TreeConfig
 from ..drafter.reference import TorchDraftBackend, check_draft_inputs
 from ..heads.base import DraftHead
-from ..ops._utils import cdiv
+from ..ops._utils import cdiv, move_slots_to_front
 from ..ops._utils import is_interpreter as _interpreting
 from ..ops._utils import next_power_of_2 as _pow2
 from ..tree import DraftTree
@@ -953,7 +953,7 @@ class FusedDraftBackend:
                 bufs.v_cache[:, :self._kv_len] = old.v_cache[:, :self._kv_len]
                 bufs.kv_len.fill_(self._kv_len)
         else:
-            bufs = self._new_bucket(batch, store[0].shape[1], max_new)
+            self._new_bucket(batch, store[0].shape[1], max_new)
         self._max_len = max(self._max_len, self._cfg.max_len)
 
     def _new_bucket(self, batch: int, max_len: int, max_new: int) -> Buffers:
@@ -1048,12 +1048,7 @@ class FusedDraftBackend:
             for dst, src in zip(self._kv_store, kept, strict=True):
                 dst[:n].copy_(src)
         else:
-            moves = [(j, r) for j, r in enumerate(rows) if j != r]
-            if moves:
-                dst = torch.tensor([j for j, _ in moves], device=kv_len.device)
-                src = torch.tensor([r for _, r in moves], device=kv_len.device)
-                for t in (k, v, kv_len):
-                    t.index_copy_(0, dst, t.index_select(0, src))  # index_select copies first: overlaps are safe
+            move_slots_to_front(rows, (k, 0), (v, 0), (kv_len, 0))
             kv_len[n:].zero_()  # every slot beyond the kept ones is empty, in every bucket
             bucket = self._buckets.get(batch)
             if bucket is not None and bucket[0].max_new_rows >= old_cfg.max_new_rows:

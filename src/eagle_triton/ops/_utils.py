@@ -21,6 +21,7 @@ __all__ = [
     "dtype_of",
     "pdl_enabled",
     "pdl_kwargs",
+    "move_slots_to_front",
 ]
 
 
@@ -150,3 +151,16 @@ def check_attention_cache(q, k_cache, v_cache, dtypes, name_q: str = "q",
     if D < 1 or D > 256:
         raise ValueError(f"head_dim must be in [1, 256], got {D}")
     return B, Hq, Hkv, D
+
+
+def move_slots_to_front(slots: list[int], *tensors: tuple[torch.Tensor, int]) -> None:
+    """Move slot ``slots[j]`` to slot ``j`` along each ``(tensor, dim)``, in place (a batch keeping some of its
+    sequences in its first slots): device copies of the slots that move only, no host synchronisation."""
+    moves = [(j, s) for j, s in enumerate(slots) if j != s]
+    if not moves:
+        return
+    dev = tensors[0][0].device
+    dst = torch.tensor([j for j, _ in moves], device=dev)
+    src = torch.tensor([s for _, s in moves], device=dev)
+    for t, dim in tensors:
+        t.index_copy_(dim, dst, t.index_select(dim, src))  # index_select copies first: overlaps are safe

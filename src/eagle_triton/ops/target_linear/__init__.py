@@ -2,8 +2,16 @@
 epilogues, partial sums of squares for the next RMSNorm), the standalone RMSNorm and the embedding gather, with
 their PyTorch references."""
 
-from .op import LinearConfig, default_config, sumsq_width, target_embedding, target_linear, target_rms_norm
+from .op import (
+           LinearConfig,
+           default_config,
+           fold_norm_weight,
+           sumsq_width,
+           target_embedding,
+           target_linear,
+           target_rms_norm,
+)
 from .reference import target_embedding_ref, target_linear_ref, target_rms_norm_ref
 
 __all__ = ["target_linear", "target_linear_ref", "target_rms_norm", "target_rms_norm_ref", "target_embedding",
-           "target_embedding_ref", "sumsq_width", "LinearConfig", "default_config"]
+           "target_embedding_ref", "sumsq_width", "LinearConfig", "default_config", "fold_norm_weight"]

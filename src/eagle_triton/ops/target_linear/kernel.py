@@ -94,7 +94,7 @@ def _bi_linear_kernel(
     HAS_RES: tl.constexpr,
     SILU_MUL: tl.constexpr, WRITE_SS: tl.constexpr,
     BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, PRECISION: tl.constexpr,
-    PRE: tl.constexpr = 0, PDL: tl.constexpr = False,
+    PRE: tl.constexpr = 0, PDL: tl.constexpr = False, NORM_FOLDED: tl.constexpr = False,
 ):
     """Grid ``(cdiv(M, BM), cdiv(N, BN))``: the M tiles of one weight tile are neighbours, so they share it in L2.
 
@@ -105,7 +105,12 @@ def _bi_linear_kernel(
     ``PRE`` (0-2): the weight tiles of the first ``PRE`` chunks are loaded before anything that depends on the
     previous kernel; with ``PDL`` (programmatic dependent launch) the program then waits for the previous kernel
     (``gdc_wait``), so those loads overlap its tail and the launch. The chunks are reduced in the same order with
-    the same tiles either way: ``PRE`` and ``PDL`` never change a bit of the result."""
+    the same tiles either way: ``PRE`` and ``PDL`` never change a bit of the result.
+
+    ``NORM_FOLDED`` (with ``NUM_SS`` partials, without ``HAS_NORM``): the RMSNorm weight is folded into W (the
+    launcher's caller stores ``W * norm_weight``) and each row's ``rstd`` scales the fp32 accumulator before the
+    bias: x is streamed as is. The prologue's per-element normalisation of the ``[BM, BK]`` x tile (which a 1-row
+    decode pays for all ``BM`` padded rows, in every chunk) disappears; the row's partials are one small load."""
     pid_m = tl.program_id(0)
     pid_n = tl.program_id(1)
     offs_m = pid_m * BM + tl.arange(0, BM)
@@ -134,6 +139,8 @@ def _bi_linear_kernel(
         tl.extra.cuda.gdc_launch_dependents()
 
     rstd = tl.zeros([BM], tl.float32)
+    if NORM_FOLDED:  # a [BM] vector held through the loop (not the [BM, NSS_P2] tile: registers)
+        rstd = _partials_rstd(sin_ptr, offs_m, m_mask, stride_sin_m, K, eps, BM, NUM_SS, NSS_P2)
     if HAS_NORM:
         if NUM_SS > 0:
             rstd = _partials_rstd(sin_ptr, offs_m, m_mask, stride_sin_m, K, eps, BM, NUM_SS, NSS_P2)
@@ -160,6 +167,10 @@ def _bi_linear_kernel(
         acc, acc_u = _k_chunk(acc, acc_u, x_rows, m_mask, kk, w, wu, rstd, nw_ptr, K, HAS_NORM, SILU_MUL,
                               PRECISION, dt)
 
+    if NORM_FOLDED:
+        acc = acc * rstd[:, None]
+        if SILU_MUL:
+            acc_u = acc_u * rstd[:, None]
     if HAS_BIAS:
         acc += tl.load(b_ptr + offs_n, mask=n_mask, other=0.0).to(tl.float32)[None, :]
         if SILU_MUL:

@@ -26,8 +26,8 @@ import torch
 from .._utils import cdiv, check_tensor, is_interpreter, next_power_of_2, pdl_kwargs
 from .kernel import _bi_linear_kernel, _embedding_kernel, _rms_norm_kernel
 
-__all__ = ["target_linear", "target_rms_norm", "target_embedding", "sumsq_width", "LinearConfig", "default_config",
-           "AOT_SPECS"]
+__all__ = ["target_linear", "fold_norm_weight", "target_rms_norm", "target_embedding", "sumsq_width", "LinearConfig",
+           "default_config", "AOT_SPECS"]
 
 _FLOATS = (torch.float16, torch.bfloat16, torch.float32)
 
@@ -133,6 +133,7 @@ def target_linear(
     silu_mul: bool = False,
     sumsq: torch.Tensor | None = None,
     sumsq_out: torch.Tensor | None = None,
+    norm_folded: bool = False,
     out: torch.Tensor | None = None,
     config: LinearConfig | None = None,
     validate: bool = True,
@@ -152,6 +153,11 @@ def target_linear(
         it the prologue sums the squares over the row tile itself (every program re-reads its rows: slower).
     sumsq_out : fp32 ``[M, sumsq_width(N, config)]`` (unit column stride) or None: also write, per row and per
         ``BN``-wide output tile, the sum of squares of the returned values (as rounded to the output dtype).
+    norm_folded : with ``sumsq`` and without ``norm_weight``: ``weight`` already holds ``W * norm_weight`` (an
+        RMSNorm weight folded in, :func:`fold_norm_weight`), and each output row is ``rstd * (x @ W.T)`` in fp32
+        (``rstd = rsqrt(sum(sumsq) / K + eps)``) before the bias. The same norm as ``norm_weight`` up to the
+        rounding of the normalised row and of the folded weight to the dtype; x is streamed unnormalised, so the
+        product costs what a plain one does.
     out : Tensor ``[M, N]`` to write into (it may not alias ``x``), or None.
     config : tile configuration; default :func:`default_config` ``(N, K)``.
     validate : check shapes/dtypes (host-only checks, no device sync).
@@ -175,10 +181,13 @@ def target_linear(
             check_tensor("bias", bias, shape=(rows_w,), dtypes=(x.dtype,), device=dev)
         if norm_weight is not None:
             check_tensor("norm_weight", norm_weight, shape=(K,), dtypes=(x.dtype,), device=dev)
+        if norm_folded and (sumsq is None or norm_weight is not None):
+            raise ValueError("norm_folded needs sumsq (the rows' partial sums of squares) and no norm_weight (it is "
+                             "folded into weight)")
         if sumsq is not None:
-            if norm_weight is None:
+            if norm_weight is None and not norm_folded:
                 raise ValueError("sumsq (partial sums of squares of x) is only read by the RMSNorm prologue: pass "
-                                 "norm_weight too")
+                                 "norm_weight too (or norm_folded=True with the norm weight folded into weight)")
             _check_sumsq("sumsq", sumsq, M, None, dev)
         if residual is not None:
             check_tensor("residual", residual, shape=(M, N), dtypes=(x.dtype,), device=dev,
@@ -193,7 +202,7 @@ def target_linear(
     if M == 0 or N == 0:
         return y
     res = residual if residual is not None else y
-    s_in = sumsq if sumsq is not None and norm_weight is not None else y
+    s_in = sumsq if sumsq is not None and (norm_weight is not None or norm_folded) else y
     s_out = sumsq_out if sumsq_out is not None else y
     nss = s_in.shape[1] if s_in is sumsq else 0
     grid = (cdiv(M, cfg.block_m), cdiv(N, cfg.block_n))
@@ -204,9 +213,18 @@ def target_linear(
         HAS_NORM=norm_weight is not None, NUM_SS=nss, NSS_P2=next_power_of_2(max(nss, 1)), HAS_BIAS=bias is not None,
         HAS_RES=residual is not None, SILU_MUL=bool(silu_mul), WRITE_SS=sumsq_out is not None,
         BM=cfg.block_m, BN=cfg.block_n, BK=cfg.block_k, PRECISION=_precision(x.dtype), PRE=cfg.prefetch,
+        NORM_FOLDED=bool(norm_folded) and nss > 0,
         num_warps=cfg.num_warps, num_stages=cfg.num_stages, **pdl_kwargs(x.device),
     )
     return y
+
+
+def fold_norm_weight(weight: torch.Tensor, norm_weight: torch.Tensor) -> torch.Tensor:
+    """``weight * norm_weight`` (each column ``k`` scaled by the RMSNorm weight ``k``), computed in fp32 and
+    rounded once to the weight's dtype: the weight of a ``norm_folded`` :func:`target_linear`."""
+    if norm_weight.shape != (weight.shape[1],):
+        raise ValueError(f"norm_weight must be [K={weight.shape[1]}], got {list(norm_weight.shape)}")
+    return (weight.to(torch.float32) * norm_weight.to(torch.float32)[None, :]).to(weight.dtype)
 
 
 def target_rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6, *,
@@ -275,10 +293,10 @@ def _aot_specs():
     normed products reading 128 partial sums of squares, the residual products writing them, and the older
     row-sum prologue), the largest smem user (norm + SiLU·mul, two weight tiles) at ``BN`` 64 and 16, fp16/fp32
     once, a partial count that is not a power of two (SmolLM2's 18: a masked ``[BM, 32]`` tile); the standalone
-    RMSNorm with and without partials; the embedding gather."""
+    RMSNorm with and without partials; the embedding gather; the folded-norm products (``HAS_NORM`` None)."""
     specs = []
     div = ["N", "K", "stride_xm", "stride_wn", "stride_rm", "stride_ym", "stride_sout_m"]
-    # (HAS_NORM, NUM_SS, HAS_BIAS, HAS_RES, SILU_MUL, WRITE_SS)
+    # (HAS_NORM (None: NORM_FOLDED), NUM_SS, HAS_BIAS, HAS_RES, SILU_MUL, WRITE_SS)
     flags = [(True, 128, False, False, False, False), (False, 0, True, True, False, True),
              (True, 128, False, False, True, False), (False, 0, False, True, False, True),
              (True, 128, True, False, True, False), (True, 0, False, False, False, False),
@@ -291,17 +309,24 @@ def _aot_specs():
             ("bf16", "tf32", LinearConfig(64, 64, 128, 4, 2, prefetch=2), flags[7:]),
             ("fp16", "tf32", LinearConfig(block_n=64), flags[:2]),
             ("fp32", "ieee", LinearConfig(block_m=32, block_n=32, block_k=32, num_stages=3), flags[:2]),
-            ("bf16", "tf32", LinearConfig(block_n=64), [(True, 18, True, False, True, False)])):
+            ("bf16", "tf32", LinearConfig(block_n=64), [(True, 18, True, False, True, False)]),
+            # norm_folded (norm=None): the 8B q/k/v and gate/up with 128 partials, SmolLM2's with 36 (padded rows)
+            ("bf16", "tf32", LinearConfig(block_n=64, block_k=256, num_stages=3),
+             [(None, 128, False, False, False, False)]),
+            ("bf16", "tf32", LinearConfig(block_n=64, block_k=128), [(None, 128, True, False, True, False)]),
+            ("bf16", "tf32", LinearConfig(64, 16, 256, 4, 3, prefetch=1),
+             [(None, 36, False, False, False, False), (None, 36, False, False, True, False)])):
         for norm, nss, bias, res, silu, wss in cases:
+            folded, norm = norm is None, bool(norm)
             sig = {n: "i32" for n in _bi_linear_kernel.arg_names}
             sig.update({p: f"*{dt}" for p in ("x_ptr", "w_ptr", "b_ptr", "nw_ptr", "r_ptr", "y_ptr")})
             sig.update({"sin_ptr": "*fp32", "sout_ptr": "*fp32", "eps": "fp32"})
             const = dict(HAS_NORM=norm, NUM_SS=nss, NSS_P2=next_power_of_2(max(nss, 1)), HAS_BIAS=bias,
                          HAS_RES=res, SILU_MUL=silu, WRITE_SS=wss, BM=cfg.block_m, BN=cfg.block_n, BK=cfg.block_k,
-                         PRECISION=prec, PRE=cfg.prefetch, PDL=cfg.prefetch > 0)
+                         PRECISION=prec, PRE=cfg.prefetch, PDL=cfg.prefetch > 0, NORM_FOLDED=folded)
             sig.update({k: "constexpr" for k in const})
-            # the partials' row stride is their count (a multiple of 16 at 8B, not at SmolLM2's 18)
-            row_div = ["stride_sin_m"] if nss % 16 == 0 else []
+            # the partials' row stride: their count (a multiple of 16 at 8B, not at SmolLM2's 18), or padded to 16
+            row_div = ["stride_sin_m"] if nss % 16 == 0 or folded else []
             specs.append((_bi_linear_kernel, sig, const,
                           {"num_warps": cfg.num_warps, "num_stages": cfg.num_stages, "div16": div + row_div,
                            "launch_pdl": cfg.prefetch > 0}))

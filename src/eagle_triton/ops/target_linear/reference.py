@@ -48,6 +48,7 @@ def target_linear_ref(
     silu_mul: bool = False,
     sumsq: torch.Tensor | None = None,
     sumsq_out: torch.Tensor | None = None,
+    norm_folded: bool = False,
     out: torch.Tensor | None = None,
     config=None,
     **_: object,
@@ -55,11 +56,16 @@ def target_linear_ref(
     """Reference of :func:`~eagle_triton.ops.target_linear.target_linear` (same contract). ``sumsq_out``'s tiles
     are ``config.block_n`` wide; pass the op's ``config`` (the default here is :func:`default_config` for the
     dtype of ``x``, which differs from the op's when the reference runs in another precision)."""
-    if sumsq is not None and norm_weight is None:
+    if sumsq is not None and norm_weight is None and not norm_folded:
         raise ValueError("sumsq (partial sums of squares of x) is only read by the RMSNorm prologue: pass "
                          "norm_weight too")
-    h = target_rms_norm_ref(x, norm_weight, eps, sumsq=sumsq) if norm_weight is not None else x
-    y = F.linear(h, weight, bias)
+    if norm_folded:  # weight holds W * norm_weight: the fp32 product scaled by each row's rstd, then the bias
+        rstd = torch.rsqrt(sumsq.to(torch.float32).sum(-1, keepdim=True) / x.shape[-1] + eps)
+        y32 = (x.to(torch.float32) @ weight.to(torch.float32).T) * rstd
+        y = (y32 + bias.to(torch.float32) if bias is not None else y32).to(x.dtype)
+    else:
+        h = target_rms_norm_ref(x, norm_weight, eps, sumsq=sumsq) if norm_weight is not None else x
+        y = F.linear(h, weight, bias)
     if silu_mul:
         gate, up = y.chunk(2, dim=-1)
         y = F.silu(gate) * up
