@@ -369,7 +369,13 @@ def test_one_device_read_per_batch_step(monkeypatch):
 @pytest.mark.parametrize("backend", ["stub", "triton"])
 def test_gpu_batch_equals_generate_bf16(batch_size, backend):
     """On CUDA (fused forward, steps replayed from graphs per bucket; the fused drafter or the stub): every
-    sequence's greedy tokens equal generate's alone, for more prompts than slots; seeded sampled tokens too."""
+    sequence's greedy tokens equal generate's alone, for more prompts than slots; seeded sampled tokens too with
+    the stub drafter. Not with the fused drafter in bf16: it picks its q/k/v tile width and work split from the
+    rows of the launch (a batch's rows, tests/fused/test_fused_drafter.py::test_qkv_tiling_at_the_8b_shape), so a
+    sequence's tree in a batch may round, and at a near-tie rank, differently from its tree alone (the target
+    forward itself is batch-invariant: tests/engine/test_engine_target_batched.py), and a sampled speculative
+    step's tokens depend on the tree (their distribution does not: the chi-square tests). Greedy tokens never
+    depend on the tree."""
     m = tiny_llama(vocab=512, hidden=256, layers=4, heads=4, kv_heads=2, seed=5, std=0.05).to("cuda", torch.bfloat16)
     t = LlamaTarget.from_hf(m, ops="triton")
     g = torch.Generator().manual_seed(0)
@@ -383,6 +389,8 @@ def test_gpu_batch_equals_generate_bf16(batch_size, backend):
         out = eng.generate_batch(input_ids=prompts, max_new_tokens=caps, batch_size=batch_size, speculative=spec,
                                  eos_token_id=None)
         assert [o for o, _ in out] == refs, spec
+        if backend != "stub" and spec:
+            continue
         kw = dict(temperature=0.8, top_p=0.9, top_k=50)
         out = eng.generate_batch(input_ids=prompts, max_new_tokens=caps, batch_size=batch_size, seeds=3,
                                  eos_token_id=None, speculative=spec, **kw)

@@ -216,44 +216,57 @@ def _norm_chain_weights(H, inter, V, dtype, device, seed):
                 nw=[(1 + 0.1 * torch.randn(H, generator=g)).to(device, dtype) for _ in range(3)])
 
 
-def _norm_chain(ids, p, cfg):
+def _norm_chain(ids, p, cfg, folded=False):
     """embedding (partials out) -> normed gate/up product (partials in) -> down product with the residual
     (partials out) -> normed q/k/v-like product -> final RMSNorm (partials in): what one layer of the fused target
-    forward does with the residual stream."""
+    forward does with the residual stream (``folded``: the norm weights folded into the products' weights)."""
     M, H = ids.shape[0], p["emb"].shape[1]
     P = sumsq_width(H, cfg or default_config(H, p["w_d"].shape[1], ids.device, p["emb"].dtype))
     s0, s1 = _partials(M, P, ids.device), _partials(M, P, ids.device)
     x = target_embedding(ids, p["emb"], sumsq_out=s0)
-    h = target_linear(x, p["w_gu"], norm_weight=p["nw"][0], sumsq=s0, silu_mul=True, config=cfg)
+    if folded:
+        h = target_linear(x, fold_norm_weight(p["w_gu"], p["nw"][0]), sumsq=s0, norm_folded=True, silu_mul=True,
+                          config=cfg)
+    else:
+        h = target_linear(x, p["w_gu"], norm_weight=p["nw"][0], sumsq=s0, silu_mul=True, config=cfg)
     x = target_linear(h, p["w_d"], residual=x, sumsq_out=s1, config=cfg)
-    q = target_linear(x, p["w_q"], norm_weight=p["nw"][1], sumsq=s1, config=cfg)
+    if folded:
+        q = target_linear(x, fold_norm_weight(p["w_q"], p["nw"][1]), sumsq=s1, norm_folded=True, config=cfg)
+    else:
+        q = target_linear(x, p["w_q"], norm_weight=p["nw"][1], sumsq=s1, config=cfg)
     return x, s1, q, target_rms_norm(x, p["nw"][2], sumsq=s1)
 
 
+@pytest.mark.parametrize("folded", [False, True], ids=["prologue", "folded"])
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("cfg", [SMALL, None], ids=["16x16x16", "default"])
-def test_norm_chain_row_is_batch_invariant(cfg, dtype, device):
+def test_norm_chain_row_is_batch_invariant(cfg, dtype, folded, device):
     """A row computed alone, or inside a 5-row batch, equals bit for bit the same row inside a 37-row batch,
-    through the whole chain of partial sums of squares."""
+    through the whole chain of partial sums of squares (the norm in the prologue, or folded into the weights)."""
     p = _norm_chain_weights(40, 24, 31, dtype, device, seed=11)
     ids = torch.randint(0, 31, (37,), generator=torch.Generator().manual_seed(12)).to(device)
-    full = _norm_chain(ids, p, cfg)
+    full = _norm_chain(ids, p, cfg, folded)
     for lo, hi in ((0, 1), (17, 18), (36, 37), (14, 19)):
-        for a, b in zip(_norm_chain(ids[lo:hi], p, cfg), full, strict=True):
+        for a, b in zip(_norm_chain(ids[lo:hi], p, cfg, folded), full, strict=True):
             assert torch.equal(a, b[lo:hi]), (lo, hi)
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("folded", [False, True], ids=["prologue", "folded"])
 @pytest.mark.parametrize("H,inter", [(576, 1536), (4096, 2048)])
-def test_gpu_norm_chain_invariant_at_real_shapes(H, inter):
+def test_gpu_norm_chain_invariant_at_real_shapes(H, inter, folded):
     """bf16, default tiles (SmolLM2 and Llama-8B hidden sizes): the chain's rows alone, in a 60-row verify and a
-    64-row chunk equal those of a 200-row batch bit for bit, and the norms match the row-sum norms closely."""
+    64-row chunk, at the start of the batch or anywhere inside a row tile, equal those of a 200-row batch bit for
+    bit, and the norms match the row-sum norms closely."""
     p = _norm_chain_weights(H, inter, 1000, torch.bfloat16, "cuda", seed=H)
     ids = torch.randint(0, 1000, (200,), generator=torch.Generator().manual_seed(0)).cuda()
-    full = _norm_chain(ids, p, None)
-    for M in (1, 60, 64):
-        for a, b in zip(_norm_chain(ids[:M], p, None), full, strict=True):
-            assert torch.equal(a, b[:M]), M
+    full = _norm_chain(ids, p, None, folded)
+    bad = []
+    for lo, hi in ((0, 1), (0, 60), (0, 64), (1, 2), (37, 38), (65, 68), (100, 160)):
+        for name, a, b in zip(("x", "sumsq", "q", "h"), _norm_chain(ids[lo:hi], p, None, folded), full, strict=True):
+            if not torch.equal(a, b[lo:hi]):
+                bad.append((lo, hi, name))
+    assert not bad, bad
     x, _, _, h = full
     torch.testing.assert_close(h.float(), target_rms_norm(x, p["nw"][2]).float(), atol=0.02, rtol=0.02)
 
