@@ -271,3 +271,24 @@ def test_engine_on_tokens_hands_out_each_step(speculative):
             assert tokens == ref[:ref.index(eos_id) + 1]
         else:
             assert tokens == ref
+
+
+def test_target_norm_reaches_the_target(capsys, tiny_models, monkeypatch):
+    """--target-norm kernel asks the target loader for the RMSNorm as its own kernel; without it the loader gets
+    no norm_mode (the fast target's default, folded); a mode that does not exist is a usage error."""
+    import eagle_triton.engine.loading as loading
+
+    stub, seen = loading.load_target, []
+
+    def spy(source, **kw):
+        seen.append(kw.get("norm_mode"))
+        return stub(source, **kw)
+
+    monkeypatch.setattr(loading, "load_target", spy)
+    argv = ["generate", "--prompt", PROMPT, "--max-new-tokens", "2", "--no-speculation"] + tiny_models["argv"]
+    assert main(argv + ["--target-norm", "kernel"]) == 0
+    assert main(argv) == 0
+    assert seen == ["kernel", None]
+    with pytest.raises(SystemExit) as e:
+        main(argv + ["--target-norm", "fused"])
+    assert e.value.code == 2 and "invalid choice: 'fused'" in capsys.readouterr().err

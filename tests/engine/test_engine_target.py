@@ -87,6 +87,23 @@ def test_from_pretrained_safetensors_dir(tmp_path, tiny_model):
     assert_close_to_reference(fb, fa, fr, what="features")
 
 
+def test_from_pretrained_norm_mode(tmp_path, tiny_model):
+    """EagleEngine.from_pretrained passes norm_mode to the fast target it builds (the default: folded); a bad mode
+    is named, and a mode for a target it does not build is refused."""
+    from eagle_triton.engine import EagleEngine
+
+    tiny_model.save_pretrained(tmp_path)
+    eng = EagleEngine.from_pretrained(tmp_path, tokenizer=False, max_length=32, norm_mode="kernel")
+    assert isinstance(eng.target, LlamaTarget) and eng.target.norm_mode == "kernel"
+    assert EagleEngine.from_pretrained(tmp_path, tokenizer=False, max_length=32).target.norm_mode == "folded"
+    with pytest.raises(ValueError, match="norm_mode must be one of"):
+        EagleEngine.from_pretrained(tmp_path, tokenizer=False, max_length=32, norm_mode="fused")
+    with pytest.raises(ValueError, match="norm_mode applies to the fast target"):
+        EagleEngine.from_pretrained(eng.target, tokenizer=False, max_length=32, norm_mode="kernel")
+    with pytest.raises(ValueError, match="norm_mode applies to the fast target"):
+        EagleEngine.from_pretrained(tmp_path, tokenizer=False, target_impl="generic", norm_mode="kernel")
+
+
 def _random_parents(n, levels, g):
     parents, depth = [-1], [0]
     while len(parents) < n:

@@ -73,6 +73,10 @@ def add_model_arguments(p) -> None:
                    "drafter")
     m.add_argument("--attention", choices=["auto", "torch", "triton"], default="auto",
                    help="attention/KV back end of the fast target path (auto: Triton kernels on CUDA)")
+    m.add_argument("--target-norm", choices=["folded", "kernel"], default=None,
+                   help="RMSNorms of the fast target's fused forward (CUDA): folded into the weights (default, "
+                   "fastest) or a separate kernel that rounds as transformers does (heads trained on transformers' "
+                   "features may accept a few percent more tokens)")
     m.add_argument("--draft-dtype", choices=["model", "fp8"], default="model",
                    help="draft head weights: model = the target's dtype (default); fp8 = weight-only FP8 linear "
                    "layers (e4m3, per-channel scales; EAGLE-3 heads)")
@@ -286,7 +290,8 @@ def build_engine(args, tree, plain: bool = False, check_tokenizer=None):
         target_src, draft_src, tree, device=args.device, dtype=args.dtype, max_length=args.max_length,
         target_impl=args.target_impl, draft_kind=args.draft_kind, attention=args.attention,
         drafter_backend=args.drafter, tokenizer=tokenizer, draft_dtype=getattr(args, "draft_dtype", None),
-        batch_trees=getattr(args, "parsed_batch_trees", None) if draft_src is not None else None)
+        batch_trees=getattr(args, "parsed_batch_trees", None) if draft_src is not None else None,
+        norm_mode=getattr(args, "target_norm", None))
     return engine, tokenizer, target_src, draft_src
 
 
