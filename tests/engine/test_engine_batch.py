@@ -167,7 +167,8 @@ def _head(seed=1, hidden=64):
 # -- the fused path (Triton interpreter): fused target forward and fused drafter --------------------------------
 def test_fused_target_and_drafter_batch_equals_generate():
     """Kernels under the interpreter: the fused batch-invariant target forward and the fused drafter drafting every
-    slot in one launch. Greedy and seeded sampling (mixed with greedy rows) give exactly generate's tokens."""
+    slot in one launch. Greedy and seeded sampling (mixed with greedy rows) give exactly generate's tokens, with
+    speculation (plain batched decoding on the fused forward: the target-level batch tests and the GPU test)."""
     m = tiny_llama(vocab=V, hidden=32, layers=3, heads=2, kv_heads=1, seed=3)
     target = LlamaTarget.from_hf(m, ops="triton")
     head = random_eagle3_head(hidden_size=32, intermediate_size=48, num_attention_heads=2, num_key_value_heads=1,
@@ -176,7 +177,7 @@ def test_fused_target_and_drafter_batch_equals_generate():
     prompts = _prompts((3, 9, 5), seed=5)
     caps = [5, 2, 6]
     temps = [0.0, 0.9, 0.7]
-    for spec in (True, False):
+    for spec in (True,):
         out = eng.generate_batch(input_ids=prompts, max_new_tokens=caps, batch_size=2, speculative=spec,
                                  temperature=temps, top_p=[1.0, 0.9, 1.0], top_k=[0, 0, 20], seeds=[7, 8, 9])
         for i, (toks, st) in enumerate(out):
