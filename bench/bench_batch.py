@@ -326,6 +326,30 @@ def plot(doc: dict, path: Path) -> bool:
     return True
 
 
+def write_batch_trees(source: Path) -> Path:
+    """The best tree per batch size of ``source`` (a bench_batch.json whose SmolLM2 part ran the shipped head on
+    CUDA) into the shipped head's ``tuned_trees.json``, with where it comes from."""
+    from eagle_triton.commands._tuned_trees import write_tuned_batch_trees
+    from eagle_triton.engine.default_model import DEFAULT_HEAD_DIR
+
+    doc = json.loads(source.read_text())
+    part = doc.get("parts", {}).get("smollm2")
+    if doc.get("benchmark") != "bench_batch" or doc.get("smoke") or not part:
+        raise SystemExit(f"{source}: not a bench_batch.json with a measured SmolLM2 part")
+    if Path(part["draft"]).resolve() != DEFAULT_HEAD_DIR.resolve():
+        raise SystemExit(f"{source}: its draft head is {part['draft']}, not the shipped head")
+    if not doc["versions"].get("cuda"):
+        raise SystemExit(f"{source}: not measured on a CUDA device")
+    runs = [r for r in part["runs"] if "best_tree" in r]
+    trees = {r["batch"]: r["best_tree"] for r in runs}
+    measured = {"device_name": doc["versions"]["device_name"], "date": doc["date"],
+                "dtype": part.get("dtype", "bfloat16"), "git_commit": doc["versions"].get("git_commit"),
+                "source": source.resolve().relative_to(REPO).as_posix() if source.resolve().is_relative_to(REPO)
+                else str(source), "num_prompts": part["num_prompts"],
+                "speculative_over_plain": {str(r["batch"]): round(r["spec_speedup"], 3) for r in runs}}
+    return write_tuned_batch_trees(DEFAULT_HEAD_DIR, "cuda", trees, measured)
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--parts", default="smollm2,llama8b", help="comma-separated: smollm2 (a), llama8b (b)")
@@ -347,9 +371,16 @@ def main(argv=None) -> int:
     p.add_argument("--budget-b", type=float, default=120.0, help="seconds for part b's measurements")
     p.add_argument("--out", default=os.environ.get("OUT") or str(REPO / "bench" / "results"))
     p.add_argument("--table", help="print the README table of this bench_batch.json and exit")
+    p.add_argument("--write-batch-trees", metavar="JSON",
+                   help="record the best tree per batch size of this bench_batch.json (SmolLM2 part, shipped head) "
+                        "in the shipped head's tuned_trees.json (eagle-triton generate --prompts-file's default) and "
+                        "exit; measures nothing")
     args = p.parse_args(argv)
     if args.table:
         print(table(json.loads(Path(args.table).read_text())))
+        return 0
+    if args.write_batch_trees:
+        print(f"wrote {write_batch_trees(Path(args.write_batch_trees))}")
         return 0
     if args.quick:
         args.num_prompts, args.max_new_tokens = min(args.num_prompts, 16), min(args.max_new_tokens, 64)

@@ -5,6 +5,8 @@ import json
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "bench"))
 
@@ -64,3 +66,34 @@ def test_headline_entries_quote_the_table_rows(tmp_path, monkeypatch):
         assert e["value"] == round(run["spec_speedup"], 2) and e["commit"] == "abc1234"
         (where,) = e["readme"]
         assert where["text"] == bench_batch.table_row(run) and where["printed"] + "x" in where["text"]
+
+
+def test_write_batch_trees_records_the_best_tree_per_batch(tmp_path, monkeypatch):
+    """--write-batch-trees: the committed session-11 result's best trees into (a stand-in of) the shipped head's
+    tuned_trees.json; a smoke run, another head's run or a CPU run is refused and writes nothing."""
+    from eagle_triton.commands._tuned_trees import WRITER, tuned_batch_trees
+    from eagle_triton.engine import default_model
+
+    head = tmp_path / "head"
+    head.mkdir()
+    (head / "tuned_trees.json").write_text(json.dumps({"written_by": WRITER, "trees": {"cuda": "16/3/4"}}))
+    monkeypatch.setattr(default_model, "DEFAULT_HEAD_DIR", head)
+    src = ROOT / "bench/results/session11_2026-11-26/bench_batch.json"
+    doc = json.loads(src.read_text())
+    doc["parts"]["smollm2"]["draft"] = str(head)
+    measured = tmp_path / "measured.json"
+    measured.write_text(json.dumps(doc))
+    assert bench_batch.main(["--write-batch-trees", str(measured)]) == 0
+    want = {r["batch"]: tuple(map(int, r["best_tree"].split("/"))) for r in doc["parts"]["smollm2"]["runs"]}
+    assert tuned_batch_trees(head, "cuda") == want and want[16] == (8, 2, 3)
+    before = (head / "tuned_trees.json").read_text()
+    for change in ({"smoke": True}, {"versions": {**doc["versions"], "cuda": None}}):
+        bad = tmp_path / "bad.json"
+        bad.write_text(json.dumps({**doc, **change}))
+        with pytest.raises(SystemExit):
+            bench_batch.main(["--write-batch-trees", str(bad)])
+    doc["parts"]["smollm2"]["draft"] = str(tmp_path / "other-head")
+    bad.write_text(json.dumps(doc))
+    with pytest.raises(SystemExit, match="not the shipped head"):
+        bench_batch.main(["--write-batch-trees", str(bad)])
+    assert (head / "tuned_trees.json").read_text() == before

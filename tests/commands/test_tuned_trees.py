@@ -11,11 +11,15 @@ from eagle_triton.commands._tuned_trees import (
     WRITER,
     TunedTreesError,
     parse_tree,
+    read_tuned_batch_trees,
     read_tuned_trees,
+    tuned_batch_trees,
     tuned_tree,
+    write_tuned_batch_trees,
     write_tuned_tree,
 )
-from eagle_triton.commands.generate import DEFAULT_TREES, check_model_args, register
+from eagle_triton.commands.generate import DEFAULT_TREES, check_model_args, default_batch_trees, register
+from eagle_triton.config import TreeConfig
 from eagle_triton.engine import default_model
 
 
@@ -112,3 +116,59 @@ def test_write_merges_device_kinds_and_refuses_foreign_files(shipped):
     with pytest.raises(TunedTreesError, match="not overwriting"):
         write_tuned_tree(shipped, "cpu", "6/2/3", {})
     assert (shipped / TUNED_TREES_FILE).read_text() == foreign
+
+
+# -- per-bucket trees (bench/bench_batch.py --write-batch-trees) ------------------------------------------------------
+def test_batch_trees_round_trip_and_keep_the_rest(shipped):
+    with pytest.raises(TunedTreesError, match="record the head's default tree first"):
+        write_tuned_batch_trees(shipped, "cuda", {16: "8/2/3"}, {})
+    write_tuned_tree(shipped, "cuda", "16/3/4", {"tok_s": 1.0})
+    write_tuned_batch_trees(shipped, "cuda", {16: "8/2/3", 1: "16/3/4"}, {"source": "a"})
+    write_tuned_batch_trees(shipped, "cpu", {2: "6/2/2"}, {"source": "b"})
+    write_tuned_tree(shipped, "cpu", "8/1/4", {"tok_s": 2.0})  # the default-tree writer keeps the batch trees
+    assert read_tuned_batch_trees(shipped) == {"cuda": {1: (16, 3, 4), 16: (8, 2, 3)}, "cpu": {2: (6, 2, 2)}}
+    assert tuned_batch_trees(shipped, "cuda") == {1: (16, 3, 4), 16: (8, 2, 3)}
+    assert read_tuned_trees(shipped) == {"cuda": (16, 3, 4), "cpu": (8, 1, 4)}
+    doc = json.loads((shipped / TUNED_TREES_FILE).read_text())
+    assert doc["batch_measured"] == {"cuda": {"source": "a"}, "cpu": {"source": "b"}}
+    write_tuned_batch_trees(shipped, "cuda", {8: "8/2/3"}, {"source": "c"})  # a kind's entries are replaced whole
+    assert tuned_batch_trees(shipped, "cuda") == {8: (8, 2, 3)}
+    with pytest.raises(ValueError, match="3 is not a batch bucket"):
+        write_tuned_batch_trees(shipped, "cuda", {3: "8/2/3"}, {})
+    with pytest.raises(ValueError):
+        write_tuned_batch_trees(shipped, "cuda", {4: "8/2"}, {})
+
+
+@pytest.mark.parametrize("batch_trees, problem", [
+    ('[1]', "'batch_trees' must be an object"),
+    ('{"tpu": {"4": "8/2/3"}}', "batch_trees: unknown device kind 'tpu'"),
+    ('{"cuda": "8/2/3"}', "batch_trees.cuda must be an object"),
+    ('{"cuda": {"3": "8/2/3"}}', "'3' is not a batch bucket"),
+    ('{"cuda": {"4": "8/2"}}', "batch_trees.cuda.4: a tree is"),
+])
+def test_malformed_batch_trees_are_a_clear_error(shipped, batch_trees, problem):
+    (shipped / TUNED_TREES_FILE).write_text(f'{{"written_by": "{WRITER}", "trees": {{}}, '
+                                            f'"batch_trees": {batch_trees}}}')
+    with pytest.raises(TunedTreesError, match=problem) as e:
+        read_tuned_batch_trees(shipped)
+    assert str(shipped / TUNED_TREES_FILE) in str(e.value)
+
+
+def test_prompts_file_default_trees_per_bucket_for_the_shipped_head(shipped, tmp_path):
+    """The shipped head without tree options: its measured tree per bucket; tree options (one tree everywhere),
+    another head, or no record: none."""
+    def trees(argv):
+        return default_batch_trees(build_parser().parse_args(["generate", "--device", "cpu", *argv]))
+
+    assert trees([]) is None  # no file
+    write_tuned_tree(shipped, "cpu", "6/2/3", {})
+    assert trees([]) is None  # no batch trees recorded
+    write_tuned_batch_trees(shipped, "cpu", {4: "4/1/3", 16: "3/1/2"}, {})
+    assert trees([]) == {4: TreeConfig(4, 1, 3), 16: TreeConfig(3, 1, 2)}
+    assert trees(["--target", "smollm2"]) == trees(["--draft", str(shipped)]) == trees([])
+    assert trees(["--depth", "2"]) is None
+    other = tmp_path / "other-head"
+    other.mkdir()
+    assert trees(["--draft", str(other)]) is None
+    write_tuned_batch_trees(shipped, "cuda", {4: "8/2/3"}, {})
+    assert trees([]) == {4: TreeConfig(4, 1, 3), 16: TreeConfig(3, 1, 2)}  # the CPU's, not CUDA's

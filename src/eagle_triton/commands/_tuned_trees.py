@@ -5,9 +5,14 @@ tokens/s), and ``eagle-triton generate`` takes its default tree from it for the 
 
     {"written_by": "bench/bench_engine.py",
      "trees": {"cuda": "32/5/6", "cpu": "8/1/4"},
-     "measured": {"cuda": {"device_name": ..., "date": ..., "dtype": ..., "source": ..., ...}}}
+     "measured": {"cuda": {"device_name": ..., "date": ..., "dtype": ..., "source": ..., ...}},
+     "batch_trees": {"cuda": {"4": "8/2/3", "16": "8/2/3"}},
+     "batch_measured": {"cuda": {...}}}
 
-``trees`` maps a device kind to ``total/depth/top_k``; ``measured`` says where each choice comes from. A missing
+``trees`` maps a device kind to ``total/depth/top_k``; ``measured`` says where each choice comes from. The optional
+``batch_trees`` gives, per device kind, the measured best tree of some batch buckets (``bench/bench_batch.py
+--write-batch-trees``: continuous batching, where smaller trees pay at larger batches); ``eagle-triton generate
+--prompts-file`` uses them for the shipped head unless tree options or ``--batch-trees`` are given. A missing
 file means "nothing measured": the caller keeps its built-in defaults. A file that is there but malformed is an
 error (:class:`TunedTreesError`), never silently ignored.
 """
@@ -17,12 +22,14 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-__all__ = ["DEVICE_KINDS", "TUNED_TREES_FILE", "WRITER", "TunedTreesError", "parse_tree", "read_tuned_trees",
-           "tuned_tree", "write_tuned_tree"]
+__all__ = ["DEVICE_KINDS", "TUNED_TREES_FILE", "WRITER", "BATCH_WRITER", "TunedTreesError", "parse_tree",
+           "read_tuned_trees", "tuned_tree", "write_tuned_tree", "read_tuned_batch_trees", "tuned_batch_trees",
+           "write_tuned_batch_trees"]
 
 TUNED_TREES_FILE = "tuned_trees.json"
 DEVICE_KINDS = ("cuda", "cpu")
-WRITER = "bench/bench_engine.py"  # the one writer; a file without this mark is not ours to rewrite
+WRITER = "bench/bench_engine.py"  # the file's writer; a file without this mark is not ours to rewrite
+BATCH_WRITER = "bench/bench_batch.py"  # writes the batch_trees entries of a file marked as WRITER's
 
 
 class TunedTreesError(RuntimeError):
@@ -65,6 +72,69 @@ def read_tuned_trees(head_dir: str | Path) -> dict[str, tuple[int, int, int]]:
         except (TypeError, ValueError) as e:
             raise TunedTreesError(f"{path}: trees.{kind}: {e}{hint}") from e
     return out
+
+
+def read_tuned_batch_trees(head_dir: str | Path) -> dict[str, dict[int, tuple[int, int, int]]]:
+    """The measured per-bucket trees of the head in ``head_dir``: device kind -> {batch bucket: tree}; ``{}`` when
+    there are none. Raises :class:`TunedTreesError` naming the file and the problem when they are malformed."""
+    from ..engine.batch import BATCH_BUCKETS
+
+    read_tuned_trees(head_dir)  # the file as a whole first
+    path = Path(head_dir) / TUNED_TREES_FILE
+    if not path.is_file():
+        return {}
+    hint = f" (rewrite it with `python {BATCH_WRITER} --write-batch-trees`, or remove the 'batch_trees' entry)"
+    doc = json.loads(path.read_text()).get("batch_trees", {})
+    if not isinstance(doc, dict):
+        raise TunedTreesError(f"{path}: 'batch_trees' must be an object (device kind -> {{bucket: tree}}){hint}")
+    out = {}
+    for kind, trees in doc.items():
+        if kind not in DEVICE_KINDS:
+            raise TunedTreesError(f"{path}: batch_trees: unknown device kind {kind!r} (known: "
+                                  f"{', '.join(DEVICE_KINDS)}){hint}")
+        if not isinstance(trees, dict):
+            raise TunedTreesError(f"{path}: batch_trees.{kind} must be an object (bucket -> tree){hint}")
+        out[kind] = {}
+        for bucket, text in trees.items():
+            if not (isinstance(bucket, str) and bucket.isdigit() and int(bucket) in BATCH_BUCKETS):
+                raise TunedTreesError(f"{path}: batch_trees.{kind}: {bucket!r} is not a batch bucket "
+                                      f"({', '.join(map(str, BATCH_BUCKETS))}){hint}")
+            try:
+                out[kind][int(bucket)] = parse_tree(text)
+            except (TypeError, ValueError) as e:
+                raise TunedTreesError(f"{path}: batch_trees.{kind}.{bucket}: {e}{hint}") from e
+    return out
+
+
+def tuned_batch_trees(head_dir: str | Path, device_kind: str) -> dict[int, tuple[int, int, int]]:
+    """The measured per-bucket trees of the head in ``head_dir`` for ``device_kind``; ``{}`` when none."""
+    return read_tuned_batch_trees(head_dir).get(device_kind, {})
+
+
+def write_tuned_batch_trees(head_dir: str | Path, device_kind: str, trees: dict[int, str], measured: dict) -> Path:
+    """Record ``trees`` (batch bucket -> tree) as the measured best per bucket for ``device_kind``, replacing that
+    kind's earlier ones, with ``measured``; everything else in the file is kept. Refuses to touch a file another
+    program wrote (and needs the file: the head's default tree is recorded first, by :data:`WRITER`)."""
+    from ..engine.batch import BATCH_BUCKETS
+
+    if device_kind not in DEVICE_KINDS:
+        raise ValueError(f"device kind must be one of {DEVICE_KINDS}, got {device_kind!r}")
+    for bucket, tree in trees.items():
+        if bucket not in BATCH_BUCKETS:
+            raise ValueError(f"{bucket} is not a batch bucket ({', '.join(map(str, BATCH_BUCKETS))})")
+        parse_tree(tree)
+    path = Path(head_dir) / TUNED_TREES_FILE
+    if not path.exists():
+        raise TunedTreesError(f"{path} does not exist: record the head's default tree first (python {WRITER} "
+                              "--write-default-tree)")
+    read_tuned_batch_trees(head_dir)  # a malformed file is reported, not replaced
+    doc = json.loads(path.read_text())
+    if doc.get("written_by") != WRITER:
+        raise TunedTreesError(f"{path} was not written by {WRITER} (no 'written_by' mark): not overwriting it")
+    doc["batch_trees"] = {**doc.get("batch_trees", {}), device_kind: {str(b): t for b, t in sorted(trees.items())}}
+    doc["batch_measured"] = {**doc.get("batch_measured", {}), device_kind: measured}
+    path.write_text(json.dumps(doc, indent=1) + "\n")
+    return path
 
 
 def tuned_tree(head_dir: str | Path, device_kind: str) -> tuple[int, int, int] | None:

@@ -50,7 +50,8 @@ def register(subparsers) -> None:
                    help="with --prompts-file: sequences generated at once (default: min(prompts, 16); at most 16)")
     b.add_argument("--batch-trees", default=None,
                    help="with --prompts-file: the draft tree per batch bucket, e.g. 8=16/3/4,16=8/2/3 (buckets 1, 2, "
-                   "4, 8, 16; total/depth/top-k); other buckets use the draft tree options")
+                   "4, 8, 16; total/depth/top-k); other buckets use the draft tree options (default for the shipped "
+                   "head without tree options: its measured best tree per bucket, when recorded)")
     add_tree_arguments(p)
     p.add_argument("--json", action="store_true",
                    help="print one JSON object: prompt_token_ids, token_ids, text, stats")
@@ -142,6 +143,21 @@ def default_tree(args) -> tuple[int, int, int]:
     head_dir = shipped_head_in_use(args)
     tuned = tuned_tree(head_dir, kind) if head_dir is not None else None
     return tuned or DEFAULT_TREES[kind]
+
+
+def default_batch_trees(args) -> dict | None:
+    """The shipped head's measured best tree per batch bucket on the options' kind of device (``batch_trees`` of its
+    ``tuned_trees.json``, :mod:`~eagle_triton.commands._tuned_trees`) as ``{bucket: TreeConfig}``, when the shipped
+    head is in use and no tree option is given (those ask for one tree everywhere); else ``None``."""
+    from ..config import TreeConfig
+    from ..engine.loading import resolve_device
+    from ._tuned_trees import tuned_batch_trees
+
+    head_dir = shipped_head_in_use(args)
+    if head_dir is None or any(getattr(args, n, None) is not None for n in ("total_tokens", "depth", "draft_top_k")):
+        return None
+    kind = "cuda" if resolve_device(args.device).type == "cuda" else "cpu"
+    return {b: TreeConfig(*t) for b, t in tuned_batch_trees(head_dir, kind).items()} or None
 
 
 def tree_from_args(args):
@@ -400,7 +416,10 @@ def check_prompts_file_args(args):
             batch_bucket(args.batch_size)
         except ValueError as e:
             raise UsageError(f"--batch-size: {e}") from e
-    args.parsed_batch_trees = parse_batch_trees(args.batch_trees) if args.batch_trees is not None else None
+    if args.batch_trees is not None:
+        args.parsed_batch_trees = parse_batch_trees(args.batch_trees)
+    else:
+        args.parsed_batch_trees = default_batch_trees(args)
     try:
         return read_prompts_file(args.prompts_file)
     except PromptsFileError as e:
