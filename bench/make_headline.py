@@ -344,6 +344,10 @@ def session11_entries() -> list[dict]:
             "draft inside it costs 2.49 ms", "2.49",
             "the 60/7/10 step graph replayed minus the same graph without its draft (the last tree reused); "
             + measured),
+        s11("target_8b_bf16_identical", "prompts of 20", S11 + "target_8b_identical.json",
+            ["parts", "8b-identical", "identical"], 0, _adding_commit(ROOT / RESULTS / S11 / "target_8b_identical.json")
+            or "uncommitted", "identical to plain greedy output on 20 of 20 random prompts at the 8B shape", "20",
+            "60/7/10, 128 tokens, random weights, norms folded (the code measured is 6976b70)"),
         s11("smollm2_plain_tok_s", "tok/s", engine, smol + ["plain", "tokens_per_second"], 1, added,
             "plain decoding 1320.2 tok/s in the engine benchmark below", "1320.2",
             "the engine benchmark (40 MT-bench prompts x 128 tokens, code 0e74905); same figure as "
