@@ -244,6 +244,7 @@ def test_optimized_path_shares_the_ea_models_tensors_and_restores(parts):
     assert t.lm_head_weight.data_ptr() == base.lm_head.weight.data_ptr()
     attn = base.model.layers[1].self_attn
     assert attn.q_proj.weight.data_ptr() == t.layers[1].w_qkv.data_ptr()  # one copy of q/k/v, the fused one
+    assert t.norm_mode == "kernel"  # folded norms would change w_qkv/w_gate_up and end the sharing on the GPU
     assert base.model.layers[1].mlp.up_proj.weight.data_ptr() > t.layers[1].w_gate_up.data_ptr()
     assert engine.head.fc.weight is m.ea_layer.fc.weight
     assert engine.head.midlayer.mlp.down_proj.weight is m.ea_layer.midlayer.mlp.down_proj.weight

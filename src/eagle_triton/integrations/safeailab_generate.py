@@ -219,7 +219,9 @@ def _build_engine(model, drafter_backend: str):
         return None, (f"its base model is spread over {len(devices)} devices ({sorted(map(str, devices))}); "
                       "eagle_triton's target runs on one")
     try:
-        target = LlamaTarget.from_hf(base)
+        # The RMSNorm as its own kernel: folded norms would change the q/k/v and gate/up weights, and the base
+        # model could no longer share one copy of them with the target (share_fused_projections).
+        target = LlamaTarget.from_hf(base, norm_mode="kernel")
     except (ValueError, KeyError, AttributeError) as e:
         mt = getattr(getattr(base, "config", None), "model_type", None)
         return None, (f"its base model ({type(base).__name__}, model_type {mt!r}) is not one eagle_triton's target "

@@ -168,6 +168,10 @@ def target_linear(
     """
     rows_w = weight.shape[0] if weight.dim() == 2 else -1
     N = rows_w // 2 if silu_mul else rows_w
+    # checked even without validate (no tensor is read): a mode slip here would silently normalise twice or never
+    if norm_folded and (sumsq is None or norm_weight is not None):
+        raise ValueError("norm_folded needs sumsq (the rows' partial sums of squares) and no norm_weight (it is "
+                         "folded into weight)")
     if validate:
         check_tensor("x", x, ndim=2, dtypes=_FLOATS, last_dim_contiguous=True)
         M, K = x.shape
@@ -181,9 +185,6 @@ def target_linear(
             check_tensor("bias", bias, shape=(rows_w,), dtypes=(x.dtype,), device=dev)
         if norm_weight is not None:
             check_tensor("norm_weight", norm_weight, shape=(K,), dtypes=(x.dtype,), device=dev)
-        if norm_folded and (sumsq is None or norm_weight is not None):
-            raise ValueError("norm_folded needs sumsq (the rows' partial sums of squares) and no norm_weight (it is "
-                             "folded into weight)")
         if sumsq is not None:
             if norm_weight is None and not norm_folded:
                 raise ValueError("sumsq (partial sums of squares of x) is only read by the RMSNorm prologue: pass "
@@ -213,7 +214,7 @@ def target_linear(
         HAS_NORM=norm_weight is not None, NUM_SS=nss, NSS_P2=next_power_of_2(max(nss, 1)), HAS_BIAS=bias is not None,
         HAS_RES=residual is not None, SILU_MUL=bool(silu_mul), WRITE_SS=sumsq_out is not None,
         BM=cfg.block_m, BN=cfg.block_n, BK=cfg.block_k, PRECISION=_precision(x.dtype), PRE=cfg.prefetch,
-        NORM_FOLDED=bool(norm_folded) and nss > 0,
+        NORM_FOLDED=bool(norm_folded),
         num_warps=cfg.num_warps, num_stages=cfg.num_stages, **pdl_kwargs(x.device),
     )
     return y
