@@ -6,6 +6,7 @@ inside causal chunks; (2) a tree verify row equals the plain decode of the same 
 copied into the committed rows ``L, L + 1, ...``; with GQA groups 1, 3, 4 and two sequences of different lengths.
 """
 
+import dataclasses
 import math
 import secrets
 
@@ -229,6 +230,35 @@ def test_tree_rows_do_not_depend_on_other_rows(device):
     assert torch.equal(out_small, out_big[:, keep])
 
 
+def _tree_tokens_variants_equal(lens, S, Hq, Hkv, D, Lmax, dtype, device, tokens, seed):
+    """A verify's rows are bit-identical for every ``tree_tokens`` (tokens per tree-kernel program)."""
+    gen = torch.Generator().manual_seed(seed)
+    q, k, v = _inputs(len(lens), S, Hq, Hkv, D, Lmax, dtype, device, gen)
+    mask = torch.stack([_ancestor_mask(_random_parents(S, gen, 4)) for _ in lens]).to(device)
+    cl = _lens(lens, device)
+    base = target_attention_config(dtype, D, Hq // Hkv)
+    outs = [target_attention(q, k, v, cl, mask, config=dataclasses.replace(base, tree_tokens=t)) for t in tokens]
+    for t, o in zip(tokens[1:], outs[1:]):
+        assert torch.equal(o, outs[0]), f"tree_tokens={t} differs from tree_tokens={tokens[0]} (seed={seed})"
+
+
+@pytest.mark.parametrize("Hq,Hkv,tokens", [(4, 1, (1, 2, 3, 4)), (3, 3, (1, 5, 16))], ids=["gqa4", "mha"])
+def test_tree_rows_do_not_depend_on_tokens_per_program(Hq, Hkv, tokens, device):
+    # L=53/20: trees of depth <= 10 cross the block (64) and split (32 positions) boundaries, and rows whose only
+    # split is finished by the tree kernel sit beside rows merged by the combine
+    _tree_tokens_variants_equal((53, 20), 11, Hq, Hkv, 16, 80, torch.float16, device, tokens,
+                                secrets.randbelow(1 << 30))
+
+
+def test_target_attention_config_errors(device):
+    q, k, v = _inputs(1, 3, 4, 1, 16, 20, torch.float32, device, torch.Generator().manual_seed(0))
+    base = target_attention_config(torch.float32, 16, 4)
+    with pytest.raises(ValueError, match="GQA group"):
+        target_attention(q, k, v, _lens((2,), device), config=dataclasses.replace(base, block_m=2))
+    with pytest.raises(ValueError, match="tree_tokens"):
+        target_attention(q, k, v, _lens((2,), device), config=dataclasses.replace(base, tree_tokens=base.block_m))
+
+
 def test_config_does_not_depend_on_lengths():
     """The tile constants come from dtype / head shape only; the GQA group only raises the row tile to fit it."""
     cfg = target_attention_config(torch.float16, 128, 4)
@@ -346,9 +376,10 @@ def test_target_attention_errors(device):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("prefix", [1000, 4097])
+@pytest.mark.parametrize("prefix", [100, 230, 1000, 4097])
 def test_target_attention_llama8b_gpu(prefix):
-    """Parity and both bitwise invariances at 32/8 heads, D 128, bf16, a 60-row tree over a 1k/4k prefix."""
+    """Parity and both bitwise invariances at 32/8 heads, D 128, bf16, a 60-row tree over a prefix of 100 (every
+    row in one 256-position split: finished in place), 230 (rows on both sides of the split), 1k, 4k."""
     dtype, dev, S, D = torch.bfloat16, "cuda", 60, 128
     gen = torch.Generator().manual_seed(prefix)
     parents = _random_parents(S, gen, reach=12)
@@ -362,6 +393,16 @@ def test_target_attention_llama8b_gpu(prefix):
     assert torch.equal(out, target_attention(q, k, v, cl, mask))  # run to run deterministic
     _check_tree_invariance([prefix], [parents], 32, 8, D, Lmax, dtype, dev, seed=prefix)
     _check_causal_invariance(1, 60, 32, 8, D, (prefix - 3,), Lmax, (13, 47), dtype, dev, seed=prefix + 1)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("prefix", [100, 230, 1000])
+def test_target_attention_tree_tokens_gpu(prefix):
+    """Every tree_tokens setting gives the same bits at the 8B shape (and at SmolLM2's 9/3 heads of 64)."""
+    _tree_tokens_variants_equal((prefix,), 60, 32, 8, 128, prefix + 128, torch.bfloat16, "cuda", (1, 2, 4, 16),
+                                prefix)
+    _tree_tokens_variants_equal((prefix, prefix // 3), 60, 9, 3, 64, prefix + 128, torch.bfloat16, "cuda",
+                                (1, 2, 4, 21), prefix + 1)
 
 
 @pytest.mark.gpu

@@ -27,6 +27,12 @@ Kernels:
   the cache row of its position (committed row, or the tree row of the ancestor at that depth).
 * :func:`_combine_kernel`: ``out = sum_k 2^(c (m_k - M)) acc_k / sum_k 2^(c (m_k - M)) l_k`` over the row's splits.
 
+**Rows of one split** (``n_keys <= BLOCK_N * SPLIT_BLOCKS``: every row of a context shorter than one split) are
+finished by the kernel that runs their last block (the causal shared kernel, or the tree kernel), as ``acc / l``
+(:func:`_store_out`), and the combine leaves them alone: no partial state goes through memory and the combine of a
+short context only reads the lengths. Which rows these are depends on the row's position only, so every path
+finishes a given row the same way.
+
 **Cache slots.** With ``HAS_SLOTS`` query sequence ``b`` reads the keys and the length of cache batch index
 ``slots[b]`` (loaded on the device, clamped to ``[0, NB)``), so one CUDA graph serves every slot of a larger cache;
 queries, tree masks, partials and outputs stay indexed by ``b``. Without it the index is ``b`` and the code is the
@@ -81,12 +87,26 @@ def _store_state(acc_ptr, ml_ptr, acc, m_i, l_i, part_row, split, row_ok, offs_d
     tl.store(ml_ptr + idx * 2 + 1, l_i, mask=row_ok)
 
 
+@triton.jit
+def _store_out(o_ptr, acc, l_i, b64, tok, h, row_ok, offs_d, d_mask, stride_ob, stride_ot, stride_oh):
+    """Finish a row whose keys all lie in split 0 (``n_keys <= SPLIT``): ``out = acc / l`` from its one state.
+
+    Whichever kernel finishes such a row (the causal shared kernel, the tree kernel) calls this on the same state
+    bits, and :func:`_combine_kernel` skips it, so a row gets the same bits however it was computed; a row with
+    several splits is merged by the combine as before."""
+    out = acc / tl.where(l_i > 0.0, l_i, 1.0)[:, None]
+    o_off = b64 * stride_ob + tok.to(tl.int64) * stride_ot + h * stride_oh
+    tl.store(o_ptr + o_off[:, None] + offs_d[None, :], out.to(o_ptr.dtype.element_ty),
+             mask=row_ok[:, None] & d_mask[None, :])
+
+
 @triton.jit(do_not_specialize=["S", "NB"])
 def _shared_kernel(
-    q_ptr, k_ptr, v_ptr, seqlens_ptr, slots_ptr, acc_ptr, ml_ptr,
+    q_ptr, k_ptr, v_ptr, seqlens_ptr, slots_ptr, acc_ptr, ml_ptr, o_ptr,
     stride_qb, stride_qt, stride_qh,
     stride_kb, stride_kl, stride_kh,
     stride_vb, stride_vl, stride_vh,
+    stride_ob, stride_ot, stride_oh,
     S, Hq, Lmax, NSPLIT, qk_scale, NB,
     HEAD_DIM: tl.constexpr, GROUP: tl.constexpr, CAUSAL: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, SPLIT_BLOCKS: tl.constexpr,
@@ -148,27 +168,39 @@ def _shared_kernel(
             v = tl.load(v_base + offs_n[:, None].to(tl.int64) * stride_vl + offs_d[None, :], mask=kv_mask, other=0.0)
             vis = offs_n[None, :] <= pos_row[:, None]
             acc, m_i, l_i = _block_update(acc, m_i, l_i, q, k, v, vis, qk_scale, PRECISION)
-        _store_state(acc_ptr, ml_ptr, acc, m_i, l_i, part_row, split, row_ok, offs_d, NSPLIT, BLOCK_D)
+        if CAUSAL:  # rows whose keys all lie in split 0 are finished here; the combine skips them
+            single = (pos_row < BLOCK_N * SPLIT_BLOCKS) & (split == 0)
+            _store_out(o_ptr, acc, l_i, b64, tok, h, row_ok & single, offs_d, d_mask, stride_ob, stride_ot,
+                       stride_oh)
+            _store_state(acc_ptr, ml_ptr, acc, m_i, l_i, part_row, split, row_ok & ~single, offs_d, NSPLIT, BLOCK_D)
+        else:
+            _store_state(acc_ptr, ml_ptr, acc, m_i, l_i, part_row, split, row_ok, offs_d, NSPLIT, BLOCK_D)
 
 
 @triton.jit(do_not_specialize=["S", "NB"])
 def _tree_kernel(
-    q_ptr, k_ptr, v_ptr, seqlens_ptr, slots_ptr, mask_ptr, acc_ptr, ml_ptr,
+    q_ptr, k_ptr, v_ptr, seqlens_ptr, slots_ptr, mask_ptr, acc_ptr, ml_ptr, o_ptr,
     stride_qb, stride_qt, stride_qh,
     stride_kb, stride_kl, stride_kh,
     stride_vb, stride_vl, stride_vh,
     stride_mb, stride_mi, stride_mj,
+    stride_ob, stride_ot, stride_oh,
     S, Hq, Lmax, NSPLIT, qk_scale, NB,
     HEAD_DIM: tl.constexpr, GROUP: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_S: tl.constexpr,
-    SPLIT_BLOCKS: tl.constexpr, PRECISION: tl.constexpr, HAS_SLOTS: tl.constexpr = False, PDL: tl.constexpr = False,
+    SPLIT_BLOCKS: tl.constexpr, PRECISION: tl.constexpr, TT: tl.constexpr = 1, HAS_SLOTS: tl.constexpr = False,
+    PDL: tl.constexpr = False,
 ):
-    """Blocks from ``L // BLOCK_N`` to the row's own position, one token per program; grid ``(S, B * Hkv)``.
+    """Blocks from ``L // BLOCK_N`` to each row's own position, ``TT`` tokens per program; grid
+    ``(cdiv(S, TT), B * Hkv)``.
 
     Slot of position ``p``: cache row ``p`` if ``p < L``, else tree row ``L + anc[p - L]`` where ``anc[d]`` is the
-    index of the ``d``-th true column of ``tree_mask[b, i]``.
+    index of the ``d``-th true column of ``tree_mask[b, i]``. Token ``t`` of the program owns tile rows
+    ``t * GROUP ..`` (its query heads) and gets its own gathered key block; the update runs on the whole tile with
+    only those rows visible, which leaves the other rows' states as they were (:func:`_block_update`), so a row's
+    arithmetic is the same for any ``TT`` (``TT`` sets how many gathers one program has in flight).
     """
-    i = tl.program_id(0)
+    pid_t = tl.program_id(0)
     if PDL:  # programmatic dependent launch: wait for the kernels that wrote q and the cache
         tl.extra.cuda.gdc_wait()
         tl.extra.cuda.gdc_launch_dependents()
@@ -180,23 +212,28 @@ def _tree_kernel(
     c, c64 = _cache_index(slots_ptr, b, b64, NB, HAS_SLOTS)
 
     offs_r = tl.arange(0, BLOCK_M)
-    row_ok = offs_r < GROUP
-    h = kvh * GROUP + tl.where(row_ok, offs_r, 0)
+    t_row = offs_r // GROUP  # the program's token of each tile row
+    tok = pid_t * TT + t_row
+    row_ok = (t_row < TT) & (tok < S)
+    tok = tl.where(row_ok, tok, 0)
+    h = kvh * GROUP + offs_r % GROUP
     offs_d = tl.arange(0, BLOCK_D)
     d_mask = offs_d < HEAD_DIM
-    q_off = b64 * stride_qb + i.to(tl.int64) * stride_qt + h * stride_qh
+    q_off = b64 * stride_qb + tok.to(tl.int64) * stride_qt + h * stride_qh
     q = tl.load(q_ptr + q_off[:, None] + offs_d[None, :], mask=row_ok[:, None] & d_mask[None, :], other=0.0)
 
     L = tl.minimum(tl.maximum(tl.load(seqlens_ptr + c).to(tl.int32), 0), Lmax - S)
     offs_s = tl.arange(0, BLOCK_S)
-    mrow = tl.load(mask_ptr + b64 * stride_mb + i * stride_mi + offs_s * stride_mj, mask=offs_s < S, other=0)
-    mrow = (mrow != 0).to(tl.int32)
-    rank = tl.cumsum(mrow, 0) - 1  # depth of each visible tree column
-    pos = L + tl.sum(mrow, 0) - 1  # the row's own position
+    m_base = mask_ptr + b64 * stride_mb
+    # each row's position (its token's visible tree rows) and one past its last block
+    mrows = tl.load(m_base + tok[:, None] * stride_mi + offs_s[None, :] * stride_mj,
+                    mask=row_ok[:, None] & (offs_s < S)[None, :], other=0)
+    pos_r = L + tl.sum((mrows != 0).to(tl.int32), 1) - 1
+    j_end_r = tl.where(row_ok, (pos_r + BLOCK_N) // BLOCK_N, 0)  # pos >= -1: no negative division
     j_lo = L // BLOCK_N
-    j_end = (pos + BLOCK_N) // BLOCK_N  # one past the row's last block (pos >= -1, so no negative division)
+    j_end = tl.max(j_end_r, 0)
 
-    part_row = (b64 * S + i) * Hq + h
+    part_row = (b64 * S + tok) * Hq + h
     # Continue the split the shared kernel left at block j_lo (its blocks below j_lo), or start it fresh.
     idx = part_row * NSPLIT + j_lo // SPLIT_BLOCKS
     ld = row_ok & ((offs_r * 0 + j_lo % SPLIT_BLOCKS) != 0)
@@ -208,26 +245,35 @@ def _tree_kernel(
     v_base = v_ptr + c64 * stride_vb + kvh * stride_vh
     for j in range(j_lo, j_end):
         fresh = (j % SPLIT_BLOCKS) == 0
-        if fresh & (j > j_lo):  # a split boundary inside the tail: close the previous split
-            _store_state(acc_ptr, ml_ptr, acc, m_i, l_i, part_row, j // SPLIT_BLOCKS - 1, row_ok, offs_d, NSPLIT,
-                         BLOCK_D)
+        if fresh & (j > j_lo):  # a split boundary inside the tail: close the rows' previous split
+            _store_state(acc_ptr, ml_ptr, acc, m_i, l_i, part_row, j // SPLIT_BLOCKS - 1, row_ok & (j_end_r > j),
+                         offs_d, NSPLIT, BLOCK_D)
         m_i = tl.where(fresh, float("-inf"), m_i)
         l_i = tl.where(fresh, 0.0, l_i)
         acc = tl.where(fresh, 0.0, acc)
         offs_n = j * BLOCK_N + tl.arange(0, BLOCK_N)
         depth = offs_n - L
-        hit = (mrow[None, :] != 0) & (rank[None, :] == depth[:, None])  # [BLOCK_N, BLOCK_S]: the ancestor at depth
-        tree_col = tl.sum(tl.where(hit, offs_s[None, :], 0), 1)
-        krow = tl.where(offs_n < L, offs_n, L + tree_col).to(tl.int64)
-        n_ok = offs_n <= pos
-        kv_mask = n_ok[:, None] & d_mask[None, :]
-        k = tl.load(k_base + krow[:, None] * stride_kl + offs_d[None, :], mask=kv_mask, other=0.0)
-        v = tl.load(v_base + krow[:, None] * stride_vl + offs_d[None, :], mask=kv_mask, other=0.0)
-        vis = n_ok[None, :] & (offs_r >= 0)[:, None]
-        acc, m_i, l_i = _block_update(acc, m_i, l_i, q, k, v, vis, qk_scale, PRECISION)
-    if j_end > j_lo:
-        _store_state(acc_ptr, ml_ptr, acc, m_i, l_i, part_row, (j_end - 1) // SPLIT_BLOCKS, row_ok, offs_d, NSPLIT,
-                     BLOCK_D)
+        for t in tl.static_range(TT):
+            i = pid_t * TT + t
+            mrow = tl.load(m_base + i * stride_mi + offs_s * stride_mj, mask=offs_s < tl.where(i < S, S, 0), other=0)
+            mrow = (mrow != 0).to(tl.int32)
+            rank = tl.cumsum(mrow, 0) - 1  # depth of each visible tree column
+            pos = L + tl.sum(mrow, 0) - 1
+            hit = (mrow[None, :] != 0) & (rank[None, :] == depth[:, None])  # [BLOCK_N, BLOCK_S]: the ancestor
+            tree_col = tl.sum(tl.where(hit, offs_s[None, :], 0), 1)
+            krow = tl.where(offs_n < L, offs_n, L + tree_col).to(tl.int64)
+            n_ok = offs_n <= pos
+            kv_mask = n_ok[:, None] & d_mask[None, :]
+            k = tl.load(k_base + krow[:, None] * stride_kl + offs_d[None, :], mask=kv_mask, other=0.0)
+            v = tl.load(v_base + krow[:, None] * stride_vl + offs_d[None, :], mask=kv_mask, other=0.0)
+            vis = n_ok[None, :] & (t_row == t)[:, None]
+            acc, m_i, l_i = _block_update(acc, m_i, l_i, q, k, v, vis, qk_scale, PRECISION)
+        # rows whose last block this was: finished here when it is their only split (the combine skips them)
+        done = row_ok & (j_end_r == j + 1)
+        if j < SPLIT_BLOCKS:
+            _store_out(o_ptr, acc, l_i, b64, tok, h, done, offs_d, d_mask, stride_ob, stride_ot, stride_oh)
+        else:
+            _store_state(acc_ptr, ml_ptr, acc, m_i, l_i, part_row, j // SPLIT_BLOCKS, done, offs_d, NSPLIT, BLOCK_D)
 
 
 @triton.jit(do_not_specialize=["S", "NB"])
@@ -237,8 +283,8 @@ def _combine_kernel(
     stride_ob, stride_ot, stride_oh,
     S, Hq, Lmax, NSPLIT, qk_scale, NB,
     HEAD_DIM: tl.constexpr, CAUSAL: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_D: tl.constexpr,
-    BLOCK_S: tl.constexpr, BLOCK_C: tl.constexpr, SPLIT: tl.constexpr, HAS_SLOTS: tl.constexpr = False,
-    PDL: tl.constexpr = False,
+    BLOCK_S: tl.constexpr, BLOCK_C: tl.constexpr, BLOCK_N: tl.constexpr, SPLIT_BLOCKS: tl.constexpr,
+    HAS_SLOTS: tl.constexpr = False, PDL: tl.constexpr = False,
 ):
     """Merge a row's split states in split order; grid ``(B * S, cdiv(Hq, BLOCK_H))``.
 
@@ -256,14 +302,20 @@ def _combine_kernel(
     offs_h = tl.program_id(1) * BLOCK_H + tl.arange(0, BLOCK_H)
     h_ok = offs_h < Hq
     L = tl.minimum(tl.maximum(tl.load(seqlens_ptr + c).to(tl.int32), 0), Lmax - S)
+    SPLIT: tl.constexpr = BLOCK_N * SPLIT_BLOCKS
     if CAUSAL:
         n_keys = L + i + 1
+        finished = n_keys <= SPLIT  # by the shared kernel
     else:
         offs_s = tl.arange(0, BLOCK_S)
         mrow = tl.load(mask_ptr + b.to(tl.int64) * stride_mb + i * stride_mi + offs_s * stride_mj, mask=offs_s < S,
                        other=0)
         n_keys = L + tl.sum((mrow != 0).to(tl.int32), 0)
-    n_split = tl.cdiv(n_keys, SPLIT)
+        # by the tree kernel, which runs the row's blocks from L // BLOCK_N on (none when it sees no tree row and L
+        # is a block boundary; then its split states are the shared kernel's and merged here)
+        finished = (n_keys <= SPLIT) & ((n_keys - 1 + BLOCK_N) // BLOCK_N > L // BLOCK_N)
+    todo = tl.where(finished, 0, 1)  # (an int: the interpreter cannot mix a scalar bool into a block mask)
+    n_split = todo * tl.cdiv(n_keys, SPLIT)
 
     rows = (bi.to(tl.int64) * Hq + offs_h) * NSPLIT  # [H]: first partial of each head
     offs_c = tl.arange(0, BLOCK_C)
@@ -290,4 +342,4 @@ def _combine_kernel(
     out = o / tl.where(l_tot > 0.0, l_tot, 1.0)[:, None]
     o_off = b.to(tl.int64) * stride_ob + i.to(tl.int64) * stride_ot + offs_h * stride_oh
     tl.store(o_ptr + o_off[:, None] + offs_d[None, :], out.to(o_ptr.dtype.element_ty),
-             mask=h_ok[:, None] & (offs_d < HEAD_DIM)[None, :])
+             mask=(h_ok & (offs_h * 0 + todo != 0))[:, None] & (offs_d < HEAD_DIM)[None, :])

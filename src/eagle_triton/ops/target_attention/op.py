@@ -9,6 +9,7 @@ lengths, and the query count ``S`` is not specialised on, so new prompt lengths 
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
 
@@ -42,7 +43,9 @@ class TargetAttentionConfig:
     positions), ``combine_chunk`` splits merged per step of the combine. ``num_stages`` pipelines the shared
     kernel's key blocks; ``tree_stages`` the tree kernel's, which runs one or two blocks per program: without
     pipeline buffers it needs 48 KiB of shared memory instead of 144 KiB at D = 128 (sm_90), so several of its
-    programs share an SM (a 60-row verify at 8B launches 480). Stages change no result.
+    programs share an SM. ``tree_tokens``: tokens per tree-kernel program (each with its own key gather, one after
+    the other; capped at ``block_m // group``) when a verify has more (token, KV head) pairs than two programs per
+    SM can hold, else 1 (an explicit ``config=`` is used as given). Stages and ``tree_tokens`` change no result.
     """
 
     block_m: int
@@ -52,18 +55,24 @@ class TargetAttentionConfig:
     num_stages: int
     combine_chunk: int = 16
     tree_stages: int = 1
+    tree_tokens: int = 1
 
     @property
     def split(self) -> int:
         return self.block_n * self.split_blocks
 
 
-#: GPU, 16-bit inputs: 64-row tiles (one wgmma M on sm_90), 64-key blocks, splits of 256 positions.
-GPU_CONFIG = TargetAttentionConfig(block_m=64, block_n=64, split_blocks=4, num_warps=4, num_stages=3)
+#: GPU, 16-bit inputs: 64-row tiles (one wgmma M on sm_90), 64-key blocks, splits of 256 positions. Two tree tokens
+#: per program once a verify has more than two programs per SM (H100, 60-row verify, 32 layers, in
+#: bench/results/session12_2026-11-26/attn_8b_b.json: 8B shape, 480 pairs, 19.5 -> 17.3 us per layer; SmolLM2's 180
+#: pairs stay at one token, 10.4 us, against 13.5 with two; more tokens per program are slower: 24.9 us with 4).
+GPU_CONFIG = TargetAttentionConfig(block_m=64, block_n=64, split_blocks=4, num_warps=4, num_stages=3, tree_tokens=2)
 #: GPU, fp32 inputs (IEEE products on FMA units, 4-byte tiles): half the tiles, the same 256-position splits.
 GPU_FP32_CONFIG = TargetAttentionConfig(block_m=32, block_n=32, split_blocks=8, num_warps=4, num_stages=2)
-#: Triton interpreter (CPU tests): tiny tiles and splits of 32 positions, so small tests cross several splits.
-INTERPRETER_CONFIG = TargetAttentionConfig(block_m=16, block_n=16, split_blocks=2, num_warps=4, num_stages=1)
+#: Triton interpreter (CPU tests): tiny tiles and splits of 32 positions, so small tests cross several splits; as
+#: many tree tokens per program as the tile holds (the interpreter's cost is per program).
+INTERPRETER_CONFIG = TargetAttentionConfig(block_m=16, block_n=16, split_blocks=2, num_warps=4, num_stages=1,
+                                           tree_tokens=16)
 
 
 def target_attention_config(dtype: torch.dtype, head_dim: int, group: int) -> TargetAttentionConfig:
@@ -75,12 +84,9 @@ def target_attention_config(dtype: torch.dtype, head_dim: int, group: int) -> Ta
     else:
         cfg = GPU_CONFIG
         if head_dim > 128:  # keep the K/V tiles of a pipelined block within shared memory; same split positions
-            cfg = TargetAttentionConfig(64, 32, cfg.split // 32, cfg.num_warps, 2, cfg.combine_chunk, cfg.tree_stages)
+            cfg = dataclasses.replace(cfg, block_m=64, block_n=32, split_blocks=cfg.split // 32, num_stages=2)
     bm = max(cfg.block_m, next_power_of_2(group))
-    if bm != cfg.block_m:
-        cfg = TargetAttentionConfig(bm, cfg.block_n, cfg.split_blocks, cfg.num_warps, cfg.num_stages,
-                                    cfg.combine_chunk, cfg.tree_stages)
-    return cfg
+    return dataclasses.replace(cfg, block_m=bm, tree_tokens=max(1, min(cfg.tree_tokens, bm // group)))
 
 
 def _precision(dtype: torch.dtype) -> str:
@@ -117,6 +123,7 @@ def target_attention(
     softmax_scale: float | None = None,
     validate: bool = True,
     cache_slots: torch.Tensor | None = None,
+    config: TargetAttentionConfig | None = None,
 ) -> torch.Tensor:
     """Batch-invariant attention of ``S`` new rows over a KV cache: decode, prefill chunks and tree verification.
 
@@ -143,6 +150,8 @@ def target_attention(
     cache_slots : Tensor ``[B]`` int32 or None: query sequence ``b`` reads the keys and the length of cache batch
         index ``cache_slots[b]`` (in ``[0, NB)``; read on the device, so one captured graph serves every slot; an
         unchecked out-of-range slot is clamped). None: index ``b``. ``q`` and the output stay indexed by ``b``.
+    config : tile constants, default :func:`target_attention_config` (tests and probes pass others; rows are
+        bit-identical only among calls with the same ``block_*``/``split_blocks``).
 
     Returns
     -------
@@ -167,7 +176,10 @@ def target_attention(
     if B == 0 or Hq == 0:
         return out
     G = Hq // Hkv
-    cfg = target_attention_config(q.dtype, D, G)
+    cfg = config or target_attention_config(q.dtype, D, G)
+    if cfg.block_m < G or cfg.block_m // G < cfg.tree_tokens:
+        raise ValueError(f"config.block_m={cfg.block_m} must hold a GQA group of {G} query heads per token, "
+                         f"tree_tokens={cfg.tree_tokens} of them")
     block_d = max(16, next_power_of_2(D))
     nsplit = cdiv(Lmax, cfg.split)
     scale = 1.0 / math.sqrt(D) if softmax_scale is None else float(softmax_scale)
@@ -185,23 +197,27 @@ def target_attention(
     z = max(1, min(nsplit, cdiv(4 * num_sms(dev), tiles * B * Hkv)))
     slots = cache_slots if slotted else cache_seqlens  # an unread stand-in without slots
     _shared_kernel[(tiles, B * Hkv, z)](
-        q, k_cache, v_cache, cache_seqlens, slots, acc_part, ml_part,
+        q, k_cache, v_cache, cache_seqlens, slots, acc_part, ml_part, out,
         q.stride(0), q.stride(1), q.stride(2),
         k_cache.stride(0), k_cache.stride(1), k_cache.stride(2),
         v_cache.stride(0), v_cache.stride(1), v_cache.stride(2),
+        out.stride(0), out.stride(1), out.stride(2),
         S, Hq, Lmax, nsplit, qk_scale, NB, CAUSAL=causal, **common, **opts,
     )
     if causal:
         mask, ms, block_s = cache_seqlens, (0, 0, 0), 2
     else:
         mask, ms, block_s = tree_mask.view(torch.uint8), tree_mask.stride(), max(2, next_power_of_2(S))
-        _tree_kernel[(S, B * Hkv)](
-            q, k_cache, v_cache, cache_seqlens, slots, mask, acc_part, ml_part,
+        tt = cfg.tree_tokens if config is not None or B * S * Hkv > 2 * num_sms(dev) else 1
+        _tree_kernel[(cdiv(S, tt), B * Hkv)](
+            q, k_cache, v_cache, cache_seqlens, slots, mask, acc_part, ml_part, out,
             q.stride(0), q.stride(1), q.stride(2),
             k_cache.stride(0), k_cache.stride(1), k_cache.stride(2),
             v_cache.stride(0), v_cache.stride(1), v_cache.stride(2),
             ms[0], ms[1], ms[2],
-            S, Hq, Lmax, nsplit, qk_scale, NB, BLOCK_S=block_s, **common, **dict(opts, num_stages=cfg.tree_stages),
+            out.stride(0), out.stride(1), out.stride(2),
+            S, Hq, Lmax, nsplit, qk_scale, NB, BLOCK_S=block_s, TT=tt, **common,
+            **dict(opts, num_stages=cfg.tree_stages),
         )
     block_h = min(16, next_power_of_2(Hq)) if is_interpreter() else 1
     _combine_kernel[(B * S, cdiv(Hq, block_h))](
@@ -210,7 +226,7 @@ def target_attention(
         out.stride(0), out.stride(1), out.stride(2),
         S, Hq, Lmax, nsplit, qk_scale, NB,
         HEAD_DIM=D, CAUSAL=causal, BLOCK_H=block_h, BLOCK_D=block_d, BLOCK_S=block_s, BLOCK_C=cfg.combine_chunk,
-        SPLIT=cfg.split, HAS_SLOTS=slotted,
+        BLOCK_N=cfg.block_n, SPLIT_BLOCKS=cfg.split_blocks, HAS_SLOTS=slotted,
         num_warps=1 if block_d <= 64 else 2, enable_fp_fusion=False, **pdl,
     )
     return out
@@ -238,7 +254,7 @@ def _aot_specs():
         common = dict(HEAD_DIM=128, GROUP=4, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, BLOCK_D=128,
                       SPLIT_BLOCKS=cfg.split_blocks, PRECISION=prec, HAS_SLOTS=slots, PDL=pdl)
         ptrs = {"q_ptr": f"*{dt}", "k_ptr": f"*{dt}", "v_ptr": f"*{dt}", "seqlens_ptr": "*i32", "slots_ptr": "*i32",
-                "acc_ptr": "*fp32", "ml_ptr": "*fp32", "qk_scale": "fp32"}
+                "acc_ptr": "*fp32", "ml_ptr": "*fp32", "o_ptr": f"*{dt}", "qk_scale": "fp32"}
         for causal in ((True, False) if dt == "bf16" else (False,)):
             sig = {n: "i32" for n in _shared_kernel.arg_names}
             const = dict(common, CAUSAL=causal)
@@ -246,7 +262,7 @@ def _aot_specs():
             sig.update({k: "constexpr" for k in const})
             specs.append((_shared_kernel, sig, const, {**opts, "div16": _div16(_shared_kernel)}))
         sig = {n: "i32" for n in _tree_kernel.arg_names}
-        const = dict(common, BLOCK_S=64)
+        const = dict(common, BLOCK_S=64, TT=cfg.tree_tokens)
         sig.update(ptrs)
         sig["mask_ptr"] = "*u8"
         sig.update({k: "constexpr" for k in const})
@@ -256,7 +272,7 @@ def _aot_specs():
             sig.update({"seqlens_ptr": "*i32", "slots_ptr": "*i32", "mask_ptr": "*u8", "acc_ptr": "*fp32",
                         "ml_ptr": "*fp32", "o_ptr": f"*{dt}", "qk_scale": "fp32"})
             const = dict(HEAD_DIM=128, CAUSAL=causal, BLOCK_H=1, BLOCK_D=128, BLOCK_S=64, BLOCK_C=cfg.combine_chunk,
-                         SPLIT=cfg.split, HAS_SLOTS=slots, PDL=pdl)
+                         BLOCK_N=cfg.block_n, SPLIT_BLOCKS=cfg.split_blocks, HAS_SLOTS=slots, PDL=pdl)
             sig.update({k: "constexpr" for k in const})
             specs.append((_combine_kernel, sig, const,
                           {"num_warps": 2, "enable_fp_fusion": False, "launch_pdl": pdl,
