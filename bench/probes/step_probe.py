@@ -5,7 +5,8 @@ captured plain and speculative step graphs replayed back to back, the same steps
 read), and the speculative step graph without its draft (the tree of the last draft reused) so that the draft's
 share of the step is the difference. Norm modes are compared with ``--norm-modes``.
 
-    python bench/probes/step_probe.py --out step_probe.json [--shape 8b|smollm2] [--norm-modes partials,kernel]
+    python bench/probes/step_probe.py --out step_probe.json [--shape 8b|smollm2] [--norm-modes folded,kernel]
+        [--fuse-rope on,off]
         [--trees 60/7/10] [--profile]
 
 ``--shape smollm2``: SmolLM2-135M-Instruct's architecture with random weights and the shipped head (step times do not
@@ -29,7 +30,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--out", required=True)
-    p.add_argument("--norm-modes", default="partials")
+    p.add_argument("--norm-modes", default="folded")
+    p.add_argument("--fuse-rope", default="on", help="comma-separated on/off: LlamaTarget(fuse_rope=...)")
     p.add_argument("--trees", default="60/7/10")
     p.add_argument("--new-tokens", type=int, default=96)
     p.add_argument("--shape", choices=["8b", "smollm2"], default="8b")
@@ -63,10 +65,12 @@ def main(argv=None) -> int:
     default_attn = attn_op.GPU_CONFIG
     variants = [dict((kv.split("=")[0], int(kv.split("=")[1])) for kv in v.split(",") if kv)
                 for v in args.attn_variants.split(";")] if args.attn_variants else [{}]
-    for var, mode in [(var, mode) for var in variants for mode in args.norm_modes.split(",")]:
+    for var, mode, fr in [(var, mode, fr) for var in variants for mode in args.norm_modes.split(",")
+                          for fr in args.fuse_rope.split(",")]:
         attn_op.GPU_CONFIG = dataclasses.replace(default_attn, **var)
-        target = LlamaTarget.from_hf(model, norm_mode=mode)
-        r = {"norm_mode": mode, "attn_config": dataclasses.asdict(attn_op.GPU_CONFIG)}
+        target = LlamaTarget.from_hf(model, norm_mode=mode, fuse_rope=fr == "on")
+        r = {"norm_mode": mode, "fuse_rope": fr == "on", "qkv_rope_config": str(target._linear_configs["qkv_rope"]),
+             "attn_config": dataclasses.asdict(attn_op.GPU_CONFIG)}
         r.update(bt.time_steps(target, 64, 60, 8))
         for tree in args.trees.split(","):
             tc = TreeConfig(*map(int, tree.split("/")))

@@ -19,6 +19,9 @@ from eagle_triton.testing import random_eagle3_head
 V = 97
 FAMILIES = [("llama", {"attention_bias": True, "mlp_bias": True}), ("qwen2", {}), ("qwen3", {"head_dim": 24}),
             ("mistral", {"sliding_window": None, "tie_word_embeddings": True})]
+#: heads of 32: the q/k/v product runs with the RoPE + KV-write epilogue (target_qkv_rope; narrower heads keep
+#: the two kernels)
+WIDE_HEADS = ("qwen2", {"head_dim": 32})
 
 
 @pytest.fixture
@@ -33,13 +36,14 @@ def _model(model="llama", dtype=torch.float32, **extra):
     return m.to(dtype)
 
 
-@pytest.mark.parametrize("model,extra", FAMILIES, ids=[f[0] for f in FAMILIES])
+@pytest.mark.parametrize("model,extra", FAMILIES + [WIDE_HEADS], ids=[f[0] for f in FAMILIES] + ["qwen2-d32"])
 def test_fused_forward_matches_torch_forward(model, extra, small_chunks):
     """Prefill (3 chunks of 8, the last overlapping), decode and a tree verify through the fused kernels match the
     PyTorch forward (fp32)."""
     m = _model(model, **extra)
     a, b = LlamaTarget.from_hf(m), LlamaTarget.from_hf(m, ops="triton")
     assert b.fused_forward and not a.fused_forward
+    assert (b._linear_configs["qkv_rope"] is not None) == (extra.get("head_dim") == 32)
     g = torch.Generator().manual_seed(1)
     ids = torch.randint(0, V, (1, 19), generator=g)
     parents = torch.tensor([[-1, 0, 0, 1, 3]])
@@ -97,7 +101,9 @@ def test_fused_forward_needs_triton_ops():
 
 
 @pytest.mark.parametrize("model,extra,norm_mode", [(*FAMILIES[0], "folded"), (*FAMILIES[2], "folded"),
-                                                   (*FAMILIES[0], "kernel")], ids=["llama", "qwen3", "llama-kernel"])
+                                                   (*FAMILIES[0], "kernel"), (*WIDE_HEADS, "folded"),
+                                                   (*WIDE_HEADS, "kernel")],
+                         ids=["llama", "qwen3", "llama-kernel", "qwen2-d32-qkv-rope", "qwen2-d32-qkv-rope-kernel"])
 def test_verify_rows_equal_decode_rows_bitwise(model, extra, norm_mode, small_chunks):
     """fp16: each verified node's logits and features equal bit for bit those of decoding its path token by token
     (a 5-row tree forward vs 1-row forwards, keys at other cache positions); also with the norms folded into the

@@ -203,6 +203,10 @@ class LlamaTarget(TargetModel):
         product at 1 row, +21 / +72 us at 60 rows, ``bench/results/target_forward_2026-11-24/``). The final norm
         is always its own kernel (its output is the lm_head input and the EAGLE-1 feature).
     inline_norm: the older spelling: ``True`` is ``norm_mode="prologue"``, ``False`` is ``norm_mode="kernel"``.
+    fuse_rope: fused forward only: RoPE and the KV-cache write as the epilogue of the q/k/v product
+        (:func:`eagle_triton.ops.rope_kv.target_qkv_rope`: one launch less per layer, batch-invariant; within a
+        last bit of the two kernels) where the head shape allows (``head_dim >= 32``, no Qwen3 q/k norm);
+        ``False``: always the two.
     cuda_graphs: capture the decode and verify steps on CUDA (default: on for CUDA).
     eos_token_ids: end-of-sequence ids (the engine's default stop tokens).
     """
@@ -211,7 +215,7 @@ class LlamaTarget(TargetModel):
                  attention_scaling: float = 1.0, device=None, dtype: torch.dtype | None = None, ops: str = "auto",
                  cuda_graphs: bool | None = None, eos_token_ids=None, fused_forward: bool | None = None,
                  linear_configs: dict | None = None, inline_norm: bool | None = None,
-                 norm_mode: str | None = None):
+                 norm_mode: str | None = None, fuse_rope: bool = True):
         self.config = c = config
         first = state_dict["model.embed_tokens.weight"]
         self.device = torch.device(device) if device is not None else first.device
@@ -227,6 +231,7 @@ class LlamaTarget(TargetModel):
         if self.fused_forward and not is_triton:
             raise ValueError("fused_forward=True needs the Triton ops (ops='triton', or 'auto' on CUDA)")
         self._linear_overrides = dict(linear_configs or {})
+        self.fuse_rope = bool(fuse_rope)
         self.norm_mode = _norm_mode(norm_mode, inline_norm)
         self.use_cuda_graphs = (self.device.type == "cuda") if cuda_graphs is None else bool(cuda_graphs)
         if self.use_cuda_graphs and self.device.type != "cuda":
@@ -316,12 +321,30 @@ class LlamaTarget(TargetModel):
         shapes = {"qkv": self.layers[0].w_qkv.shape, "o": self.layers[0].w_o.shape,
                   "gate_up": (self.layers[0].w_gate_up.shape[0] // 2, self.hidden_size),
                   "down": self.layers[0].w_down.shape, "lm_head": self.lm_head_weight.shape}
-        unknown = set(self._linear_overrides) - set(shapes)
+        unknown = set(self._linear_overrides) - set(shapes) - {"qkv_rope"}
         if unknown:
-            raise ValueError(f"linear_configs has unknown names {sorted(unknown)}; use {sorted(shapes)}")
-        return {name: self._linear_overrides.get(name)
+            raise ValueError(f"linear_configs has unknown names {sorted(unknown)}; use "
+                             f"{sorted(shapes) + ['qkv_rope']}")
+        cfgs = {name: self._linear_overrides.get(name)
                 or default_config(n, k, self.device, self.dtype, silu_mul=name == "gate_up")
                 for name, (n, k) in shapes.items()}
+        cfgs["qkv_rope"] = self._qkv_rope_config()
+        return cfgs
+
+    def _qkv_rope_config(self):
+        """Tiles of the q/k/v product with the RoPE/KV-write epilogue, or None where the forward keeps the two
+        kernels (``fuse_rope=False``, Qwen3's q/k norm, a head too narrow, or an explicit ``"qkv"`` override
+        without a ``"qkv_rope"`` one)."""
+        from ..ops.rope_kv import qkv_rope_config
+
+        c = self.config
+        if not self.fuse_rope or self.layers[0].q_norm is not None:
+            return None
+        if "qkv_rope" in self._linear_overrides:
+            return self._linear_overrides["qkv_rope"]
+        if "qkv" in self._linear_overrides:
+            return None
+        return qkv_rope_config(c.num_heads, c.num_kv_heads, c.head_dim, self.hidden_size, self.device, self.dtype)
 
     @classmethod
     def from_hf(cls, model, device=None, dtype=None, **kwargs) -> LlamaTarget:
@@ -588,10 +611,13 @@ class LlamaTarget(TargetModel):
             for t in self.taps:
                 if t == i:
                     taps.append(x)
-            qkv = self._normed_linear(x, ss_mlp, L.ln_in, L.w_qkv, L.b_qkv, cfg["qkv"])
             k_cache, v_cache = k_all[i], v_all[i]
-            q = target_rope_kv(qkv, k_cache, v_cache, seqlens, pos, self.cos, self.sin, c.num_heads,
-                               c.num_kv_heads, L.q_norm, L.k_norm, eps, validate=False, cache_slots=cache_slots)
+            if cfg["qkv_rope"] is not None:  # one kernel: the q/k/v product with RoPE and the KV write
+                q = self._qkv_rope(x, ss_mlp, L, k_cache, v_cache, seqlens, pos, cache_slots, cfg["qkv_rope"])
+            else:
+                qkv = self._normed_linear(x, ss_mlp, L.ln_in, L.w_qkv, L.b_qkv, cfg["qkv"])
+                q = target_rope_kv(qkv, k_cache, v_cache, seqlens, pos, self.cos, self.sin, c.num_heads,
+                                   c.num_kv_heads, L.q_norm, L.k_norm, eps, validate=False, cache_slots=cache_slots)
             o = attention(q.view(B, S, c.num_heads, hd), k_cache, v_cache, seqlens, tree_mask,
                           softmax_scale=scale, validate=False, cache_slots=cache_slots)
             x = target_linear(o.view(M, c.num_heads * hd), L.w_o, L.b_o, residual=x, sumsq_out=ss_attn,
@@ -643,6 +669,24 @@ class LlamaTarget(TargetModel):
                                  config=config, validate=False)
         return target_linear(x, weight, bias, norm_weight=norm_weight, eps=eps, silu_mul=silu_mul, sumsq=sumsq,
                              config=config, validate=False)
+
+    def _qkv_rope(self, x, sumsq, L, k_cache, v_cache, seqlens, pos, cache_slots, config):
+        """:func:`~eagle_triton.ops.rope_kv.target_qkv_rope` of the layer's input with its RMSNorm applied as
+        ``norm_mode`` says (the same norm as :meth:`_normed_linear`)."""
+        from ..ops.rope_kv import target_qkv_rope
+        from ..ops.target_linear import target_rms_norm
+
+        c, eps = self.config, self.config.rms_norm_eps
+        norm = {}
+        if self.norm_mode == "kernel":
+            x = target_rms_norm(x, L.ln_in, eps, validate=False)
+        elif self.norm_mode == "folded":
+            norm = dict(sumsq=sumsq, norm_folded=True)
+        else:
+            norm = dict(norm_weight=L.ln_in, sumsq=sumsq)
+        return target_qkv_rope(x, L.w_qkv, L.b_qkv, k_cache, v_cache, seqlens, pos, self.cos, self.sin, c.num_heads,
+                               c.num_kv_heads, eps=eps, config=config, validate=False, cache_slots=cache_slots,
+                               **norm)
 
     def _chunk_step(self, tokens, last: bool):
         """One prefill chunk of the slot in ``_prefill_slot`` (a device scalar) at rows ``seqlens[slot] + j``

@@ -7,7 +7,7 @@ import torch
 
 from ..target_linear.reference import target_rms_norm_ref
 
-__all__ = ["target_rope_kv_ref"]
+__all__ = ["target_rope_kv_ref", "target_qkv_rope_ref"]
 
 
 def _rotate_half(x: torch.Tensor) -> torch.Tensor:
@@ -68,3 +68,16 @@ def target_rope_kv_ref(
     if out is not None:
         return out.copy_(q)
     return q.contiguous()
+
+
+def target_qkv_rope_ref(x, weight, bias, k_cache, v_cache, cache_seqlens, positions, cos, sin, num_heads,
+                        num_kv_heads, *, norm_weight=None, eps=1e-6, sumsq=None, norm_folded=False, out=None,
+                        cache_slots=None, **_: object) -> torch.Tensor:
+    """Reference of :func:`~eagle_triton.ops.rope_kv.target_qkv_rope`: the q/k/v product's reference, rounded to
+    the dtype, then :func:`target_rope_kv_ref` (same side effect on the caches)."""
+    from ..target_linear.reference import target_linear_ref
+
+    qkv = target_linear_ref(x, weight, bias, norm_weight=norm_weight, eps=eps, sumsq=sumsq,
+                            norm_folded=norm_folded).to(x.dtype)
+    return target_rope_kv_ref(qkv, k_cache, v_cache, cache_seqlens, positions, cos, sin, num_heads, num_kv_heads,
+                              eps=eps, out=out, cache_slots=cache_slots)

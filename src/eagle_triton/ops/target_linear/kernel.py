@@ -85,6 +85,64 @@ def _k_chunk(acc, acc_u, x_rows, m_mask, kk, w, wu, rstd, nw_ptr, K, HAS_NORM: t
     return acc, acc_u
 
 
+@triton.jit
+def _mainloop(x_ptr, w_rows, u_rows, nw_ptr, sin_ptr, offs_m, m_mask, n_mask, K, stride_xm, stride_sin_m, eps,
+              HAS_NORM: tl.constexpr, NUM_SS: tl.constexpr, NSS_P2: tl.constexpr, TWO: tl.constexpr,
+              NORM_FOLDED: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr,
+              PRECISION: tl.constexpr, PRE: tl.constexpr, PDL: tl.constexpr, dt: tl.constexpr):
+    """The reduction of a ``[BM, BN]`` tile (and, with ``TWO``, of the second weight tile at ``u_rows``):
+    weight chunks prefetched (``PRE``), the wait on the previous kernel (``PDL``), the row norms' ``rstd``, then
+    ``K`` in fixed ``BK`` chunks. Returns ``(acc, acc_u, rstd)`` (fp32; ``rstd`` not yet applied when
+    ``NORM_FOLDED``). Shared by every kernel whose rows must round as the products' do."""
+    offs_k = tl.arange(0, BK)
+    # weights first: they do not depend on the previous kernel
+    if PRE >= 1:
+        w0 = tl.load(w_rows + offs_k[None, :], mask=n_mask[:, None] & (offs_k < K)[None, :], other=0.0)
+        u0 = w0
+        if TWO:
+            u0 = tl.load(u_rows + offs_k[None, :], mask=n_mask[:, None] & (offs_k < K)[None, :], other=0.0)
+    if PRE >= 2:
+        k1 = BK + offs_k
+        w1 = tl.load(w_rows + k1[None, :], mask=n_mask[:, None] & (k1 < K)[None, :], other=0.0)
+        u1 = w1
+        if TWO:
+            u1 = tl.load(u_rows + k1[None, :], mask=n_mask[:, None] & (k1 < K)[None, :], other=0.0)
+    if PDL:
+        tl.extra.cuda.gdc_wait()
+        tl.extra.cuda.gdc_launch_dependents()
+
+    rstd = tl.zeros([BM], tl.float32)
+    if NORM_FOLDED:  # a [BM] vector held through the loop (not the [BM, NSS_P2] tile: registers)
+        rstd = _partials_rstd(sin_ptr, offs_m, m_mask, stride_sin_m, K, eps, BM, NUM_SS, NSS_P2)
+    if HAS_NORM:
+        if NUM_SS > 0:
+            rstd = _partials_rstd(sin_ptr, offs_m, m_mask, stride_sin_m, K, eps, BM, NUM_SS, NSS_P2)
+        else:
+            rstd = _row_rstd(x_ptr, offs_m, m_mask, stride_xm, K, eps, BM, BK)
+
+    x_rows = x_ptr + offs_m[:, None].to(tl.int64) * stride_xm
+    acc = tl.zeros([BM, BN], tl.float32)
+    acc_u = tl.zeros([BM, BN], tl.float32)
+    if PRE >= 1:
+        acc, acc_u = _k_chunk(acc, acc_u, x_rows, m_mask, offs_k, w0, u0, rstd, nw_ptr, K, HAS_NORM, TWO,
+                              PRECISION, dt)
+    if PRE >= 2:
+        if K > BK:  # a chunk past K is skipped, as the loop would
+            acc, acc_u = _k_chunk(acc, acc_u, x_rows, m_mask, k1, w1, u1, rstd, nw_ptr, K, HAS_NORM, TWO,
+                                  PRECISION, dt)
+    for k0 in range(PRE * BK, K, BK):
+        kk = k0 + offs_k
+        k_mask = kk < K
+        w = tl.load(w_rows + kk[None, :], mask=n_mask[:, None] & k_mask[None, :], other=0.0)
+        wu = w
+        if TWO:
+            wu = tl.load(u_rows + kk[None, :], mask=n_mask[:, None] & k_mask[None, :], other=0.0)
+        acc, acc_u = _k_chunk(acc, acc_u, x_rows, m_mask, kk, w, wu, rstd, nw_ptr, K, HAS_NORM, TWO,
+                              PRECISION, dt)
+
+    return acc, acc_u, rstd
+
+
 @triton.jit(do_not_specialize=["M"])
 def _bi_linear_kernel(
     x_ptr, w_ptr, b_ptr, nw_ptr, r_ptr, y_ptr, sin_ptr, sout_ptr,
@@ -122,50 +180,9 @@ def _bi_linear_kernel(
 
     w_rows = w_ptr + offs_n[:, None].to(tl.int64) * stride_wn
     u_rows = w_ptr + (offs_n + N)[:, None].to(tl.int64) * stride_wn  # the up half (SILU_MUL)
-    # weights first: they do not depend on the previous kernel
-    if PRE >= 1:
-        w0 = tl.load(w_rows + offs_k[None, :], mask=n_mask[:, None] & (offs_k < K)[None, :], other=0.0)
-        u0 = w0
-        if SILU_MUL:
-            u0 = tl.load(u_rows + offs_k[None, :], mask=n_mask[:, None] & (offs_k < K)[None, :], other=0.0)
-    if PRE >= 2:
-        k1 = BK + offs_k
-        w1 = tl.load(w_rows + k1[None, :], mask=n_mask[:, None] & (k1 < K)[None, :], other=0.0)
-        u1 = w1
-        if SILU_MUL:
-            u1 = tl.load(u_rows + k1[None, :], mask=n_mask[:, None] & (k1 < K)[None, :], other=0.0)
-    if PDL:
-        tl.extra.cuda.gdc_wait()
-        tl.extra.cuda.gdc_launch_dependents()
-
-    rstd = tl.zeros([BM], tl.float32)
-    if NORM_FOLDED:  # a [BM] vector held through the loop (not the [BM, NSS_P2] tile: registers)
-        rstd = _partials_rstd(sin_ptr, offs_m, m_mask, stride_sin_m, K, eps, BM, NUM_SS, NSS_P2)
-    if HAS_NORM:
-        if NUM_SS > 0:
-            rstd = _partials_rstd(sin_ptr, offs_m, m_mask, stride_sin_m, K, eps, BM, NUM_SS, NSS_P2)
-        else:
-            rstd = _row_rstd(x_ptr, offs_m, m_mask, stride_xm, K, eps, BM, BK)
-
-    x_rows = x_ptr + offs_m[:, None].to(tl.int64) * stride_xm
-    acc = tl.zeros([BM, BN], tl.float32)
-    acc_u = tl.zeros([BM, BN], tl.float32)
-    if PRE >= 1:
-        acc, acc_u = _k_chunk(acc, acc_u, x_rows, m_mask, offs_k, w0, u0, rstd, nw_ptr, K, HAS_NORM, SILU_MUL,
-                              PRECISION, dt)
-    if PRE >= 2:
-        if K > BK:  # a chunk past K is skipped, as the loop would
-            acc, acc_u = _k_chunk(acc, acc_u, x_rows, m_mask, k1, w1, u1, rstd, nw_ptr, K, HAS_NORM, SILU_MUL,
-                                  PRECISION, dt)
-    for k0 in range(PRE * BK, K, BK):
-        kk = k0 + offs_k
-        k_mask = kk < K
-        w = tl.load(w_rows + kk[None, :], mask=n_mask[:, None] & k_mask[None, :], other=0.0)
-        wu = w
-        if SILU_MUL:
-            wu = tl.load(u_rows + kk[None, :], mask=n_mask[:, None] & k_mask[None, :], other=0.0)
-        acc, acc_u = _k_chunk(acc, acc_u, x_rows, m_mask, kk, w, wu, rstd, nw_ptr, K, HAS_NORM, SILU_MUL,
-                              PRECISION, dt)
+    acc, acc_u, rstd = _mainloop(x_ptr, w_rows, u_rows, nw_ptr, sin_ptr, offs_m, m_mask, n_mask, K, stride_xm,
+                                 stride_sin_m, eps, HAS_NORM, NUM_SS, NSS_P2, SILU_MUL, NORM_FOLDED, BM, BN, BK,
+                                 PRECISION, PRE, PDL, dt)
 
     if NORM_FOLDED:
         acc = acc * rstd[:, None]
