@@ -44,8 +44,9 @@ class TargetAttentionConfig:
     kernel's key blocks; ``tree_stages`` the tree kernel's, which runs one or two blocks per program: without
     pipeline buffers it needs 48 KiB of shared memory instead of 144 KiB at D = 128 (sm_90), so several of its
     programs share an SM. ``tree_tokens``: tokens per tree-kernel program (each with its own key gather, one after
-    the other; capped at ``block_m // group``) when a verify has more (token, KV head) pairs than two programs per
-    SM can hold, else 1 (an explicit ``config=`` is used as given). Stages and ``tree_tokens`` change no result.
+    the other; capped at ``block_m // group``) when a verify with heads of 128 has more (token, KV head) pairs than
+    two programs per SM can hold, else 1 (an explicit ``config=`` is used as given). Stages and ``tree_tokens``
+    change no result.
     """
 
     block_m: int
@@ -208,7 +209,8 @@ def target_attention(
         mask, ms, block_s = cache_seqlens, (0, 0, 0), 2
     else:
         mask, ms, block_s = tree_mask.view(torch.uint8), tree_mask.stride(), max(2, next_power_of_2(S))
-        tt = cfg.tree_tokens if config is not None or B * S * Hkv > 2 * num_sms(dev) else 1
+        # measured gain at heads of 128 only (see GPU_CONFIG); SmolLM2's 64-wide heads fit more programs per SM
+        tt = cfg.tree_tokens if config is not None or (D >= 128 and B * S * Hkv > 2 * num_sms(dev)) else 1
         _tree_kernel[(cdiv(S, tt), B * Hkv)](
             q, k_cache, v_cache, cache_seqlens, slots, mask, acc_part, ml_part, out,
             q.stride(0), q.stride(1), q.stride(2),
