@@ -30,6 +30,7 @@ S9 = "session9_2026-11-25/"  # session 9's benchmarks (bench/results/session9_20
 S9P = "pdl_2026-11-25/"  # session 9's probes (bench/results/pdl_2026-11-25/README.md)
 S10B = "session10b_2026-11-26/"  # session 10's second set (bench/results/session10b_2026-11-26/README.md)
 S11 = "session11_2026-11-26/"  # session 11's set (bench/results/session11_2026-11-26/README.md)
+S12 = "session12_2026-11-26/"  # session 12's set (bench/results/session12_2026-11-26/README.md)
 # The engine benchmark of issue 18 (a bench_engine.json with "parts": bench/bench_engine.py since schema 2). Its README
 # tables are printed by bench/engine_table.py, and every figure they print is an entry (engine_parts_entries).
 # None: the newest such file committed under bench/results/ (by its "date"); name one ("<set>/bench_engine.json") to
@@ -359,6 +360,47 @@ def session11_entries() -> list[dict]:
     ]
 
 
+def session12_entries() -> list[dict]:
+    """Session 12's figures printed in the README's prose (RoPE in the q/k/v product's epilogue, attention rows of
+    one split finished in place); they replace session 11's entries of the same names."""
+    def s12(*a, **kw):
+        return prose_entry(*a, date="2026-11-26", **kw)
+
+    probe = S12 + "step_8b_rope_h100.json"
+    run = ["runs", {"fuse_rope": True}]
+    smol = ["parts", "smollm2", "runs", {"dtype": "bfloat16"}]
+    engine = S12 + "bench_engine.json"
+    added = _adding_commit(ROOT / RESULTS / engine) or "uncommitted"
+    probe_commit = _adding_commit(ROOT / RESULTS / probe) or "uncommitted"
+    measured = "the code measured is 7e12e93's"
+    return [
+        s12("target_8b_plain_step", "ms", probe, run + ["decode_step_ms"], 2, probe_commit,
+            "step 5.65 ms against a floor of 5.32 ms", "5.65",
+            "the target's decode graph (bench/probes/step_probe.py), norms folded, RoPE in the q/k/v epilogue; "
+            + measured, ["floor_ms"], "floor", "5.32", None),
+        s12("target_8b_verify60", "ms", probe, run + ["verify_ms"], 2, probe_commit,
+            "60-row verify forward 6.29 ms (1.18x the same floor)", "6.29",
+            "the target's 60-row verify graph; " + measured, ["floor_ms"], "floor", None, "1.18"),
+        s12("drafter_in_step_8b", "ms", probe, run + ["spec_60/7/10_draft_in_step_ms"], 2, probe_commit,
+            "draft inside it costs 2.48 ms", "2.48",
+            "the 60/7/10 step graph replayed minus the same graph without its draft (the last tree reused); "
+            + measured),
+        s12("target_8b_bf16_identical", "prompts of 20", S12 + "target_8b_identical.json",
+            ["parts", "8b-identical", "identical"], 0,
+            _adding_commit(ROOT / RESULTS / S12 / "target_8b_identical.json") or "uncommitted",
+            "identical to plain greedy output on 20 of 20 random prompts at", "20",
+            "60/7/10, 128 tokens, random weights, norms folded, RoPE fused (" + measured + ")"),
+        s12("smollm2_plain_tok_s", "tok/s", engine, smol + ["plain", "tokens_per_second"], 1, added,
+            "plain decoding 1337.5 tok/s in the engine benchmark", "1337.5",
+            "the engine benchmark (40 MT-bench prompts x 128 tokens, " + measured + "); same figure as "
+            "engine_smollm2_bf16_plain_tok_s"),
+        s12("smollm2_bf16_identical", "prompts of 40", engine,
+            smol + ["trees", {"tree": "16/3/4"}, "identical_prompts"], 0, added,
+            "bf16 speculative output is identical to plain on 40 of 40 MT-bench", "40",
+            "the engine benchmark's best tree, 40 prompts (every tree: 40 of 40)"),
+    ]
+
+
 def engine_parts_source() -> str | None:
     """The issue-18 engine result file, relative to bench/results/: ENGINE_PARTS_SOURCE, else the newest committed
     bench_engine.json with parts; None while there is none."""
@@ -470,7 +512,8 @@ def main() -> None:
                     "added the source file; readme: where the README prints the figure (tests/test_headline.py "
                     "checks all of it). Written by bench/make_headline.py.",
            "entries": _latest(drafter_entries() + engine_entries() + session7_entries() + session8_entries()
-                              + session9_entries() + session10_entries() + session11_entries() + engine_parts_entries()
+                              + session9_entries() + session10_entries() + session11_entries() + session12_entries()
+                              + engine_parts_entries()
                               + batch_entries())}
     path = ROOT / RESULTS / "headline.json"
     path.write_text(json.dumps(doc, indent=1) + "\n")

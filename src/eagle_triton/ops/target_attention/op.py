@@ -211,6 +211,7 @@ def target_attention(
         mask, ms, block_s = tree_mask.view(torch.uint8), tree_mask.stride(), max(2, next_power_of_2(S))
         # measured gain at heads of 128 only (see GPU_CONFIG); SmolLM2's 64-wide heads fit more programs per SM
         tt = cfg.tree_tokens if config is not None or (D >= 128 and B * S * Hkv > 2 * num_sms(dev)) else 1
+        tt = min(tt, S)  # a program's token loop is unrolled: no iterations for tokens past the tree
         _tree_kernel[(cdiv(S, tt), B * Hkv)](
             q, k_cache, v_cache, cache_seqlens, slots, mask, acc_part, ml_part, out,
             q.stride(0), q.stride(1), q.stride(2),
