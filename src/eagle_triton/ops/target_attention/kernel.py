@@ -20,11 +20,12 @@ Kernels:
 
 * :func:`_shared_kernel`: row tiles of ``BLOCK_M // GROUP`` tokens x the ``GROUP`` query heads of one KV head
   share each K/V block. Causal mode: every block up to the tile's last position (per-row causal mask). Tree mode:
-  only blocks entirely below ``L`` (visible to every row); a split cut by ``L // BLOCK_N`` leaves its state as a
-  partial for the tree kernel to continue.
-* :func:`_tree_kernel` (tree mode): one program per (token, KV head), the group's heads padded to ``BLOCK_M``
-  rows; continues the split holding block ``L // BLOCK_N`` and runs the remaining blocks, gathering for each slot
-  the cache row of its position (committed row, or the tree row of the ancestor at that depth).
+  only the whole splits below the one holding block ``L // BLOCK_N`` (every key visible to every row); nothing
+  for a context shorter than one split, so a short verify does not wait for it.
+* :func:`_tree_kernel` (tree mode): ``TT`` tokens per program x one KV head, each token's group of heads in its
+  own rows of the tile; runs the split holding block ``L // BLOCK_N`` from its start (its committed blocks once
+  for all the program's rows, at most ``SPLIT_BLOCKS - 1`` of them) and the remaining blocks, gathering for each
+  slot the cache row of its position (committed row, or the tree row of the ancestor at that depth).
 * :func:`_combine_kernel`: ``out = sum_k 2^(c (m_k - M)) acc_k / sum_k 2^(c (m_k - M)) l_k`` over the row's splits.
 
 **Rows of one split** (``n_keys <= BLOCK_N * SPLIT_BLOCKS``: every row of a context shorter than one split) are
@@ -148,7 +149,8 @@ def _shared_kernel(
     else:
         pos_row = tl.zeros([BLOCK_M], tl.int32) + (L - 1)  # committed positions only; the rest is the tree kernel's
         hi = L
-        blk_end = L // BLOCK_N  # whole blocks below L
+        # whole splits below the one holding block L // BLOCK_N (the tree kernel runs that split from its start)
+        blk_end = (L // BLOCK_N // SPLIT_BLOCKS) * SPLIT_BLOCKS
     n_split = tl.cdiv(blk_end, SPLIT_BLOCKS)
 
     k_base = k_ptr + c64 * stride_kb + kvh * stride_kh
@@ -234,15 +236,21 @@ def _tree_kernel(
     j_end = tl.max(j_end_r, 0)
 
     part_row = (b64 * S + tok) * Hq + h
-    # Continue the split the shared kernel left at block j_lo (its blocks below j_lo), or start it fresh.
-    idx = part_row * NSPLIT + j_lo // SPLIT_BLOCKS
-    ld = row_ok & ((offs_r * 0 + j_lo % SPLIT_BLOCKS) != 0)
-    m_i = tl.load(ml_ptr + idx * 2, mask=ld, other=float("-inf"))
-    l_i = tl.load(ml_ptr + idx * 2 + 1, mask=ld, other=0.0)
-    acc = tl.load(acc_ptr + idx[:, None] * BLOCK_D + offs_d[None, :], mask=ld[:, None], other=0.0)
-
     k_base = k_ptr + c64 * stride_kb + kvh * stride_kh
     v_base = v_ptr + c64 * stride_vb + kvh * stride_vh
+    # The split holding block j_lo, from its start: its whole committed blocks are visible to every row (one update
+    # for all the program's tokens, as the shared kernel would run them), then each token's gathered blocks.
+    m_i = tl.full([BLOCK_M], float("-inf"), tl.float32)
+    l_i = tl.zeros([BLOCK_M], tl.float32)
+    acc = tl.zeros([BLOCK_M, BLOCK_D], tl.float32)
+    for j in range((j_lo // SPLIT_BLOCKS) * SPLIT_BLOCKS, j_lo):
+        offs_n = j * BLOCK_N + tl.arange(0, BLOCK_N)
+        k = tl.load(k_base + offs_n[:, None].to(tl.int64) * stride_kl + offs_d[None, :], mask=d_mask[None, :],
+                    other=0.0)
+        v = tl.load(v_base + offs_n[:, None].to(tl.int64) * stride_vl + offs_d[None, :], mask=d_mask[None, :],
+                    other=0.0)
+        vis = (offs_n < L)[None, :] & (offs_r >= 0)[:, None]
+        acc, m_i, l_i = _block_update(acc, m_i, l_i, q, k, v, vis, qk_scale, PRECISION)
     for j in range(j_lo, j_end):
         fresh = (j % SPLIT_BLOCKS) == 0
         if fresh & (j > j_lo):  # a split boundary inside the tail: close the rows' previous split
@@ -288,7 +296,7 @@ def _combine_kernel(
 ):
     """Merge a row's split states in split order; grid ``(B * S, cdiv(Hq, BLOCK_H))``.
 
-    ``BLOCK_H`` heads of one token per program (1 on the GPU, all of them in the interpreter, where every program
+    ``BLOCK_H`` heads of one token per program (4 on the GPU, all of them in the interpreter, where every program
     costs); each head is merged on its own. Splits are read in fixed chunks of ``BLOCK_C`` (absent splits weigh
     exactly 0), so the same partials always give the same bits, whatever the cache capacity or the row count.
     """

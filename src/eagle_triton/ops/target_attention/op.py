@@ -222,7 +222,10 @@ def target_attention(
             S, Hq, Lmax, nsplit, qk_scale, NB, BLOCK_S=block_s, TT=tt, **common,
             **dict(opts, num_stages=cfg.tree_stages),
         )
-    block_h = min(16, next_power_of_2(Hq)) if is_interpreter() else 1
+    # heads per combine program: all of them in the interpreter (every program costs), 4 on the GPU (a 60-row
+    # verify at 32 heads launched 1920 programs with one head each, which cost ~3 us per layer even when every
+    # row was finished in place; the head count per program fixes the merge's reduction order, like any tile)
+    block_h = min(16, next_power_of_2(Hq)) if is_interpreter() else min(4, next_power_of_2(Hq))
     _combine_kernel[(B * S, cdiv(Hq, block_h))](
         cache_seqlens, slots, mask, acc_part, ml_part, out,
         ms[0], ms[1], ms[2],
@@ -230,7 +233,7 @@ def target_attention(
         S, Hq, Lmax, nsplit, qk_scale, NB,
         HEAD_DIM=D, CAUSAL=causal, BLOCK_H=block_h, BLOCK_D=block_d, BLOCK_S=block_s, BLOCK_C=cfg.combine_chunk,
         BLOCK_N=cfg.block_n, SPLIT_BLOCKS=cfg.split_blocks, HAS_SLOTS=slotted,
-        num_warps=1 if block_d <= 64 else 2, enable_fp_fusion=False, **pdl,
+        num_warps=max(1, block_h * block_d // 128), enable_fp_fusion=False, **pdl,
     )
     return out
 
@@ -274,11 +277,11 @@ def _aot_specs():
             sig = {n: "i32" for n in _combine_kernel.arg_names}
             sig.update({"seqlens_ptr": "*i32", "slots_ptr": "*i32", "mask_ptr": "*u8", "acc_ptr": "*fp32",
                         "ml_ptr": "*fp32", "o_ptr": f"*{dt}", "qk_scale": "fp32"})
-            const = dict(HEAD_DIM=128, CAUSAL=causal, BLOCK_H=1, BLOCK_D=128, BLOCK_S=64, BLOCK_C=cfg.combine_chunk,
+            const = dict(HEAD_DIM=128, CAUSAL=causal, BLOCK_H=4, BLOCK_D=128, BLOCK_S=64, BLOCK_C=cfg.combine_chunk,
                          BLOCK_N=cfg.block_n, SPLIT_BLOCKS=cfg.split_blocks, HAS_SLOTS=slots, PDL=pdl)
             sig.update({k: "constexpr" for k in const})
             specs.append((_combine_kernel, sig, const,
-                          {"num_warps": 2, "enable_fp_fusion": False, "launch_pdl": pdl,
+                          {"num_warps": 4, "enable_fp_fusion": False, "launch_pdl": pdl,
                            "div16": _div16(_combine_kernel)}))
     return specs
 
