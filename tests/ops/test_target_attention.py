@@ -212,6 +212,20 @@ def test_tree_verify_rows_equal_plain_decode(lens, S, reach, Hq, Hkv, dtype, dev
     _check_tree_invariance(lens, parents, Hq, Hkv, 16, 80, dtype, device, seed=sum(lens) + Hq)
 
 
+@pytest.mark.parametrize("L", [0, 16, 32, 45], ids=["L0", "block-boundary", "split-boundary", "inside"])
+def test_tree_row_seeing_no_tree_row(L, device):
+    """A mask row with no true column sees the committed rows only (zeros at L = 0), wherever L falls."""
+    gen = torch.Generator().manual_seed(L)
+    q, k, v = _inputs(1, 5, 4, 2, 16, 60, torch.float32, device, gen)
+    mask = _ancestor_mask(_random_parents(5, gen))[None].to(device)
+    mask[0, 3] = False
+    cl = _lens((L,), device)
+    out = target_attention(q, k, v, cl, mask)
+    _close(out, target_attention_ref(q, k, v, cl, mask), out, torch.float32)
+    if L == 0:
+        assert torch.equal(out[0, 3], torch.zeros_like(out[0, 3]))
+
+
 def test_tree_rows_do_not_depend_on_other_rows(device):
     """The same tree row verified in a larger tree (extra branches, other rows around it) gives the same bits."""
     gen = torch.Generator().manual_seed(21)

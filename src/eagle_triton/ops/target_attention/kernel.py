@@ -9,8 +9,8 @@ visible tree row of query ``i`` (its ancestors and itself, in index order) has p
 position ``P`` sees exactly positions ``0..P``, one key each. Keys are reduced in blocks of ``BLOCK_N`` positions
 aligned to absolute positions (the key at position ``p`` always sits in slot ``p % BLOCK_N``; masked slots give
 exact zeros), blocks are grouped into splits of ``SPLIT_BLOCKS`` blocks at fixed positions, each split runs an
-online softmax over its blocks in increasing order from a fresh state, and :func:`_combine_kernel` merges the
-splits of a row in split order with one code path. Every block update, whichever kernel runs it, is
+online softmax over its blocks in increasing order from a fresh state, and :func:`_merge_splits` merges the
+splits of a row in split order, one at a time, wherever it runs. Every block update, whichever kernel runs it, is
 :func:`_block_update` on tiles of the same shape (``BLOCK_M`` query rows x ``BLOCK_N`` keys x ``BLOCK_D``), so a
 score and a P.V product come from the same instruction shape. A row's result therefore depends only on its query,
 its keys in position order and the module's tile constants: not on how many rows run with it, nor on whether its
@@ -26,7 +26,9 @@ Kernels:
   own rows of the tile; runs the split holding block ``L // BLOCK_N`` from its start (its committed blocks once
   for all the program's rows, at most ``SPLIT_BLOCKS - 1`` of them) and the remaining blocks, gathering for each
   slot the cache row of its position (committed row, or the tree row of the ancestor at that depth).
-* :func:`_combine_kernel`: ``out = sum_k 2^(c (m_k - M)) acc_k / sum_k 2^(c (m_k - M)) l_k`` over the row's splits.
+* :func:`_combine_kernel` (causal mode): ``out = sum_k 2^(c (m_k - M)) acc_k / sum_k 2^(c (m_k - M)) l_k`` over the
+  row's splits, one split at a time (:func:`_merge_splits`); in tree mode the tree kernel merges its rows itself
+  (the same function), so a verify is two launches.
 
 **Rows of one split** (``n_keys <= BLOCK_N * SPLIT_BLOCKS``: every row of a context shorter than one split) are
 finished by the kernel that runs their last block (the causal shared kernel, or the tree kernel), as ``acc / l``
@@ -99,6 +101,32 @@ def _store_out(o_ptr, acc, l_i, b64, tok, h, row_ok, offs_d, d_mask, stride_ob, 
     o_off = b64 * stride_ob + tok.to(tl.int64) * stride_ot + h * stride_oh
     tl.store(o_ptr + o_off[:, None] + offs_d[None, :], out.to(o_ptr.dtype.element_ty),
              mask=row_ok[:, None] & d_mask[None, :])
+
+
+@triton.jit
+def _merge_splits(acc_ptr, ml_ptr, first, n_split, k_max, offs_d, qk_scale, BLOCK_D: tl.constexpr):
+    """``sum_k 2^(c (m_k - M)) acc_k / sum_k 2^(c (m_k - M)) l_k`` over splits ``0 .. n_split - 1`` of each row.
+
+    ``first`` ``[R]``: each row's first partial (``part_row * NSPLIT``), ``n_split`` ``[R]``: its split count,
+    ``k_max``: a bound on them (the loop's trip count). Splits are taken one at a time in split order with
+    elementwise operations only (a row past its own count keeps its sums), so a row's bits depend on its partials
+    alone: the same in the combine kernel and in the tree kernel, whatever their tiles or warps."""
+    m_all = tl.full(n_split.shape, float("-inf"), tl.float32)
+    for k in range(0, k_max):
+        ok = k < n_split
+        m_all = tl.maximum(m_all, tl.load(ml_ptr + (first + k) * 2, mask=ok, other=float("-inf")))
+    m_safe = tl.where(m_all == float("-inf"), 0.0, m_all)
+    l_tot = tl.zeros(n_split.shape, tl.float32)
+    o = tl.zeros([n_split.shape[0], BLOCK_D], tl.float32)
+    for k in range(0, k_max):
+        ok = k < n_split
+        m_k = tl.load(ml_ptr + (first + k) * 2, mask=ok, other=float("-inf"))
+        l_k = tl.load(ml_ptr + (first + k) * 2 + 1, mask=ok, other=0.0)
+        w = tl.exp2((m_k - m_safe) * qk_scale)
+        a_k = tl.load(acc_ptr + (first + k)[:, None] * BLOCK_D + offs_d[None, :], mask=ok[:, None], other=0.0)
+        l_tot = tl.where(ok, l_tot + l_k * w, l_tot)
+        o = tl.where(ok[:, None], o + a_k * w[:, None], o)
+    return o / tl.where(l_tot > 0.0, l_tot, 1.0)[:, None]
 
 
 @triton.jit(do_not_specialize=["S", "NB"])
@@ -231,8 +259,10 @@ def _tree_kernel(
     mrows = tl.load(m_base + tok[:, None] * stride_mi + offs_s[None, :] * stride_mj,
                     mask=row_ok[:, None] & (offs_s < S)[None, :], other=0)
     pos_r = L + tl.sum((mrows != 0).to(tl.int32), 1) - 1
-    j_end_r = tl.where(row_ok, (pos_r + BLOCK_N) // BLOCK_N, 0)  # pos >= -1: no negative division
     j_lo = L // BLOCK_N
+    # one past the row's last block (pos >= -1: no negative division); at least block j_lo, so that a row seeing
+    # no tree row still ends in this kernel (its keys in j_lo are all masked: the state is unchanged)
+    j_end_r = tl.where(row_ok, tl.maximum((pos_r + BLOCK_N) // BLOCK_N, j_lo + 1), 0)
     j_end = tl.max(j_end_r, 0)
 
     part_row = (b64 * S + tok) * Hq + h
@@ -276,30 +306,35 @@ def _tree_kernel(
             v = tl.load(v_base + krow[:, None] * stride_vl + offs_d[None, :], mask=kv_mask, other=0.0)
             vis = n_ok[None, :] & (t_row == t)[:, None]
             acc, m_i, l_i = _block_update(acc, m_i, l_i, q, k, v, vis, qk_scale, PRECISION)
-        # rows whose last block this was: finished here when it is their only split (the combine skips them)
+        # rows whose last block this was: finished here when it is their only split, else their last state
         done = row_ok & (j_end_r == j + 1)
         if j < SPLIT_BLOCKS:
             _store_out(o_ptr, acc, l_i, b64, tok, h, done, offs_d, d_mask, stride_ob, stride_ot, stride_oh)
         else:
             _store_state(acc_ptr, ml_ptr, acc, m_i, l_i, part_row, j // SPLIT_BLOCKS, done, offs_d, NSPLIT, BLOCK_D)
+    # Rows of several splits: the earlier ones are the shared kernel's (a previous launch, complete) and this
+    # program's own stores (visible to its threads after the barrier); merged as the combine kernel merges.
+    n_split_r = tl.where(row_ok, (j_end_r - 1) // SPLIT_BLOCKS + 1, 0)
+    k_max = (j_end - 1) // SPLIT_BLOCKS + 1
+    if k_max > 1:
+        tl.debug_barrier()
+        out = _merge_splits(acc_ptr, ml_ptr, part_row * NSPLIT, n_split_r, k_max, offs_d, qk_scale, BLOCK_D)
+        o_off = b64 * stride_ob + tok.to(tl.int64) * stride_ot + h * stride_oh
+        tl.store(o_ptr + o_off[:, None] + offs_d[None, :], out.to(o_ptr.dtype.element_ty),
+                 mask=(row_ok & (n_split_r > 1))[:, None] & d_mask[None, :])
 
 
 @triton.jit(do_not_specialize=["S", "NB"])
 def _combine_kernel(
-    seqlens_ptr, slots_ptr, mask_ptr, acc_ptr, ml_ptr, o_ptr,
-    stride_mb, stride_mi, stride_mj,
+    seqlens_ptr, slots_ptr, acc_ptr, ml_ptr, o_ptr,
     stride_ob, stride_ot, stride_oh,
     S, Hq, Lmax, NSPLIT, qk_scale, NB,
-    HEAD_DIM: tl.constexpr, CAUSAL: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_D: tl.constexpr,
-    BLOCK_S: tl.constexpr, BLOCK_C: tl.constexpr, BLOCK_N: tl.constexpr, SPLIT_BLOCKS: tl.constexpr,
-    HAS_SLOTS: tl.constexpr = False, PDL: tl.constexpr = False,
+    HEAD_DIM: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_N: tl.constexpr,
+    SPLIT_BLOCKS: tl.constexpr, HAS_SLOTS: tl.constexpr = False, PDL: tl.constexpr = False,
 ):
-    """Merge a row's split states in split order; grid ``(B * S, cdiv(Hq, BLOCK_H))``.
-
-    ``BLOCK_H`` heads of one token per program (4 on the GPU, all of them in the interpreter, where every program
-    costs); each head is merged on its own. Splits are read in fixed chunks of ``BLOCK_C`` (absent splits weigh
-    exactly 0), so the same partials always give the same bits, whatever the cache capacity or the row count.
-    """
+    """Causal rows of several splits: merge their split states in split order (:func:`_merge_splits`); grid
+    ``(B * S, cdiv(Hq, BLOCK_H))``, ``BLOCK_H`` heads of one token per program. Rows of one split were finished
+    by the shared kernel and are left alone. (A verify's rows are all finished by the tree kernel.)"""
     bi = tl.program_id(0)
     if PDL:  # programmatic dependent launch: wait for the split states
         tl.extra.cuda.gdc_wait()
@@ -311,43 +346,13 @@ def _combine_kernel(
     h_ok = offs_h < Hq
     L = tl.minimum(tl.maximum(tl.load(seqlens_ptr + c).to(tl.int32), 0), Lmax - S)
     SPLIT: tl.constexpr = BLOCK_N * SPLIT_BLOCKS
-    if CAUSAL:
-        n_keys = L + i + 1
-        finished = n_keys <= SPLIT  # by the shared kernel
-    else:
-        offs_s = tl.arange(0, BLOCK_S)
-        mrow = tl.load(mask_ptr + b.to(tl.int64) * stride_mb + i * stride_mi + offs_s * stride_mj, mask=offs_s < S,
-                       other=0)
-        n_keys = L + tl.sum((mrow != 0).to(tl.int32), 0)
-        # by the tree kernel, which runs the row's blocks from L // BLOCK_N on (none when it sees no tree row and L
-        # is a block boundary; then its split states are the shared kernel's and merged here)
-        finished = (n_keys <= SPLIT) & ((n_keys - 1 + BLOCK_N) // BLOCK_N > L // BLOCK_N)
-    todo = tl.where(finished, 0, 1)  # (an int: the interpreter cannot mix a scalar bool into a block mask)
-    n_split = todo * tl.cdiv(n_keys, SPLIT)
-
-    rows = (bi.to(tl.int64) * Hq + offs_h) * NSPLIT  # [H]: first partial of each head
-    offs_c = tl.arange(0, BLOCK_C)
+    n_split = tl.cdiv(L + i + 1, SPLIT)
+    n_split_h = tl.where(h_ok, offs_h * 0 + n_split, 0)
+    todo = n_split_h > 1  # one split: finished by the shared kernel
     offs_d = tl.arange(0, BLOCK_D)
-    m_max = tl.full([BLOCK_H, BLOCK_C], float("-inf"), tl.float32)
-    for c0 in range(0, n_split, BLOCK_C):
-        ok = h_ok[:, None] & (c0 + offs_c < n_split)[None, :]
-        idx = rows[:, None] + c0 + offs_c[None, :]
-        m_max = tl.maximum(m_max, tl.load(ml_ptr + idx * 2, mask=ok, other=float("-inf")))
-    m_all = tl.max(m_max, 1)
-    m_safe = tl.where(m_all == float("-inf"), 0.0, m_all)
-    l_sum = tl.zeros([BLOCK_H, BLOCK_C], tl.float32)
-    o = tl.zeros([BLOCK_H, BLOCK_D], tl.float32)
-    for c0 in range(0, n_split, BLOCK_C):
-        ok = h_ok[:, None] & (c0 + offs_c < n_split)[None, :]
-        idx = rows[:, None] + c0 + offs_c[None, :]
-        m_k = tl.load(ml_ptr + idx * 2, mask=ok, other=float("-inf"))
-        l_k = tl.load(ml_ptr + idx * 2 + 1, mask=ok, other=0.0)
-        w = tl.where(ok, tl.exp2((m_k - m_safe[:, None]) * qk_scale), 0.0)
-        a_k = tl.load(acc_ptr + idx[:, :, None] * BLOCK_D + offs_d[None, None, :], mask=ok[:, :, None], other=0.0)
-        l_sum = l_sum + l_k * w
-        o = o + tl.sum(a_k * w[:, :, None], 1)
-    l_tot = tl.sum(l_sum, 1)
-    out = o / tl.where(l_tot > 0.0, l_tot, 1.0)[:, None]
+    first = (bi.to(tl.int64) * Hq + offs_h) * NSPLIT
+    out = _merge_splits(acc_ptr, ml_ptr, first, n_split_h, tl.where(n_split > 1, n_split, 0), offs_d, qk_scale,
+                        BLOCK_D)
     o_off = b.to(tl.int64) * stride_ob + i.to(tl.int64) * stride_ot + offs_h * stride_oh
     tl.store(o_ptr + o_off[:, None] + offs_d[None, :], out.to(o_ptr.dtype.element_ty),
-             mask=(h_ok & (offs_h * 0 + todo != 0))[:, None] & (offs_d < HEAD_DIM)[None, :])
+             mask=todo[:, None] & (offs_d < HEAD_DIM)[None, :])

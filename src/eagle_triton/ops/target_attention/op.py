@@ -40,7 +40,7 @@ class TargetAttentionConfig:
 
     ``block_m`` query rows per tile (``block_m // group`` tokens of one KV head; at least ``group``), ``block_n``
     keys per block, ``split_blocks`` blocks per split (splits start at multiples of ``block_n * split_blocks``
-    positions), ``combine_chunk`` splits merged per step of the combine. ``num_stages`` pipelines the shared
+    positions). ``num_stages`` pipelines the shared
     kernel's key blocks; ``tree_stages`` the tree kernel's, which runs one or two blocks per program: without
     pipeline buffers it needs 48 KiB of shared memory instead of 144 KiB at D = 128 (sm_90), so several of its
     programs share an SM. ``tree_tokens``: tokens per tree-kernel program (each with its own key gather, one after
@@ -54,7 +54,6 @@ class TargetAttentionConfig:
     split_blocks: int
     num_warps: int
     num_stages: int
-    combine_chunk: int = 16
     tree_stages: int = 1
     tree_tokens: int = 1
 
@@ -205,9 +204,7 @@ def target_attention(
         out.stride(0), out.stride(1), out.stride(2),
         S, Hq, Lmax, nsplit, qk_scale, NB, CAUSAL=causal, **common, **opts,
     )
-    if causal:
-        mask, ms, block_s = cache_seqlens, (0, 0, 0), 2
-    else:
+    if not causal:
         mask, ms, block_s = tree_mask.view(torch.uint8), tree_mask.stride(), max(2, next_power_of_2(S))
         # measured gain at heads of 128 only (see GPU_CONFIG); SmolLM2's 64-wide heads fit more programs per SM
         tt = cfg.tree_tokens if config is not None or (D >= 128 and B * S * Hkv > 2 * num_sms(dev)) else 1
@@ -222,19 +219,16 @@ def target_attention(
             S, Hq, Lmax, nsplit, qk_scale, NB, BLOCK_S=block_s, TT=tt, **common,
             **dict(opts, num_stages=cfg.tree_stages),
         )
-    # heads per combine program: all of them in the interpreter (every program costs), 4 on the GPU (a 60-row
-    # verify at 32 heads launched 1920 programs with one head each, which cost ~3 us per layer even when every
-    # row was finished in place; the head count per program fixes the merge's reduction order, like any tile)
-    block_h = min(16, next_power_of_2(Hq)) if is_interpreter() else min(4, next_power_of_2(Hq))
-    _combine_kernel[(B * S, cdiv(Hq, block_h))](
-        cache_seqlens, slots, mask, acc_part, ml_part, out,
-        ms[0], ms[1], ms[2],
-        out.stride(0), out.stride(1), out.stride(2),
-        S, Hq, Lmax, nsplit, qk_scale, NB,
-        HEAD_DIM=D, CAUSAL=causal, BLOCK_H=block_h, BLOCK_D=block_d, BLOCK_S=block_s, BLOCK_C=cfg.combine_chunk,
-        BLOCK_N=cfg.block_n, SPLIT_BLOCKS=cfg.split_blocks, HAS_SLOTS=slotted,
-        num_warps=max(1, block_h * block_d // 128), enable_fp_fusion=False, **pdl,
-    )
+    else:  # causal rows of several splits (a context longer than one split): merged here
+        # heads per program: all of them in the interpreter (every program costs), 4 on the GPU
+        block_h = min(16, next_power_of_2(Hq)) if is_interpreter() else min(4, next_power_of_2(Hq))
+        _combine_kernel[(B * S, cdiv(Hq, block_h))](
+            cache_seqlens, slots, acc_part, ml_part, out,
+            out.stride(0), out.stride(1), out.stride(2),
+            S, Hq, Lmax, nsplit, qk_scale, NB,
+            HEAD_DIM=D, BLOCK_H=block_h, BLOCK_D=block_d, BLOCK_N=cfg.block_n, SPLIT_BLOCKS=cfg.split_blocks,
+            HAS_SLOTS=slotted, num_warps=max(1, block_h * block_d // 128), enable_fp_fusion=False, **pdl,
+        )
     return out
 
 
@@ -273,16 +267,14 @@ def _aot_specs():
         sig["mask_ptr"] = "*u8"
         sig.update({k: "constexpr" for k in const})
         specs.append((_tree_kernel, sig, const, {**opts, "num_stages": cfg.tree_stages, "div16": _div16(_tree_kernel)}))
-        for causal in (True, False):
-            sig = {n: "i32" for n in _combine_kernel.arg_names}
-            sig.update({"seqlens_ptr": "*i32", "slots_ptr": "*i32", "mask_ptr": "*u8", "acc_ptr": "*fp32",
-                        "ml_ptr": "*fp32", "o_ptr": f"*{dt}", "qk_scale": "fp32"})
-            const = dict(HEAD_DIM=128, CAUSAL=causal, BLOCK_H=4, BLOCK_D=128, BLOCK_S=64, BLOCK_C=cfg.combine_chunk,
-                         BLOCK_N=cfg.block_n, SPLIT_BLOCKS=cfg.split_blocks, HAS_SLOTS=slots, PDL=pdl)
-            sig.update({k: "constexpr" for k in const})
-            specs.append((_combine_kernel, sig, const,
-                          {"num_warps": 4, "enable_fp_fusion": False, "launch_pdl": pdl,
-                           "div16": _div16(_combine_kernel)}))
+        sig = {n: "i32" for n in _combine_kernel.arg_names}
+        sig.update({"seqlens_ptr": "*i32", "slots_ptr": "*i32", "acc_ptr": "*fp32", "ml_ptr": "*fp32",
+                    "o_ptr": f"*{dt}", "qk_scale": "fp32"})
+        const = dict(HEAD_DIM=128, BLOCK_H=4, BLOCK_D=128, BLOCK_N=cfg.block_n, SPLIT_BLOCKS=cfg.split_blocks,
+                     HAS_SLOTS=slots, PDL=pdl)
+        sig.update({k: "constexpr" for k in const})
+        specs.append((_combine_kernel, sig, const,
+                      {"num_warps": 4, "enable_fp_fusion": False, "launch_pdl": pdl, "div16": _div16(_combine_kernel)}))
     return specs
 
 
