@@ -366,22 +366,25 @@ def session12_entries() -> list[dict]:
     def s12(*a, **kw):
         return prose_entry(*a, date="2026-11-26", **kw)
 
-    probe = S12 + "step_8b_rope_h100.json"
-    run = ["runs", {"fuse_rope": True}]
+    probe = S12 + "step_8b_merge_in_tree.json"
+    run = ["runs", {"norm_mode": "folded"}]
     smol = ["parts", "smollm2", "runs", {"dtype": "bfloat16"}]
     engine = S12 + "bench_engine.json"
     added = _adding_commit(ROOT / RESULTS / engine) or "uncommitted"
     probe_commit = _adding_commit(ROOT / RESULTS / probe) or "uncommitted"
     measured = "the code measured is 7e12e93's"
+    probe_measured = "the code measured is 3ad858a's"
     return [
         s12("target_8b_plain_step", "ms", probe, run + ["decode_step_ms"], 2, probe_commit,
-            "step 5.65 ms against a floor of 5.32 ms", "5.65",
+            "decode step 5.64 ms against a floor of 5.32 ms", "5.64",
             "the target's decode graph (bench/probes/step_probe.py), norms folded, RoPE in the q/k/v epilogue; "
-            + measured, ["floor_ms"], "floor", "5.32", None),
+            + probe_measured, ["floor_ms"], "floor", "5.32", None),
         s12("target_8b_verify60", "ms", probe, run + ["verify_ms"], 2, probe_commit,
-            "60-row verify forward 6.29 ms (1.18x the same floor)", "6.29",
-            "the target's 60-row verify graph; " + measured, ["floor_ms"], "floor", None, "1.18"),
-        s12("drafter_in_step_8b", "ms", probe, run + ["spec_60/7/10_draft_in_step_ms"], 2, probe_commit,
+            "60-row verify forward 6.15 ms (1.16x the same floor)", "6.15",
+            "the target's 60-row verify graph; " + probe_measured, ["floor_ms"], "floor", None, "1.16"),
+        s12("drafter_in_step_8b", "ms", S12 + "step_8b_rope_h100.json",
+            ["runs", {"fuse_rope": True}, "spec_60/7/10_draft_in_step_ms"], 2,
+            _adding_commit(ROOT / RESULTS / S12 / "step_8b_rope_h100.json") or "uncommitted",
             "draft inside it costs 2.48 ms", "2.48",
             "the 60/7/10 step graph replayed minus the same graph without its draft (the last tree reused); "
             + measured),
