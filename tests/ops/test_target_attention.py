@@ -256,7 +256,7 @@ def _tree_tokens_variants_equal(lens, S, Hq, Hkv, D, Lmax, dtype, device, tokens
         assert torch.equal(o, outs[0]), f"tree_tokens={t} differs from tree_tokens={tokens[0]} (seed={seed})"
 
 
-@pytest.mark.parametrize("Hq,Hkv,tokens", [(4, 1, (1, 2, 3, 4)), (3, 3, (1, 5, 16))], ids=["gqa4", "mha"])
+@pytest.mark.parametrize("Hq,Hkv,tokens", [(4, 1, (1, 3, 4))], ids=["gqa4"])
 def test_tree_rows_do_not_depend_on_tokens_per_program(Hq, Hkv, tokens, device):
     # L=53/20: trees of depth <= 10 cross the block (64) and split (32 positions) boundaries, and rows whose only
     # split is finished by the tree kernel sit beside rows merged by the combine
