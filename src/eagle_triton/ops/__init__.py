@@ -12,7 +12,7 @@ Experimental (tested, no production caller yet; see each docstring): :func:`draf
 from .attention import draft_tree_attention, draft_tree_attention_ref, tree_attention, tree_attention_ref
 from .kv_cache import append_kv_cache, append_kv_cache_ref, compact_kv_cache, compact_kv_cache_ref
 from .lm_head_topk import lm_head_topk, lm_head_topk_ref
-from .rope_kv import target_rope_kv, target_rope_kv_ref
+from .rope_kv import target_qkv_rope, target_qkv_rope_ref, target_rope_kv, target_rope_kv_ref
 from .sampling import (
     philox_uniform,
     philox_uniform_ref,
@@ -88,6 +88,8 @@ __all__ = [
     "target_embedding_ref",
     "target_rope_kv",
     "target_rope_kv_ref",
+    "target_qkv_rope",
+    "target_qkv_rope_ref",
     "target_attention",
     "target_attention_ref",
     # experimental (no production caller yet)
