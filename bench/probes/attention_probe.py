@@ -83,7 +83,7 @@ def time_chain(args_, reps: int = 20, runs: int = 7) -> float:
     qs, ks, vs, lens, mask = args_
 
     def step():
-        for q, k, v in zip(qs, ks, vs):
+        for q, k, v in zip(qs, ks, vs, strict=True):
             target_attention(q, k, v, lens, mask, validate=False)
 
     s = torch.cuda.Stream()
@@ -118,7 +118,8 @@ def main(argv=None) -> int:
     p.add_argument("--rows", default="1,60")
     p.add_argument("--cap", type=int, default=2048, help="cache capacity (Lmax) of every layer")
     p.add_argument("--variants", default="none;tree;combine;shared;tree,combine")
-    p.add_argument("--tree-configs", default="", help="';'-separated warps:stages[:tokens] launches of the tree kernel (warps 0: the default)")
+    p.add_argument("--tree-configs", default="",
+                   help="';'-separated warps:stages[:tokens] launches of the tree kernel (warps 0: the default)")
     args = p.parse_args(argv)
     import bench_engine
 

@@ -82,8 +82,8 @@ def main(argv=None) -> int:
         x = torch.randn(M, hidden, device=dev, dtype=dt)
         pos = (100 + torch.arange(M, device=dev)).view(1, M)
 
-        def two():
-            for w, kc, vc in zip(ws, kcs, vcs):
+        def two(x=x, pos=pos):
+            for w, kc, vc in zip(ws, kcs, vcs, strict=True):
                 qkv = target_linear(x, w, validate=False)
                 target_rope_kv(qkv, kc, vc, lens, pos, cos, sin, hq, hkv, validate=False)
 
@@ -94,8 +94,8 @@ def main(argv=None) -> int:
             bn, bk, st, pre = map(int, c.split(":"))
             cfg = LinearConfig(block_m=64, block_n=bn, block_k=bk, num_warps=4, num_stages=st, prefetch=pre)
 
-            def fused(cfg=cfg):
-                for w, kc, vc in zip(ws, kcs, vcs):
+            def fused(cfg=cfg, x=x, pos=pos):
+                for w, kc, vc in zip(ws, kcs, vcs, strict=True):
                     target_qkv_rope(x, w, None, kc, vc, lens, pos, cos, sin, hq, hkv, config=cfg, validate=False)
 
             r = {"M": M, "variant": f"qkv_rope {c}", "default": cfg == default,

@@ -252,7 +252,7 @@ def _tree_tokens_variants_equal(lens, S, Hq, Hkv, D, Lmax, dtype, device, tokens
     cl = _lens(lens, device)
     base = target_attention_config(dtype, D, Hq // Hkv)
     outs = [target_attention(q, k, v, cl, mask, config=dataclasses.replace(base, tree_tokens=t)) for t in tokens]
-    for t, o in zip(tokens[1:], outs[1:]):
+    for t, o in zip(tokens[1:], outs[1:], strict=True):
         assert torch.equal(o, outs[0]), f"tree_tokens={t} differs from tree_tokens={tokens[0]} (seed={seed})"
 
 

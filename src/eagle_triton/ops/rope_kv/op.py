@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-import torch
-
 import dataclasses
+
+import torch
 
 from .._utils import cdiv, check_tensor, is_capturing, next_power_of_2, pdl_kwargs
 from ..target_linear.op import LinearConfig, _check_sumsq, _precision, default_config

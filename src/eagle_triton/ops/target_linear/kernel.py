@@ -173,7 +173,6 @@ def _bi_linear_kernel(
     pid_n = tl.program_id(1)
     offs_m = pid_m * BM + tl.arange(0, BM)
     offs_n = pid_n * BN + tl.arange(0, BN)
-    offs_k = tl.arange(0, BK)
     m_mask = offs_m < M
     n_mask = offs_n < N
     dt = y_ptr.dtype.element_ty
