@@ -29,7 +29,6 @@ S8 = "step_graph_2026-11-25/"  # session 8's result set (bench/results/step_grap
 S9 = "session9_2026-11-25/"  # session 9's benchmarks (bench/results/session9_2026-11-25/README.md)
 S9P = "pdl_2026-11-25/"  # session 9's probes (bench/results/pdl_2026-11-25/README.md)
 S10B = "session10b_2026-11-26/"  # session 10's second set (bench/results/session10b_2026-11-26/README.md)
-S11 = "session11_2026-11-26/"  # session 11's set (bench/results/session11_2026-11-26/README.md)
 S12 = "session12_2026-11-26/"  # session 12's set (bench/results/session12_2026-11-26/README.md)
 # The engine benchmark of issue 18 (a bench_engine.json with "parts": bench/bench_engine.py since schema 2). Its README
 # tables are printed by bench/engine_table.py, and every figure they print is an entry (engine_parts_entries).
@@ -321,48 +320,10 @@ def session10_entries() -> list[dict]:
     ]
 
 
-def session11_entries() -> list[dict]:
-    """Session 11's figures printed in the README's prose (the RMSNorms folded into the target's weights); they
-    replace the earlier entries of the same names."""
-    def s11(*a, **kw):
-        return prose_entry(*a, date="2026-11-26", **kw)
-
-    probe = S11 + "step_8b_folded.json"
-    run = ["runs", {"norm_mode": "folded"}]
-    smol = ["parts", "smollm2", "runs", {"dtype": "bfloat16"}]
-    engine = S11 + "bench_engine.json"
-    added = _adding_commit(ROOT / RESULTS / engine) or "uncommitted"
-    measured = "the code measured is d3cb48e's (its working tree before the commit: the kernels are the same)"
-    return [
-        s11("target_8b_plain_step", "ms", probe, run + ["decode_step_ms"], 2, "d3cb48e",
-            "plain decode step 5.72 ms against a floor of 5.32 ms", "5.72",
-            "the target's decode graph (bench/probes/step_probe.py), norms folded; " + measured,
-            ["floor_ms"], "floor", "5.32", None),
-        s11("target_8b_verify60", "ms", probe, run + ["verify_ms"], 2, "d3cb48e",
-            "60-row verify forward 6.43 ms (1.21x the", "6.43",
-            "the target's 60-row verify graph, norms folded; " + measured, ["floor_ms"], "floor", None, "1.21"),
-        s11("drafter_in_step_8b", "ms", probe, run + ["spec_60/7/10_draft_in_step_ms"], 2, "d3cb48e",
-            "draft inside it costs 2.49 ms", "2.49",
-            "the 60/7/10 step graph replayed minus the same graph without its draft (the last tree reused); "
-            + measured),
-        s11("target_8b_bf16_identical", "prompts of 20", S11 + "target_8b_identical.json",
-            ["parts", "8b-identical", "identical"], 0, _adding_commit(ROOT / RESULTS / S11 / "target_8b_identical.json")
-            or "uncommitted", "identical to plain greedy output on 20 of 20 random prompts at the 8B shape", "20",
-            "60/7/10, 128 tokens, random weights, norms folded (the code measured is 6976b70)"),
-        s11("smollm2_plain_tok_s", "tok/s", engine, smol + ["plain", "tokens_per_second"], 1, added,
-            "plain decoding 1320.2 tok/s in the engine benchmark below", "1320.2",
-            "the engine benchmark (40 MT-bench prompts x 128 tokens, code 0e74905); same figure as "
-            "engine_smollm2_bf16_plain_tok_s"),
-        s11("smollm2_bf16_identical", "prompts of 40", engine,
-            smol + ["trees", {"tree": "16/3/4"}, "identical_prompts"], 0, added,
-            "bf16 speculative output is identical to plain on 40 of 40 MT-bench", "40",
-            "the engine benchmark's best tree, 40 prompts (every tree: 40 of 40)"),
-    ]
-
-
 def session12_entries() -> list[dict]:
-    """Session 12's figures printed in the README's prose (RoPE in the q/k/v product's epilogue, attention rows of
-    one split finished in place); they replace session 11's entries of the same names."""
+    """Session 12's figures printed in the README's prose (RoPE in the q/k/v product's epilogue, the verify's
+    attention as two launches); they replaced session 11's entries of the same names (the README no longer prints
+    those; they stay in bench/results/session11_2026-11-26/)."""
     def s12(*a, **kw):
         return prose_entry(*a, date="2026-11-26", **kw)
 
@@ -515,7 +476,7 @@ def main() -> None:
                     "added the source file; readme: where the README prints the figure (tests/test_headline.py "
                     "checks all of it). Written by bench/make_headline.py.",
            "entries": _latest(drafter_entries() + engine_entries() + session7_entries() + session8_entries()
-                              + session9_entries() + session10_entries() + session11_entries() + session12_entries()
+                              + session9_entries() + session10_entries() + session12_entries()
                               + engine_parts_entries()
                               + batch_entries())}
     path = ROOT / RESULTS / "headline.json"

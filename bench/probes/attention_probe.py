@@ -2,9 +2,10 @@
 
 Captures one CUDA graph of ``LAYERS`` target_attention calls (one q and K/V cache per layer, as in a forward),
 at a model's attention shape, decode (1 causal row) or verify (60 tree rows of a random EAGLE-like tree), and times
-its replay (CUDA events, median of several runs of ``REPS`` replays). Variants remove one kernel kind (``shared``,
-``tree``, ``combine``: the launch does nothing) so the difference to ``none`` is that kernel's cost in the chain,
-launch included; ``--tree-configs`` times other launch settings of the tree kernel (``warps:stages[:tokens]``).
+its replay (``target_linear_chain.time_graph``: CUDA events, median of 5 runs of 20 replays). Variants remove one
+kernel kind (``shared``, ``tree``, ``combine``: the launch does nothing) so the difference to ``none`` is that
+kernel's cost in the chain, launch included; ``--tree-configs`` times other launch settings of the tree kernel
+(``warps:stages[:tokens]``).
 
     python bench/probes/attention_probe.py --shape 8b --prefixes 64,200 --out attn.json
 """
@@ -15,7 +16,6 @@ import argparse
 import contextlib
 import dataclasses
 import json
-import statistics
 import sys
 import time
 from pathlib import Path
@@ -24,6 +24,8 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent.parent / "src"))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from target_linear_chain import time_graph  # noqa: E402  (the chain's CUDA-graph timing: median ms of 5 x 20 replays)
 
 SHAPES = {"8b": (32, 8, 128, 32), "smollm2": (9, 3, 64, 30)}  # Hq, Hkv, D, layers
 
@@ -77,7 +79,7 @@ def build(shape: str, prefix: int, rows: int, cap: int, seed: int):
     return qs, ks, vs, lens, mask
 
 
-def time_chain(args_, reps: int = 20, runs: int = 7) -> float:
+def time_chain(args_) -> float:
     from eagle_triton.ops.target_attention import target_attention
 
     qs, ks, vs, lens, mask = args_
@@ -86,28 +88,7 @@ def time_chain(args_, reps: int = 20, runs: int = 7) -> float:
         for q, k, v in zip(qs, ks, vs, strict=True):
             target_attention(q, k, v, lens, mask, validate=False)
 
-    s = torch.cuda.Stream()
-    s.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(s):
-        for _ in range(3):
-            step()
-    torch.cuda.current_stream().wait_stream(s)
-    g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g):
-        step()
-    for _ in range(5):
-        g.replay()
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(runs):
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        for _ in range(reps):
-            g.replay()
-        b.record()
-        b.synchronize()
-        times.append(a.elapsed_time(b) / reps * 1e3)  # us per chain
-    return statistics.median(times)
+    return time_graph(step) * 1e3  # us per chain
 
 
 def main(argv=None) -> int:

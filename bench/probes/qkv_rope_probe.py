@@ -1,7 +1,7 @@
 """Tiles for the q/k/v product with the RoPE/KV-write epilogue (GPU probe; random data).
 
 Times, per layer, a chain of ``LAYERS`` launches (one weight and cache per layer, so weights stream from memory as
-in a forward; CUDA graph, median of several runs) of ``target_qkv_rope`` with each candidate tile config, against
+in a forward; ``target_linear_chain.time_graph``) of ``target_qkv_rope`` with each candidate tile config, against
 the two kernels it replaces (``target_linear`` at its default tiles, then ``target_rope_kv``), at 1 and 60 rows.
 
     python bench/probes/qkv_rope_probe.py --shape 8b --out qkv_rope.json
@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
 import sys
 import time
 from pathlib import Path
@@ -20,37 +19,14 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent.parent / "src"))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from target_linear_chain import time_graph  # noqa: E402  (the chain's CUDA-graph timing: median ms of 5 x 20 replays)
 
 SHAPES = {"8b": (32, 8, 128, 4096, 32), "smollm2": (9, 3, 64, 576, 30)}  # Hq, Hkv, D, hidden, layers
 CANDIDATES = {  # block_n, block_k, num_stages, prefetch
     "8b": ["32:256:2:0", "32:128:4:0", "32:128:3:0", "16:256:3:0", "16:128:4:0", "32:256:3:0"],
     "smollm2": ["16:256:3:1", "16:128:4:1", "16:128:3:2", "16:256:2:1", "16:64:4:1"],
 }
-
-
-def chain_us(fn, reps: int = 20, runs: int = 7) -> float:
-    s = torch.cuda.Stream()
-    s.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(s):
-        for _ in range(2):
-            fn()
-    torch.cuda.current_stream().wait_stream(s)
-    g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g):
-        fn()
-    for _ in range(3):
-        g.replay()
-    torch.cuda.synchronize()
-    out = []
-    for _ in range(runs):
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        for _ in range(reps):
-            g.replay()
-        b.record()
-        b.synchronize()
-        out.append(a.elapsed_time(b) / reps * 1e3)
-    return statistics.median(out)
 
 
 def main(argv=None) -> int:
@@ -87,7 +63,7 @@ def main(argv=None) -> int:
                 qkv = target_linear(x, w, validate=False)
                 target_rope_kv(qkv, kc, vc, lens, pos, cos, sin, hq, hkv, validate=False)
 
-        r = {"M": M, "variant": "target_linear + target_rope_kv", "us_per_layer": chain_us(two) / layers}
+        r = {"M": M, "variant": "target_linear + target_rope_kv", "us_per_layer": time_graph(two) * 1e3 / layers}
         print(json.dumps(r), flush=True)
         res["rows"].append(r)
         for c in cands:
@@ -99,7 +75,7 @@ def main(argv=None) -> int:
                     target_qkv_rope(x, w, None, kc, vc, lens, pos, cos, sin, hq, hkv, config=cfg, validate=False)
 
             r = {"M": M, "variant": f"qkv_rope {c}", "default": cfg == default,
-                 "us_per_layer": chain_us(fused) / layers}
+                 "us_per_layer": time_graph(fused) * 1e3 / layers}
             print(json.dumps(r), flush=True)
             res["rows"].append(r)
     Path(args.out).write_text(json.dumps(res, indent=1))

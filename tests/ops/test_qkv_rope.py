@@ -7,6 +7,7 @@ import secrets
 
 import pytest
 import torch
+from rope_testlib import rope_cache_case
 
 from eagle_triton.ops.rope_kv import qkv_rope_config, target_qkv_rope, target_qkv_rope_ref, target_rope_kv
 from eagle_triton.ops.target_linear import fold_norm_weight, target_embedding, target_linear
@@ -22,14 +23,7 @@ def _case(B, S, Hq, Hkv, D, K, Lmax, starts, dtype, device, seed, bias):
     w = (torch.randn(N, K, generator=g) / K ** 0.5).to(device, dtype)
     nw = (1 + 0.1 * torch.randn(K, generator=g)).to(device, dtype)
     b = (0.1 * torch.randn(N, generator=g)).to(device, dtype) if bias else None
-    P = Lmax + 8
-    ang = torch.arange(P)[:, None] * torch.rand(D // 2, generator=g)[None, :]
-    ang = torch.cat((ang, ang), 1)
-    cos, sin = ang.cos().to(device, dtype), ang.sin().to(device, dtype)
-    kc = torch.randn(B, Lmax, Hkv, D, generator=g).to(device, dtype)
-    vc = torch.randn(B, Lmax, Hkv, D, generator=g).to(device, dtype)
-    seqlens = torch.tensor(starts, dtype=torch.int32, device=device)
-    pos = (seqlens.long()[:, None] + torch.randint(0, 4, (B, S), generator=g).to(device)).contiguous()
+    cos, sin, kc, vc, seqlens, pos = rope_cache_case(g, B, Lmax, Hkv, D, starts, dtype, device, S)
     return emb, ids, w, nw, b, cos, sin, kc, vc, seqlens, pos
 
 

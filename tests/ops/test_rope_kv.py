@@ -4,6 +4,7 @@ import secrets
 
 import pytest
 import torch
+from rope_testlib import rope_cache_case
 
 from eagle_triton.ops.rope_kv import target_rope_kv, target_rope_kv_ref
 
@@ -65,14 +66,7 @@ def test_rope_kv_bad_inputs(device):
 def _batched_case(B, S, Hq, Hkv, D, Lmax, starts, dtype, device, norm, seed):
     g = torch.Generator().manual_seed(seed)
     qkv = torch.randn(B * S, (Hq + 2 * Hkv) * D, generator=g).to(device, dtype)
-    P = Lmax + 8
-    ang = torch.arange(P)[:, None] * torch.rand(D // 2, generator=g)[None, :]
-    ang = torch.cat((ang, ang), 1)
-    cos, sin = ang.cos().to(device, dtype), ang.sin().to(device, dtype)
-    kc = torch.randn(B, Lmax, Hkv, D, generator=g).to(device, dtype)
-    vc = torch.randn(B, Lmax, Hkv, D, generator=g).to(device, dtype)
-    seqlens = torch.tensor(starts, dtype=torch.int32, device=device)
-    pos = (seqlens.long().cpu()[:, None] + torch.randint(0, 4, (B, S), generator=g)).to(device)
+    cos, sin, kc, vc, seqlens, pos = rope_cache_case(g, B, Lmax, Hkv, D, starts, dtype, device, S)
     qn = (1 + 0.1 * torch.randn(D, generator=g)).to(device, dtype) if norm else None
     kn = (1 + 0.1 * torch.randn(D, generator=g)).to(device, dtype) if norm else None
     return qkv, kc, vc, seqlens, pos, cos, sin, qn, kn

@@ -654,39 +654,35 @@ class LlamaTarget(TargetModel):
         P = sumsq_width(self.hidden_size, self._linear_configs[producer])
         return torch.empty(S, -(-P // 16) * 16, device=self.device, dtype=torch.float32)[:, :P]
 
-    def _normed_linear(self, x, sumsq, norm_weight, weight, bias, config, silu_mul: bool = False):
-        """``linear(rms_norm(x))`` as ``norm_mode`` says: the norm in the product's prologue from the partial sums
-        of squares ``sumsq`` (``"partials"``) or from the row itself (``"prologue"``), as its own kernel, or
-        folded into the weight with ``rstd`` applied to the product (``"folded"``)."""
-        from ..ops.target_linear import target_linear, target_rms_norm
+    def _norm_inputs(self, x, sumsq, norm_weight):
+        """The rows and RMSNorm arguments of a normed product as ``norm_mode`` says: the norm in the product's
+        prologue from the partial sums of squares ``sumsq`` (``"partials"``) or from the row itself
+        (``"prologue"``), as its own kernel first (``"kernel"``), or folded into the weight with ``rstd`` applied to
+        the product (``"folded"``)."""
+        from ..ops.target_linear import target_rms_norm
 
         eps = self.config.rms_norm_eps
         if self.norm_mode == "kernel":
-            h = target_rms_norm(x, norm_weight, eps, validate=False)
-            return target_linear(h, weight, bias, silu_mul=silu_mul, config=config, validate=False)
+            return target_rms_norm(x, norm_weight, eps, validate=False), {}
         if self.norm_mode == "folded":  # norm_weight is folded into weight (at load): rstd scales the product
-            return target_linear(x, weight, bias, eps=eps, silu_mul=silu_mul, sumsq=sumsq, norm_folded=True,
-                                 config=config, validate=False)
-        return target_linear(x, weight, bias, norm_weight=norm_weight, eps=eps, silu_mul=silu_mul, sumsq=sumsq,
-                             config=config, validate=False)
+            return x, dict(eps=eps, sumsq=sumsq, norm_folded=True)
+        return x, dict(norm_weight=norm_weight, eps=eps, sumsq=sumsq)
+
+    def _normed_linear(self, x, sumsq, norm_weight, weight, bias, config, silu_mul: bool = False):
+        """``linear(rms_norm(x))`` (:meth:`_norm_inputs`)."""
+        from ..ops.target_linear import target_linear
+
+        x, norm = self._norm_inputs(x, sumsq, norm_weight)
+        return target_linear(x, weight, bias, silu_mul=silu_mul, config=config, validate=False, **norm)
 
     def _qkv_rope(self, x, sumsq, L, k_cache, v_cache, seqlens, pos, cache_slots, config):
-        """:func:`~eagle_triton.ops.rope_kv.target_qkv_rope` of the layer's input with its RMSNorm applied as
-        ``norm_mode`` says (the same norm as :meth:`_normed_linear`)."""
+        """:func:`~eagle_triton.ops.rope_kv.target_qkv_rope` of the layer's normed input (:meth:`_norm_inputs`)."""
         from ..ops.rope_kv import target_qkv_rope
-        from ..ops.target_linear import target_rms_norm
 
-        c, eps = self.config, self.config.rms_norm_eps
-        norm = {}
-        if self.norm_mode == "kernel":
-            x = target_rms_norm(x, L.ln_in, eps, validate=False)
-        elif self.norm_mode == "folded":
-            norm = dict(sumsq=sumsq, norm_folded=True)
-        else:
-            norm = dict(norm_weight=L.ln_in, sumsq=sumsq)
+        c = self.config
+        x, norm = self._norm_inputs(x, sumsq, L.ln_in)
         return target_qkv_rope(x, L.w_qkv, L.b_qkv, k_cache, v_cache, seqlens, pos, self.cos, self.sin, c.num_heads,
-                               c.num_kv_heads, eps=eps, config=config, validate=False, cache_slots=cache_slots,
-                               **norm)
+                               c.num_kv_heads, config=config, validate=False, cache_slots=cache_slots, **norm)
 
     def _chunk_step(self, tokens, last: bool):
         """One prefill chunk of the slot in ``_prefill_slot`` (a device scalar) at rows ``seqlens[slot] + j``

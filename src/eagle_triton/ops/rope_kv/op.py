@@ -7,7 +7,7 @@ import dataclasses
 import torch
 
 from .._utils import cdiv, check_tensor, is_capturing, next_power_of_2, pdl_kwargs
-from ..target_linear.op import LinearConfig, _check_sumsq, _precision, default_config
+from ..target_linear.op import LinearConfig, _check_norm_inputs, _check_norm_mode, _precision, default_config
 from .kernel import _qkv_rope_kernel, _rope_kv_kernel
 
 __all__ = ["target_rope_kv", "target_qkv_rope", "qkv_rope_config", "AOT_SPECS"]
@@ -193,9 +193,7 @@ def target_qkv_rope(
     NB, D = k_cache.shape[0], k_cache.shape[-1]
     B = cache_slots.shape[0] if cache_slots is not None and cache_slots.dim() == 1 else NB
     S = M // B if B else 0
-    if norm_folded and (sumsq is None or norm_weight is not None):
-        raise ValueError("norm_folded needs sumsq (the rows' partial sums of squares) and no norm_weight (it is "
-                         "folded into weight)")
+    _check_norm_mode(norm_folded, sumsq, norm_weight)
     cfg = config or qkv_rope_config(num_heads, num_kv_heads, D, x.shape[1] if x.dim() == 2 else 0, x.device,
                                     x.dtype)
     if validate:
@@ -208,12 +206,7 @@ def target_qkv_rope(
                          num_heads, num_kv_heads, cache_slots, B, D, width_of="weight")
         if bias is not None:
             check_tensor("bias", bias, shape=(weight.shape[0],), dtypes=(x.dtype,), device=dev)
-        if norm_weight is not None:
-            check_tensor("norm_weight", norm_weight, shape=(K,), dtypes=(x.dtype,), device=dev)
-        if sumsq is not None:
-            if norm_weight is None and not norm_folded:
-                raise ValueError("sumsq is only read by the RMSNorm prologue: pass norm_weight or norm_folded=True")
-            _check_sumsq("sumsq", sumsq, M, None, dev)
+        _check_norm_inputs(norm_weight, sumsq, norm_folded, M, K, x.dtype, dev)
         if out is not None:
             check_tensor("out", out, shape=(M, num_heads, D), dtypes=(x.dtype,), device=dev,
                          last_dim_contiguous=True)

@@ -32,8 +32,8 @@ Kernels:
 
 **Rows of one split** (``n_keys <= BLOCK_N * SPLIT_BLOCKS``: every row of a context shorter than one split) are
 finished by the kernel that runs their last block (the causal shared kernel, or the tree kernel), as ``acc / l``
-(:func:`_store_out`), and the combine leaves them alone: no partial state goes through memory and the combine of a
-short context only reads the lengths. Which rows these are depends on the row's position only, so every path
+(:func:`_normalise`), and the combine leaves them alone: no partial state goes through memory and the combine of
+a short context only reads the lengths. Which rows these are depends on the row's position only, so every path
 finishes a given row the same way.
 
 **Cache slots.** With ``HAS_SLOTS`` query sequence ``b`` reads the keys and the length of cache batch index
@@ -91,13 +91,15 @@ def _store_state(acc_ptr, ml_ptr, acc, m_i, l_i, part_row, split, row_ok, offs_d
 
 
 @triton.jit
-def _store_out(o_ptr, acc, l_i, b64, tok, h, row_ok, offs_d, d_mask, stride_ob, stride_ot, stride_oh):
-    """Finish a row whose keys all lie in split 0 (``n_keys <= SPLIT``): ``out = acc / l`` from its one state.
+def _normalise(o, l_i):
+    """``o / l`` per row (a row with no visible key has ``l = 0`` and ``o = 0``: zeros). The one division of a
+    finished row, whether it had one split (its state as is) or several (:func:`_merge_splits`)."""
+    return o / tl.where(l_i > 0.0, l_i, 1.0)[:, None]
 
-    Whichever kernel finishes such a row (the causal shared kernel, the tree kernel) calls this on the same state
-    bits, and :func:`_combine_kernel` skips it, so a row gets the same bits however it was computed; a row with
-    several splits is merged by the combine as before."""
-    out = acc / tl.where(l_i > 0.0, l_i, 1.0)[:, None]
+
+@triton.jit
+def _store_rows(o_ptr, out, b64, tok, h, row_ok, offs_d, d_mask, stride_ob, stride_ot, stride_oh):
+    """Write finished rows ``out`` ``[R, BLOCK_D]`` (fp32) to ``o[b, tok, h, :]`` in the output dtype."""
     o_off = b64 * stride_ob + tok.to(tl.int64) * stride_ot + h * stride_oh
     tl.store(o_ptr + o_off[:, None] + offs_d[None, :], out.to(o_ptr.dtype.element_ty),
              mask=row_ok[:, None] & d_mask[None, :])
@@ -126,7 +128,7 @@ def _merge_splits(acc_ptr, ml_ptr, first, n_split, k_max, offs_d, qk_scale, BLOC
         a_k = tl.load(acc_ptr + (first + k)[:, None] * BLOCK_D + offs_d[None, :], mask=ok[:, None], other=0.0)
         l_tot = tl.where(ok, l_tot + l_k * w, l_tot)
         o = tl.where(ok[:, None], o + a_k * w[:, None], o)
-    return o / tl.where(l_tot > 0.0, l_tot, 1.0)[:, None]
+    return _normalise(o, l_tot)
 
 
 @triton.jit(do_not_specialize=["S", "NB"])
@@ -200,8 +202,8 @@ def _shared_kernel(
             acc, m_i, l_i = _block_update(acc, m_i, l_i, q, k, v, vis, qk_scale, PRECISION)
         if CAUSAL:  # rows whose keys all lie in split 0 are finished here; the combine skips them
             single = (pos_row < BLOCK_N * SPLIT_BLOCKS) & (split == 0)
-            _store_out(o_ptr, acc, l_i, b64, tok, h, row_ok & single, offs_d, d_mask, stride_ob, stride_ot,
-                       stride_oh)
+            _store_rows(o_ptr, _normalise(acc, l_i), b64, tok, h, row_ok & single, offs_d, d_mask, stride_ob,
+                        stride_ot, stride_oh)
             _store_state(acc_ptr, ml_ptr, acc, m_i, l_i, part_row, split, row_ok & ~single, offs_d, NSPLIT, BLOCK_D)
         else:
             _store_state(acc_ptr, ml_ptr, acc, m_i, l_i, part_row, split, row_ok, offs_d, NSPLIT, BLOCK_D)
@@ -309,7 +311,8 @@ def _tree_kernel(
         # rows whose last block this was: finished here when it is their only split, else their last state
         done = row_ok & (j_end_r == j + 1)
         if j < SPLIT_BLOCKS:
-            _store_out(o_ptr, acc, l_i, b64, tok, h, done, offs_d, d_mask, stride_ob, stride_ot, stride_oh)
+            _store_rows(o_ptr, _normalise(acc, l_i), b64, tok, h, done, offs_d, d_mask, stride_ob, stride_ot,
+                        stride_oh)
         else:
             _store_state(acc_ptr, ml_ptr, acc, m_i, l_i, part_row, j // SPLIT_BLOCKS, done, offs_d, NSPLIT, BLOCK_D)
     # Rows of several splits: the earlier ones are the shared kernel's (a previous launch, complete) and this
@@ -319,9 +322,8 @@ def _tree_kernel(
     if k_max > 1:
         tl.debug_barrier()
         out = _merge_splits(acc_ptr, ml_ptr, part_row * NSPLIT, n_split_r, k_max, offs_d, qk_scale, BLOCK_D)
-        o_off = b64 * stride_ob + tok.to(tl.int64) * stride_ot + h * stride_oh
-        tl.store(o_ptr + o_off[:, None] + offs_d[None, :], out.to(o_ptr.dtype.element_ty),
-                 mask=(row_ok & (n_split_r > 1))[:, None] & d_mask[None, :])
+        _store_rows(o_ptr, out, b64, tok, h, row_ok & (n_split_r > 1), offs_d, d_mask, stride_ob, stride_ot,
+                    stride_oh)
 
 
 @triton.jit(do_not_specialize=["S", "NB"])
@@ -353,6 +355,5 @@ def _combine_kernel(
     first = (bi.to(tl.int64) * Hq + offs_h) * NSPLIT
     out = _merge_splits(acc_ptr, ml_ptr, first, n_split_h, tl.where(n_split > 1, n_split, 0), offs_d, qk_scale,
                         BLOCK_D)
-    o_off = b.to(tl.int64) * stride_ob + i.to(tl.int64) * stride_ot + offs_h * stride_oh
-    tl.store(o_ptr + o_off[:, None] + offs_d[None, :], out.to(o_ptr.dtype.element_ty),
-             mask=todo[:, None] & (offs_d < HEAD_DIM)[None, :])
+    _store_rows(o_ptr, out, b.to(tl.int64), i + offs_h * 0, offs_h, todo, offs_d, offs_d < HEAD_DIM, stride_ob,
+                stride_ot, stride_oh)

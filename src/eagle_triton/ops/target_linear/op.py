@@ -117,6 +117,25 @@ def _check_sumsq(name: str, t: torch.Tensor, M: int, P: int | None, dev) -> None
                          f"partials as one contiguous block), got strides {list(t.stride())}")
 
 
+def _check_norm_mode(norm_folded: bool, sumsq, norm_weight) -> None:
+    """The RMSNorm arguments' combination (a host check on ``None``-ness only, so it runs without ``validate``: a
+    mode slip would silently normalise twice or never)."""
+    if norm_folded and (sumsq is None or norm_weight is not None):
+        raise ValueError("norm_folded needs sumsq (the rows' partial sums of squares) and no norm_weight (it is "
+                         "folded into weight)")
+
+
+def _check_norm_inputs(norm_weight, sumsq, norm_folded: bool, M: int, K: int, dtype, dev) -> None:
+    """``norm_weight`` ``[K]`` and the partial sums of squares ``sumsq`` ``[M, P]`` of a normed product's rows."""
+    if norm_weight is not None:
+        check_tensor("norm_weight", norm_weight, shape=(K,), dtypes=(dtype,), device=dev)
+    if sumsq is not None:
+        if norm_weight is None and not norm_folded:
+            raise ValueError("sumsq (partial sums of squares of x) is only read by the RMSNorm prologue: pass "
+                             "norm_weight too (or norm_folded=True with the norm weight folded into weight)")
+        _check_sumsq("sumsq", sumsq, M, None, dev)
+
+
 def _precision(dtype: torch.dtype) -> str:
     # fp32 inputs: true fp32 products (the GPU default would be TF32); 16-bit inputs ignore the setting.
     return "ieee" if dtype == torch.float32 else "tf32"
@@ -168,10 +187,7 @@ def target_linear(
     """
     rows_w = weight.shape[0] if weight.dim() == 2 else -1
     N = rows_w // 2 if silu_mul else rows_w
-    # checked even without validate (no tensor is read): a mode slip here would silently normalise twice or never
-    if norm_folded and (sumsq is None or norm_weight is not None):
-        raise ValueError("norm_folded needs sumsq (the rows' partial sums of squares) and no norm_weight (it is "
-                         "folded into weight)")
+    _check_norm_mode(norm_folded, sumsq, norm_weight)
     if validate:
         check_tensor("x", x, ndim=2, dtypes=_FLOATS, last_dim_contiguous=True)
         M, K = x.shape
@@ -183,13 +199,7 @@ def target_linear(
             raise ValueError(f"silu_mul needs weight = cat(gate, up) with an even row count, got {rows_w}")
         if bias is not None:
             check_tensor("bias", bias, shape=(rows_w,), dtypes=(x.dtype,), device=dev)
-        if norm_weight is not None:
-            check_tensor("norm_weight", norm_weight, shape=(K,), dtypes=(x.dtype,), device=dev)
-        if sumsq is not None:
-            if norm_weight is None and not norm_folded:
-                raise ValueError("sumsq (partial sums of squares of x) is only read by the RMSNorm prologue: pass "
-                                 "norm_weight too (or norm_folded=True with the norm weight folded into weight)")
-            _check_sumsq("sumsq", sumsq, M, None, dev)
+        _check_norm_inputs(norm_weight, sumsq, norm_folded, M, K, x.dtype, dev)
         if residual is not None:
             check_tensor("residual", residual, shape=(M, N), dtypes=(x.dtype,), device=dev,
                          last_dim_contiguous=True)
