@@ -6,7 +6,7 @@ import dataclasses
 
 import torch
 
-from .._utils import cdiv, check_tensor, is_capturing, next_power_of_2, pdl_kwargs
+from .._utils import cdiv, check_tensor, is_capturing, is_interpreter, next_power_of_2, pdl_kwargs
 from ..target_linear.op import LinearConfig, _check_norm_inputs, _check_norm_mode, _precision, default_config
 from .kernel import _qkv_rope_kernel, _rope_kv_kernel
 
@@ -137,7 +137,8 @@ def qkv_rope_config(num_heads: int, num_kv_heads: int, head_dim: int, K: int, de
     GPU in 16 bits, shorter chunks in 4 stages (``bench/probes/qkv_rope_probe.py``, H200, per layer against the two
     kernels: 8B heads ``BK = 128``: 17.6 / 19.2 us at 1 / 60 rows against 18.3 / 20.8, the halved tile at
     ``BK = 256`` in 2 stages 26.2 / 33.4; SmolLM2's ``BK = 64``: 3.9 / 4.4 against 4.2 / 4.9;
-    ``bench/results/session12_2026-11-26/qkv_rope_*.json``)."""
+    ``bench/results/session12_2026-11-26/qkv_rope_*.json``; SmolLM2's in 5 stages without prefetch, 4.05 against
+    4.31 us at M = 1 with 4 stages and one chunk prefetched, ``bench/results/session13_2026-11-26/``)."""
     half = head_dim // 2
     if head_dim % 2 or half < 16:
         return None
@@ -149,9 +150,10 @@ def qkv_rope_config(num_heads: int, num_kv_heads: int, head_dim: int, K: int, de
     if half % bn:
         return None
     cfg = dataclasses.replace(cfg, block_n=bn)
-    if cfg.block_k >= 128 and dtype != torch.float32 and not (device is not None and
-                                                               torch.device(device).type == "cpu"):
-        cfg = dataclasses.replace(cfg, block_k=64 if K <= 2048 else 128, num_stages=4)
+    if dtype != torch.float32 and not is_interpreter() and not (device is not None and
+                                                                 torch.device(device).type == "cpu"):
+        cfg = (dataclasses.replace(cfg, block_k=64, num_stages=5, prefetch=0) if K <= 2048 else
+               dataclasses.replace(cfg, block_k=128, num_stages=4))
     return cfg
 
 
@@ -256,7 +258,7 @@ def _aot_specs():
     for (hq, hkv, d, nss, bias, slots, cfg) in (
             (32, 8, 128, 128, False, False, LinearConfig(64, 32, 128, 4, 4)),
             (32, 8, 128, 128, False, True, LinearConfig(64, 32, 128, 4, 4)),
-            (9, 3, 64, 36, True, False, LinearConfig(64, 16, 64, 4, 4, prefetch=1))):
+            (9, 3, 64, 36, True, False, LinearConfig(64, 16, 64, 4, 5))):
         sig = {n: "i32" for n in _qkv_rope_kernel.arg_names}
         sig.update({p: "*bf16" for p in ("x_ptr", "w_ptr", "b_ptr", "nw_ptr", "q_ptr", "k_ptr", "v_ptr", "cos_ptr",
                                          "snt_ptr")})

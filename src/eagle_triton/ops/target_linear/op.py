@@ -63,11 +63,13 @@ def default_config(N: int, K: int, device: torch.device | str | None = None,
     - ``N < 65536`` (gate/up): ``BN = 64``, ``BK = 128``, 4 stages (94.6 us, cuBLAS 95.4);
     - larger (lm_head): ``BN = 128``, ``BK = 128``, 3 stages (355.8 us, 2.95 TB/s; cuBLAS 389.1).
 
-    Small models (``K <= 2048``; SmolLM2-135M, ``bench/results/pdl_2026-11-25/``, products chained in one CUDA graph
-    with programmatic dependent launch): ``BN = 16``, ``BK = 256``, 3 stages, the first weight chunk loaded before
-    waiting on the previous kernel (2.8 / 2.8 / 4.8 / 4.3 us for q/k/v, o, gate/up, down at M = 1, against 3.2 /
-    3.2 / 5.1 / 4.6 with the 8B tiles); their lm_head ``64 x 128``, 2 stages, two chunks prefetched (22.4 us against
-    26.9).
+    Small models (``K <= 2048``; SmolLM2-135M, products chained in one CUDA graph with programmatic dependent
+    launch, ``bench/probes/wide_tiles.py``, ``bench/results/session13_2026-11-26/wide_smollm2_b.json``): ``BN = 16``;
+    a reduction length that is not a multiple of 128 (SmolLM2's 576) in ``BK = 64`` chunks, 6 stages (no chunk half
+    masked: o 2.52 and gate/up 3.66 us at M = 1, against 2.78 / 4.77 with ``BK = 256``, 3 stages, one chunk
+    prefetched, the earlier tiles, bit-identical rows), else ``BK = 256``, 3 stages, the first weight chunk loaded
+    before waiting on the previous kernel (down 4.4 us; ``bench/results/pdl_2026-11-25/``); their lm_head
+    ``64 x 128``, 2 stages, two chunks prefetched (22.4 us against 26.9).
 
     The narrow tiles of the small products keep enough programs (and bytes in flight) on 132 SMs. ``silu_mul``
     streams two weight tiles per step (gate and up): the stages are cut to what fits the shared-memory budget.
@@ -80,6 +82,8 @@ def default_config(N: int, K: int, device: torch.device | str | None = None,
     if dtype == torch.float32:
         return LinearConfig(block_m=32, block_n=32, block_k=32, num_warps=4, num_stages=3)
     if K <= 2048 and N * K <= _SMALL_PRODUCT:  # small models (SmolLM2): latency-bound, many narrow programs
+        if K % 128:
+            return LinearConfig(block_m=64, block_n=16, block_k=64, num_warps=4, num_stages=6)
         return LinearConfig(block_m=64, block_n=16, block_k=256, num_warps=4, num_stages=3, prefetch=1)
     if K <= 2048:  # a small model's lm_head
         return LinearConfig(block_m=64, block_n=64, block_k=128, num_warps=4, num_stages=2, prefetch=2)
@@ -325,7 +329,7 @@ def _aot_specs():
             ("bf16", "tf32", LinearConfig(block_n=64, block_k=256, num_stages=3),
              [(None, 128, False, False, False, False)]),
             ("bf16", "tf32", LinearConfig(block_n=64, block_k=128), [(None, 128, True, False, True, False)]),
-            ("bf16", "tf32", LinearConfig(64, 16, 256, 4, 3, prefetch=1),
+            ("bf16", "tf32", LinearConfig(64, 16, 64, 4, 6),
              [(None, 36, False, False, False, False), (None, 36, False, False, True, False)])):
         for norm, nss, bias, res, silu, wss in cases:
             folded, norm = norm is None, bool(norm)
