@@ -69,7 +69,9 @@ def default_config(N: int, K: int, device: torch.device | str | None = None,
     masked: o 2.52 and gate/up 3.66 us at M = 1, against 2.78 / 4.77 with ``BK = 256``, 3 stages, one chunk
     prefetched, the earlier tiles, bit-identical rows), else ``BK = 256``, 3 stages, the first weight chunk loaded
     before waiting on the previous kernel (down 4.4 us; ``bench/results/pdl_2026-11-25/``); their lm_head
-    ``64 x 128``, 2 stages, two chunks prefetched (22.4 us against 26.9).
+    ``BN = 64``, in ``BK = 64`` chunks, 4 stages where ``K % 128`` (SmolLM2, H200: 17.2 / 19.0 us at 1 / 60 rows
+    against 19.3 / 22.7 with ``BK = 128``, ``wide_smollm2_c.json``), else ``BK = 128``, 2 stages, two chunks
+    prefetched (22.4 us against 26.9 with the 8B tiles, H100).
 
     The narrow tiles of the small products keep enough programs (and bytes in flight) on 132 SMs. ``silu_mul``
     streams two weight tiles per step (gate and up): the stages are cut to what fits the shared-memory budget.
@@ -86,6 +88,8 @@ def default_config(N: int, K: int, device: torch.device | str | None = None,
             return LinearConfig(block_m=64, block_n=16, block_k=64, num_warps=4, num_stages=6)
         return LinearConfig(block_m=64, block_n=16, block_k=256, num_warps=4, num_stages=3, prefetch=1)
     if K <= 2048:  # a small model's lm_head
+        if K % 128:
+            return LinearConfig(block_m=64, block_n=64, block_k=64, num_warps=4, num_stages=4)
         return LinearConfig(block_m=64, block_n=64, block_k=128, num_warps=4, num_stages=2, prefetch=2)
     if N <= 4096:
         bn, bk, stages = 32, 256, 4
@@ -322,6 +326,7 @@ def _aot_specs():
             # SmolLM2's products and lm_head (default_config's small-model tiles, weights prefetched)
             ("bf16", "tf32", LinearConfig(64, 16, 256, 4, 3, prefetch=1), flags[:5]),
             ("bf16", "tf32", LinearConfig(64, 64, 128, 4, 2, prefetch=2), flags[7:]),
+            ("bf16", "tf32", LinearConfig(64, 64, 64, 4, 4), flags[7:]),
             ("fp16", "tf32", LinearConfig(block_n=64), flags[:2]),
             ("fp32", "ieee", LinearConfig(block_m=32, block_n=32, block_k=32, num_stages=3), flags[:2]),
             ("bf16", "tf32", LinearConfig(block_n=64), [(True, 18, True, False, True, False)]),
@@ -338,13 +343,13 @@ def _aot_specs():
             sig.update({"sin_ptr": "*fp32", "sout_ptr": "*fp32", "eps": "fp32"})
             const = dict(HAS_NORM=norm, NUM_SS=nss, NSS_P2=next_power_of_2(max(nss, 1)), HAS_BIAS=bias,
                          HAS_RES=res, SILU_MUL=silu, WRITE_SS=wss, BM=cfg.block_m, BN=cfg.block_n, BK=cfg.block_k,
-                         PRECISION=prec, PRE=cfg.prefetch, PDL=cfg.prefetch > 0, NORM_FOLDED=folded)
+                         PRECISION=prec, PRE=cfg.prefetch, PDL=dt == "bf16", NORM_FOLDED=folded)
             sig.update({k: "constexpr" for k in const})
             # the partials' row stride: their count (a multiple of 16 at 8B, not at SmolLM2's 18), or padded to 16
             row_div = ["stride_sin_m"] if nss % 16 == 0 or folded else []
             specs.append((_bi_linear_kernel, sig, const,
                           {"num_warps": cfg.num_warps, "num_stages": cfg.num_stages, "div16": div + row_div,
-                           "launch_pdl": cfg.prefetch > 0}))
+                           "launch_pdl": dt == "bf16"}))
     for dt, nss in (("bf16", 0), ("bf16", 128), ("fp32", 0), ("fp32", 18)):
         sig = {n: "i32" for n in _rms_norm_kernel.arg_names}
         sig.update({"x_ptr": f"*{dt}", "w_ptr": f"*{dt}", "y_ptr": f"*{dt}", "s_ptr": "*fp32", "eps": "fp32",
