@@ -172,7 +172,6 @@ def _shared_kernel(
     offs_d = tl.arange(0, BLOCK_D)
     d_mask = offs_d < HEAD_DIM
     q_off = b64 * stride_qb + tok.to(tl.int64) * stride_qt + h * stride_qh
-    q = tl.load(q_ptr + q_off[:, None] + offs_d[None, :], mask=row_ok[:, None] & d_mask[None, :], other=0.0)
 
     # Clamped so that no read leaves the cache even for out-of-range lengths (the host checks when it can).
     L = tl.minimum(tl.maximum(tl.load(seqlens_ptr + c).to(tl.int32), 0), Lmax - S)
@@ -191,6 +190,8 @@ def _shared_kernel(
     v_base = v_ptr + c64 * stride_vb + kvh * stride_vh
     part_row = (b64 * S + tok) * Hq + h
     for split in range(tl.program_id(2), n_split, tl.num_programs(2)):
+        # q is loaded by programs with a split to run only: most of a decode's or short verify's programs have none
+        q = tl.load(q_ptr + q_off[:, None] + offs_d[None, :], mask=row_ok[:, None] & d_mask[None, :], other=0.0)
         m_i = tl.full([BLOCK_M], float("-inf"), tl.float32)
         l_i = tl.zeros([BLOCK_M], tl.float32)
         acc = tl.zeros([BLOCK_M, BLOCK_D], tl.float32)
