@@ -30,6 +30,7 @@ S9 = "session9_2026-11-25/"  # session 9's benchmarks (bench/results/session9_20
 S9P = "pdl_2026-11-25/"  # session 9's probes (bench/results/pdl_2026-11-25/README.md)
 S10B = "session10b_2026-11-26/"  # session 10's second set (bench/results/session10b_2026-11-26/README.md)
 S12 = "session12_2026-11-26/"  # session 12's set (bench/results/session12_2026-11-26/README.md)
+S13 = "session13_2026-11-26/"  # session 13's set (bench/results/session13_2026-11-26/README.md)
 # The engine benchmark of issue 18 (a bench_engine.json with "parts": bench/bench_engine.py since schema 2). Its README
 # tables are printed by bench/engine_table.py, and every figure they print is an entry (engine_parts_entries).
 # None: the newest such file committed under bench/results/ (by its "date"); name one ("<set>/bench_engine.json") to
@@ -329,9 +330,6 @@ def session12_entries() -> list[dict]:
 
     probe = S12 + "step_8b_merge_in_tree.json"
     run = ["runs", {"norm_mode": "folded"}]
-    smol = ["parts", "smollm2", "runs", {"dtype": "bfloat16"}]
-    engine = S12 + "bench_engine.json"
-    added = _adding_commit(ROOT / RESULTS / engine) or "uncommitted"
     probe_commit = _adding_commit(ROOT / RESULTS / probe) or "uncommitted"
     measured = "the code measured is 7e12e93's"
     probe_measured = "the code measured is 3ad858a's"
@@ -354,11 +352,24 @@ def session12_entries() -> list[dict]:
             _adding_commit(ROOT / RESULTS / S12 / "target_8b_identical.json") or "uncommitted",
             "identical to plain greedy output on 20 of 20 random prompts at", "20",
             "60/7/10, 128 tokens, random weights, norms folded, RoPE fused (" + measured + ")"),
-        s12("smollm2_plain_tok_s", "tok/s", engine, smol + ["plain", "tokens_per_second"], 1, added,
-            "plain decoding 1347.4 tok/s in the engine benchmark", "1347.4",
-            "the engine benchmark (40 MT-bench prompts x 128 tokens, the code measured is 79c9f70's); same figure as "
+    ]
+
+
+def session13_entries() -> list[dict]:
+    """Session 13's figures printed in the README's prose (one attention launch per decode layer, the small models'
+    64-wide reduction chunks); they replace session 12's entries of the same names (kept in its results set)."""
+    def s13(*a, **kw):
+        return prose_entry(*a, date="2026-11-26", **kw)
+
+    smol = ["parts", "smollm2", "runs", {"dtype": "bfloat16"}]
+    engine = S13 + "bench_engine.json"
+    added = _adding_commit(ROOT / RESULTS / engine) or "uncommitted"
+    return [
+        s13("smollm2_plain_tok_s", "tok/s", engine, smol + ["plain", "tokens_per_second"], 1, added,
+            "plain decoding 1447.0 tok/s in the engine benchmark", "1447.0",
+            "the engine benchmark (40 MT-bench prompts x 128 tokens, the code measured is a611eea's); same figure as "
             "engine_smollm2_bf16_plain_tok_s"),
-        s12("smollm2_bf16_identical", "prompts of 40", engine,
+        s13("smollm2_bf16_identical", "prompts of 40", engine,
             smol + ["trees", {"tree": "16/3/4"}, "identical_prompts"], 0, added,
             "bf16 speculative output is identical to plain on 40 of 40 MT-bench", "40",
             "the engine benchmark's best tree, 40 prompts (every tree: 40 of 40)"),
@@ -477,6 +488,7 @@ def main() -> None:
                     "checks all of it). Written by bench/make_headline.py.",
            "entries": _latest(drafter_entries() + engine_entries() + session7_entries() + session8_entries()
                               + session9_entries() + session10_entries() + session12_entries()
+                              + session13_entries()
                               + engine_parts_entries()
                               + batch_entries())}
     path = ROOT / RESULTS / "headline.json"
