@@ -4,9 +4,8 @@ Captures one CUDA graph of ``LAYERS`` target_attention calls (one q and K/V cach
 at a model's attention shape, decode (1 causal row) or verify (60 tree rows of a random EAGLE-like tree), and times
 its replay (``target_linear_chain.time_graph``: CUDA events, median of 5 runs of 20 replays). Variants remove one
 kernel kind (``shared``, ``tree``, ``combine``: the launch does nothing) so the difference to ``none`` is that
-kernel's cost in the chain, launch included; ``merge`` passes arrival counters (``merge_counters``, as the target
-does: a causal launch merges its rows itself, no combine launch); ``--tree-configs`` times other launch settings of
-the tree kernel (``warps:stages[:tokens]``).
+kernel's cost in the chain, launch included; ``--tree-configs`` times other launch settings of the tree kernel
+(``warps:stages[:tokens]``).
 
     python bench/probes/attention_probe.py --shape 8b --prefixes 64,200 --out attn.json
 """
@@ -80,19 +79,14 @@ def build(shape: str, prefix: int, rows: int, cap: int, seed: int):
     return qs, ks, vs, lens, mask
 
 
-def time_chain(args_, merge: bool = False) -> float:
-    from eagle_triton.ops.target_attention import merge_counter_count, target_attention
+def time_chain(args_) -> float:
+    from eagle_triton.ops.target_attention import target_attention
 
     qs, ks, vs, lens, mask = args_
-    _, S, hq, d = qs[0].shape
-    counters = None
-    if merge:
-        n = merge_counter_count(1, S, hq, ks[0].shape[2], d, qs[0].dtype)
-        counters = torch.zeros(n, dtype=torch.int32, device=qs[0].device)
 
     def step():
         for q, k, v in zip(qs, ks, vs, strict=True):
-            target_attention(q, k, v, lens, mask, validate=False, merge_counters=counters)
+            target_attention(q, k, v, lens, mask, validate=False)
 
     return time_graph(step) * 1e3  # us per chain
 
@@ -104,8 +98,7 @@ def main(argv=None) -> int:
     p.add_argument("--prefixes", default="64,200")
     p.add_argument("--rows", default="1,60")
     p.add_argument("--cap", type=int, default=2048, help="cache capacity (Lmax) of every layer")
-    p.add_argument("--variants", default="none;merge;tree;combine;shared;tree,combine",
-                   help="';'-separated: none, merge (the in-kernel merge), or ','-joined kernels to remove")
+    p.add_argument("--variants", default="none;tree;combine;shared;tree,combine")
     p.add_argument("--tree-configs", default="",
                    help="';'-separated warps:stages[:tokens] launches of the tree kernel (warps 0: the default)")
     args = p.parse_args(argv)
@@ -122,11 +115,10 @@ def main(argv=None) -> int:
             for var, tcfg in todo:
                 if rows == 1 and "tree" in var.split(","):
                     continue
-                remove = set() if var in ("none", "merge") else set(var.split(","))
+                remove = set() if var == "none" else set(var.split(","))
                 with patched(remove, tcfg):
-                    us = time_chain(inputs, merge=var == "merge")
-                r = {"rows": rows, "prefix": prefix, "removed": sorted(remove), "merge": var == "merge",
-                     "tree_warps_stages": tcfg,
+                    us = time_chain(inputs)
+                r = {"rows": rows, "prefix": prefix, "removed": sorted(remove), "tree_warps_stages": tcfg,
                      "us_per_layer": us / SHAPES[args.shape][3], "us_chain": us}
                 print(json.dumps(r), flush=True)
                 res["runs"].append(r)

@@ -61,39 +61,6 @@ def test_fused_forward_matches_torch_forward(model, extra, small_chunks):
         torch.testing.assert_close(y, x, atol=5e-5, rtol=1e-5)
 
 
-def test_causal_attention_merges_its_rows_in_one_launch(small_chunks, monkeypatch):
-    """Prefill chunks and decodes hand the attention the target's arrival counters: rows of several splits (the
-    interpreter's splits are 32 positions) are merged by the split kernel, with no combine launch, and every logit
-    and feature equals the two-launch path's bit for bit."""
-    import importlib
-
-    attn_op = importlib.import_module("eagle_triton.ops.target_attention.op")  # the package name is shadowed
-    combine, launches = attn_op._combine_kernel, []
-
-    class CountingCombine:
-        def __getitem__(self, grid):
-            launches.append(grid)
-            return combine[grid]
-
-    monkeypatch.setattr(attn_op, "_combine_kernel", CountingCombine())
-    m = _model()
-    ids = torch.randint(0, V, (1, 45), generator=torch.Generator().manual_seed(7))
-    outs = []
-    for merge in (False, True):
-        t = LlamaTarget.from_hf(m, ops="triton")
-        t.setup(64, "eagle3")
-        assert t._merge_counters is not None
-        if not merge:
-            t._merge_counters = None
-        launches.clear()
-        lp, fp = t.prefill(ids)
-        ld, fd = t.decode(ids[:, :1])
-        assert bool(launches) != merge
-        outs.append([x.clone() for x in (lp, fp, ld, fd)])
-    for x, y in zip(*outs, strict=True):
-        assert torch.equal(x, y)
-
-
 def test_fused_eagle1_feature_is_lm_head_input(small_chunks):
     t = LlamaTarget.from_hf(_model(), ops="triton")
     t.setup(32, "eagle1")

@@ -16,7 +16,6 @@ from numerics import assert_close_lowp as _close
 
 from eagle_triton.ops.target_attention import (
     key_positions_ref,
-    merge_counter_count,
     target_attention,
     target_attention_config,
     target_attention_ref,
@@ -346,62 +345,6 @@ def test_target_attention_slots_errors(device):
 
 
 # ----------------------------------------------------------------------------------------------------------------
-# causal rows merged by the split kernel's last program (merge_counters): the combine kernel's bits, one launch
-
-
-def _check_merge_counters(B, S, Hq, Hkv, D, lens, Lmax, dtype, device, seed, slots=None, repeats=2):
-    """Causal rows with ``merge_counters`` equal those of the two-launch path bit for bit, and the counters are
-    all zero again after each call (so one buffer serves every call and layer)."""
-    gen = torch.Generator().manual_seed(seed)
-    q, k, v = _inputs(B if slots is None else len(slots), S, Hq, Hkv, D, Lmax, dtype, device, gen)
-    if slots is not None:
-        k, v = _inputs(B, 1, Hq, Hkv, D, Lmax, dtype, device, gen)[1:]
-    cl = _lens(lens, device)
-    sl = None if slots is None else _lens(slots, device)
-    Bq = q.shape[0]
-    n = merge_counter_count(Bq, S, Hq, Hkv, D, dtype)
-    counters = torch.zeros(n + 3, dtype=torch.int32, device=device)  # more than needed is fine
-    want = target_attention(q, k, v, cl, cache_slots=sl)
-    for _ in range(repeats):
-        got = target_attention(q, k, v, cl, cache_slots=sl, merge_counters=counters)
-        assert torch.equal(got, want)
-        assert not counters.any(), "the last program of each row tile must leave its counter at zero"
-    return want
-
-
-MERGE_CASES = [  # B, S, Hq, Hkv, D, lens, Lmax: splits of 32 positions (interpreter config)
-    pytest.param(2, 1, 4, 1, 16, (0, 100), 128, id="decode-one-and-four-splits-gqa4"),
-    pytest.param(1, 1, 3, 3, 16, (31,), 40, id="decode-split-boundary-mha"),
-    pytest.param(2, 13, 6, 2, 24, (27, 50), 70, id="chunk13-gqa3-D24"),
-    pytest.param(1, 40, 2, 1, 16, (5,), 50, id="chunk40-rows-on-both-sides"),
-]
-
-
-@pytest.mark.parametrize("dtype", CPU_DTYPES)
-@pytest.mark.parametrize("B,S,Hq,Hkv,D,lens,Lmax", MERGE_CASES)
-def test_merge_counters_give_the_combine_bits(B, S, Hq, Hkv, D, lens, Lmax, dtype, device):
-    _check_merge_counters(B, S, Hq, Hkv, D, lens, Lmax, dtype, device, seed=secrets.randbits(31))
-
-
-def test_merge_counters_with_cache_slots(device):
-    _check_merge_counters(3, 5, 4, 2, 16, (70, 3, 33), 80, torch.float32, device, seed=secrets.randbits(31),
-                          slots=(2, 0))
-
-
-def test_merge_counters_ignored_by_a_verify_and_checked(device):
-    gen = torch.Generator().manual_seed(17)
-    q, k, v = _inputs(1, 4, 4, 2, 16, 60, torch.float32, device, gen)
-    lens, mask = _lens((40,), device), _ancestor_mask([-1, 0, 1, 0])[None].to(device)
-    counters = torch.zeros(merge_counter_count(1, 4, 4, 2, 16, torch.float32), dtype=torch.int32, device=device)
-    assert torch.equal(target_attention(q, k, v, lens, mask, merge_counters=counters),
-                       target_attention(q, k, v, lens, mask))
-    with pytest.raises(ValueError, match="merge_counters holds"):
-        target_attention(q, k, v, lens, merge_counters=counters[:1])
-    with pytest.raises(TypeError, match="merge_counters"):
-        target_attention(q, k, v, lens, merge_counters=counters.long())
-
-
-# ----------------------------------------------------------------------------------------------------------------
 # errors
 
 
@@ -474,43 +417,6 @@ def test_target_attention_tree_tokens_gpu(prefix):
                                 prefix)
     _tree_tokens_variants_equal((prefix, prefix // 3), 60, 9, 3, 64, prefix + 128, torch.bfloat16, "cuda",
                                 (1, 2, 4, 21), prefix + 1)
-
-
-@pytest.mark.gpu
-@pytest.mark.parametrize("prefix", [100, 230, 1000, 4097])
-def test_target_attention_merge_counters_gpu(prefix):
-    """The in-kernel merge equals the combine launch bit for bit at the 8B and SmolLM2 head shapes: decodes of
-    two sequences (one within a split, one across several), a 128-row prefill chunk, and slots."""
-    dt, dev = torch.bfloat16, "cuda"
-    for Hq, Hkv, D in ((32, 8, 128), (9, 3, 64)):
-        _check_merge_counters(2, 1, Hq, Hkv, D, (prefix, prefix // 7), prefix + 200, dt, dev, seed=prefix)
-        _check_merge_counters(1, 128, Hq, Hkv, D, (prefix,), prefix + 200, dt, dev, seed=prefix + 1)
-        _check_merge_counters(3, 16, Hq, Hkv, D, (prefix, 0, prefix // 2), prefix + 200, dt, dev, seed=prefix + 2,
-                              slots=(0, 2))
-
-
-@pytest.mark.gpu
-def test_target_attention_merge_counters_graph_replay_gpu():
-    """Replays of a captured decode with the in-kernel merge (counters reset by each launch) at changing lengths
-    equal the two-launch path."""
-    gen = torch.Generator().manual_seed(8)
-    dev = "cuda"
-    q, k, v = _inputs(2, 1, 32, 8, 128, 3000, torch.bfloat16, dev, gen)
-    lens = _lens((10, 1000), dev)
-    counters = torch.zeros(merge_counter_count(2, 1, 32, 8, 128), dtype=torch.int32, device=dev)
-    target_attention(q, k, v, lens, merge_counters=counters)  # compile outside the capture
-    torch.cuda.synchronize()
-    g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g):
-        outs = [target_attention(q, k, v, lens, validate=False, merge_counters=counters) for _ in range(4)]
-    for new_lens in ((300, 2500), (0, 255), (256, 1)):
-        q.copy_(torch.randn_like(q))
-        lens.copy_(_lens(new_lens, dev))
-        g.replay()
-        torch.cuda.synchronize()
-        want = target_attention(q, k, v, lens)
-        assert all(torch.equal(o, want) for o in outs)
-        assert not counters.any()
 
 
 @pytest.mark.gpu

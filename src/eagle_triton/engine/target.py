@@ -261,8 +261,6 @@ class LlamaTarget(TargetModel):
         self._prefill_slot = torch.zeros(1, dtype=torch.int32, device=self.device)  # the slot a prefill writes
         self._prefill_row = torch.zeros(1, dtype=torch.long, device=self.device)  # its last chunk's last prompt row
         self._chunk_pool = None  # one CUDA-graph memory pool for every chunk graph (they never run concurrently)
-        #: zeroed arrival counters with which a causal attention launch merges its rows itself (sized in setup)
-        self._merge_counters: torch.Tensor | None = None
         self._max_length = 0
         self.batch_size = 1
         self._slot_lens: list[int] = [0]  # host mirrors of the slots' lengths when batch_size > 1
@@ -443,12 +441,6 @@ class LlamaTarget(TargetModel):
             emb = torch.cat((freqs, freqs), dim=-1)
             self.cos = (emb.cos() * self.attention_scaling).to(self.dtype)
             self.sin = (emb.sin() * self.attention_scaling).to(self.dtype)
-            if self.fused_forward:  # the largest causal launches: every slot's decode row, or one prefill chunk
-                from ..ops.target_attention import merge_counter_count
-
-                n = max(merge_counter_count(slots, 1, c.num_heads, c.num_kv_heads, c.head_dim, self.dtype),
-                        merge_counter_count(1, PREFILL_CHUNKS[0], c.num_heads, c.num_kv_heads, c.head_dim, self.dtype))
-                self._merge_counters = torch.zeros(n, dtype=torch.int32, device=self.device)
             self._reset_graphs()
         self._use_bucket(batch_size)
         if feature_mode != self.feature_mode:
@@ -612,12 +604,6 @@ class LlamaTarget(TargetModel):
         if self.norm_mode in ("partials", "folded"):
             ss_mlp = self._sumsq_buffer(M, "down")
             ss_attn = self._sumsq_buffer(M, "o")
-        counters = None  # causal launches merge their rows themselves where the counters cover them
-        if tree_mask is None and self._merge_counters is not None:
-            from ..ops.target_attention import merge_counter_count
-
-            if merge_counter_count(B, S, c.num_heads, c.num_kv_heads, hd, self.dtype) <= self._merge_counters.numel():
-                counters = self._merge_counters
         x = target_embedding(tokens.reshape(M), self.embed, sumsq_out=ss_mlp, validate=False)  # [M, H]
         pos = positions.reshape(B, S)
         taps = []
@@ -633,7 +619,7 @@ class LlamaTarget(TargetModel):
                 q = target_rope_kv(qkv, k_cache, v_cache, seqlens, pos, self.cos, self.sin, c.num_heads,
                                    c.num_kv_heads, L.q_norm, L.k_norm, eps, validate=False, cache_slots=cache_slots)
             o = attention(q.view(B, S, c.num_heads, hd), k_cache, v_cache, seqlens, tree_mask,
-                          softmax_scale=scale, validate=False, cache_slots=cache_slots, merge_counters=counters)
+                          softmax_scale=scale, validate=False, cache_slots=cache_slots)
             x = target_linear(o.view(M, c.num_heads * hd), L.w_o, L.b_o, residual=x, sumsq_out=ss_attn,
                               config=cfg["o"], validate=False)
             h = self._normed_linear(x, ss_attn, L.ln_post, L.w_gate_up, L.b_gate_up, cfg["gate_up"], silu_mul=True)

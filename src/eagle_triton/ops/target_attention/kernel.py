@@ -28,8 +28,7 @@ Kernels:
   slot the cache row of its position (committed row, or the tree row of the ancestor at that depth).
 * :func:`_combine_kernel` (causal mode): ``out = sum_k 2^(c (m_k - M)) acc_k / sum_k 2^(c (m_k - M)) l_k`` over the
   row's splits, one split at a time (:func:`_merge_splits`); in tree mode the tree kernel merges its rows itself
-  (the same function), so a verify is two launches. Given an arrival counter per row tile, the shared kernel's
-  last program of each tile merges instead (``MERGE``), and a decode or prefill chunk is one launch.
+  (the same function), so a verify is two launches.
 
 **Rows of one split** (``n_keys <= BLOCK_N * SPLIT_BLOCKS``: every row of a context shorter than one split) are
 finished by the kernel that runs their last block (the causal shared kernel, or the tree kernel), as ``acc / l``
@@ -134,7 +133,7 @@ def _merge_splits(acc_ptr, ml_ptr, first, n_split, k_max, offs_d, qk_scale, BLOC
 
 @triton.jit(do_not_specialize=["S", "NB"])
 def _shared_kernel(
-    q_ptr, k_ptr, v_ptr, seqlens_ptr, slots_ptr, acc_ptr, ml_ptr, o_ptr, cnt_ptr,
+    q_ptr, k_ptr, v_ptr, seqlens_ptr, slots_ptr, acc_ptr, ml_ptr, o_ptr,
     stride_qb, stride_qt, stride_qh,
     stride_kb, stride_kl, stride_kh,
     stride_vb, stride_vl, stride_vh,
@@ -143,14 +142,11 @@ def _shared_kernel(
     HEAD_DIM: tl.constexpr, GROUP: tl.constexpr, CAUSAL: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, SPLIT_BLOCKS: tl.constexpr,
     PRECISION: tl.constexpr, HAS_SLOTS: tl.constexpr = False, PDL: tl.constexpr = False,
-    MERGE: tl.constexpr = False,
 ):
     """Splits over key blocks shared by a tile of tokens; grid ``(cdiv(S, BLOCK_M // GROUP), B * Hkv, Z)``.
 
     Program ``z`` of a (tile, KV head) handles splits ``z, z + Z, ...`` (which program runs a split does not
-    change its arithmetic). With ``MERGE`` (causal mode) the ``Z`` programs of a row tile count their arrivals in
-    ``cnt_ptr[tile]`` (zero on entry, reset by the last): the last to arrive merges the tile's rows of several
-    splits (:func:`_merge_splits`, the combine kernel's arithmetic), so a decode or prefill chunk is one launch.
+    change its arithmetic).
     """
     TPT: tl.constexpr = BLOCK_M // GROUP
     if PDL:  # programmatic dependent launch: wait for the kernels that wrote q and the cache
@@ -212,18 +208,6 @@ def _shared_kernel(
             _store_state(acc_ptr, ml_ptr, acc, m_i, l_i, part_row, split, row_ok & ~single, offs_d, NSPLIT, BLOCK_D)
         else:
             _store_state(acc_ptr, ml_ptr, acc, m_i, l_i, part_row, split, row_ok, offs_d, NSPLIT, BLOCK_D)
-    if CAUSAL and MERGE:
-        # Every thread's state stores precede the arrival (barrier, then a release at GPU scope); the last program
-        # acquires them all. It resets the counter: the next launch finds it at zero.
-        tl.debug_barrier()
-        cnt = cnt_ptr + pid_bh * tl.num_programs(0) + pid_t
-        if tl.atomic_add(cnt, 1, sem="acq_rel") == tl.num_programs(2) - 1:
-            tl.atomic_xchg(cnt, 0, sem="relaxed")
-            n_split_r = tl.where(row_ok, tl.cdiv(pos_row + 1, BLOCK_N * SPLIT_BLOCKS), 0)
-            k_max = tl.max(n_split_r, 0)
-            if k_max > 1:
-                out = _merge_splits(acc_ptr, ml_ptr, part_row * NSPLIT, n_split_r, k_max, offs_d, qk_scale, BLOCK_D)
-                _store_rows(o_ptr, out, b64, tok, h, n_split_r > 1, offs_d, d_mask, stride_ob, stride_ot, stride_oh)
 
 
 @triton.jit(do_not_specialize=["S", "NB"])

@@ -27,7 +27,7 @@ from .._utils import (
 )
 from .kernel import LOG2E, _combine_kernel, _shared_kernel, _tree_kernel
 
-__all__ = ["target_attention", "TargetAttentionConfig", "target_attention_config", "merge_counter_count", "AOT_SPECS"]
+__all__ = ["target_attention", "TargetAttentionConfig", "target_attention_config", "AOT_SPECS"]
 
 _FLOATS = (torch.float16, torch.bfloat16, torch.float32)
 _INTS = (torch.int32, torch.int64)
@@ -89,14 +89,6 @@ def target_attention_config(dtype: torch.dtype, head_dim: int, group: int) -> Ta
     return dataclasses.replace(cfg, block_m=bm, tree_tokens=max(1, min(cfg.tree_tokens, bm // group)))
 
 
-def merge_counter_count(batch: int, rows: int, num_heads: int, num_kv_heads: int, head_dim: int,
-                        dtype: torch.dtype = torch.bfloat16) -> int:
-    """Arrival counters a causal :func:`target_attention` call of ``batch`` sequences x ``rows`` new rows needs in
-    ``merge_counters`` (one per row tile and KV head; a call with fewer rows needs no more)."""
-    cfg = target_attention_config(dtype, head_dim, num_heads // num_kv_heads)
-    return batch * num_kv_heads * cdiv(rows, cfg.block_m // (num_heads // num_kv_heads))
-
-
 def _precision(dtype: torch.dtype) -> str:
     # fp32 inputs: true fp32 products (the GPU default would be TF32); 16-bit inputs ignore the setting.
     return "ieee" if dtype == torch.float32 else "tf32"
@@ -132,7 +124,6 @@ def target_attention(
     validate: bool = True,
     cache_slots: torch.Tensor | None = None,
     config: TargetAttentionConfig | None = None,
-    merge_counters: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """Batch-invariant attention of ``S`` new rows over a KV cache: decode, prefill chunks and tree verification.
 
@@ -161,10 +152,6 @@ def target_attention(
         unchecked out-of-range slot is clamped). None: index ``b``. ``q`` and the output stay indexed by ``b``.
     config : tile constants, default :func:`target_attention_config` (tests and probes pass others; rows are
         bit-identical only among calls with the same ``block_*``/``split_blocks``).
-    merge_counters : int32 Tensor of at least :func:`merge_counter_count` elements, all zero, on ``q``'s device,
-        or None. Causal mode: the split kernel's last program of each row tile merges the tile's rows (an
-        arrival count per tile, left at zero again), instead of a second launch; the same bits. The caller owns
-        it, and two calls may not use it at once (e.g. on two streams). Tree mode ignores it.
 
     Returns
     -------
@@ -209,20 +196,13 @@ def target_attention(
     tiles = cdiv(S, cfg.block_m // G)
     z = max(1, min(nsplit, cdiv(4 * num_sms(dev), tiles * B * Hkv)))
     slots = cache_slots if slotted else cache_seqlens  # an unread stand-in without slots
-    merge = causal and merge_counters is not None
-    if merge:
-        check_tensor("merge_counters", merge_counters, ndim=1, dtypes=(torch.int32,), device=dev)
-        if merge_counters.numel() < tiles * B * Hkv:
-            raise ValueError(f"merge_counters holds {merge_counters.numel()} counters; this call needs "
-                             f"{tiles * B * Hkv} (merge_counter_count)")
     _shared_kernel[(tiles, B * Hkv, z)](
         q, k_cache, v_cache, cache_seqlens, slots, acc_part, ml_part, out,
-        merge_counters if merge else cache_seqlens,
         q.stride(0), q.stride(1), q.stride(2),
         k_cache.stride(0), k_cache.stride(1), k_cache.stride(2),
         v_cache.stride(0), v_cache.stride(1), v_cache.stride(2),
         out.stride(0), out.stride(1), out.stride(2),
-        S, Hq, Lmax, nsplit, qk_scale, NB, CAUSAL=causal, MERGE=merge, **common, **opts,
+        S, Hq, Lmax, nsplit, qk_scale, NB, CAUSAL=causal, **common, **opts,
     )
     if not causal:
         mask, ms, block_s = tree_mask.view(torch.uint8), tree_mask.stride(), max(2, next_power_of_2(S))
@@ -239,7 +219,7 @@ def target_attention(
             S, Hq, Lmax, nsplit, qk_scale, NB, BLOCK_S=block_s, TT=tt, **common,
             **dict(opts, num_stages=cfg.tree_stages),
         )
-    elif not merge:  # causal rows of several splits (a context longer than one split): merged here
+    else:  # causal rows of several splits (a context longer than one split): merged here
         # heads per program: all of them in the interpreter (every program costs), 4 on the GPU
         block_h = min(16, next_power_of_2(Hq)) if is_interpreter() else min(4, next_power_of_2(Hq))
         _combine_kernel[(B * S, cdiv(Hq, block_h))](
@@ -275,11 +255,10 @@ def _aot_specs():
                       SPLIT_BLOCKS=cfg.split_blocks, PRECISION=prec, HAS_SLOTS=slots, PDL=pdl)
         ptrs = {"q_ptr": f"*{dt}", "k_ptr": f"*{dt}", "v_ptr": f"*{dt}", "seqlens_ptr": "*i32", "slots_ptr": "*i32",
                 "acc_ptr": "*fp32", "ml_ptr": "*fp32", "o_ptr": f"*{dt}", "qk_scale": "fp32"}
-        for causal, merge in (((True, False), (True, True), (False, False)) if dt == "bf16" else ((False, False),)):
+        for causal in ((True, False) if dt == "bf16" else (False,)):
             sig = {n: "i32" for n in _shared_kernel.arg_names}
-            const = dict(common, CAUSAL=causal, MERGE=merge)
+            const = dict(common, CAUSAL=causal)
             sig.update(ptrs)
-            sig["cnt_ptr"] = "*i32"
             sig.update({k: "constexpr" for k in const})
             specs.append((_shared_kernel, sig, const, {**opts, "div16": _div16(_shared_kernel)}))
         sig = {n: "i32" for n in _tree_kernel.arg_names}
