@@ -323,14 +323,16 @@ def _aot_specs():
     for dt, prec, cfg, cases in (
             ("bf16", "tf32", LinearConfig(), flags), ("bf16", "tf32", LinearConfig(block_n=64), flags[2:3]),
             ("bf16", "tf32", LinearConfig(block_n=16), flags[2:3]),
-            # SmolLM2's products and lm_head (default_config's small-model tiles, weights prefetched)
+            # small models (default_config): a reduction length that is a multiple of 128 (SmolLM2's down; weights
+            # prefetched), a small lm_head over such a length and over SmolLM2's 576 (64-wide chunks)
             ("bf16", "tf32", LinearConfig(64, 16, 256, 4, 3, prefetch=1), flags[:5]),
             ("bf16", "tf32", LinearConfig(64, 64, 128, 4, 2, prefetch=2), flags[7:]),
             ("bf16", "tf32", LinearConfig(64, 64, 64, 4, 4), flags[7:]),
             ("fp16", "tf32", LinearConfig(block_n=64), flags[:2]),
             ("fp32", "ieee", LinearConfig(block_m=32, block_n=32, block_k=32, num_stages=3), flags[:2]),
             ("bf16", "tf32", LinearConfig(block_n=64), [(True, 18, True, False, True, False)]),
-            # norm_folded (norm=None): the 8B q/k/v and gate/up with 128 partials, SmolLM2's with 36 (padded rows)
+            # norm_folded (norm=None): the 8B q/k/v and gate/up with 128 partials, SmolLM2's with 36 (padded rows,
+            # 64-wide chunks of its 576)
             ("bf16", "tf32", LinearConfig(block_n=64, block_k=256, num_stages=3),
              [(None, 128, False, False, False, False)]),
             ("bf16", "tf32", LinearConfig(block_n=64, block_k=128), [(None, 128, True, False, True, False)]),
