@@ -6,8 +6,15 @@ import dataclasses
 
 import torch
 
-from .._utils import cdiv, check_tensor, is_capturing, is_interpreter, next_power_of_2, pdl_kwargs
-from ..target_linear.op import LinearConfig, _check_norm_inputs, _check_norm_mode, _precision, default_config
+from .._utils import cdiv, check_tensor, is_capturing, next_power_of_2, pdl_kwargs
+from ..target_linear.op import (
+    LinearConfig,
+    _check_norm_inputs,
+    _check_norm_mode,
+    _precision,
+    default_config,
+    interpreter_tiles,
+)
 from .kernel import _qkv_rope_kernel, _rope_kv_kernel
 
 __all__ = ["target_rope_kv", "target_qkv_rope", "qkv_rope_config", "AOT_SPECS"]
@@ -134,7 +141,7 @@ def qkv_rope_config(num_heads: int, num_kv_heads: int, head_dim: int, K: int, de
     The q/k/v product's own :func:`~eagle_triton.ops.target_linear.default_config` (a function of the weight's shape
     only), with two ``BN``-wide column sets per program: ``BN`` is halved (the same programs stream the same bytes)
     down to what divides ``head_dim / 2`` (the first-half dims of a head), and never below 16 (``tl.dot``); on the
-    GPU in 16 bits, shorter chunks in 4 stages (``bench/probes/qkv_rope_probe.py``, H200, per layer against the two
+    GPU in 16 bits, shorter chunks in more stages (``bench/probes/qkv_rope_probe.py``, H200, per layer against the two
     kernels: 8B heads ``BK = 128``: 17.6 / 19.2 us at 1 / 60 rows against 18.3 / 20.8, the halved tile at
     ``BK = 256`` in 2 stages 26.2 / 33.4; SmolLM2's ``BK = 64``: 3.9 / 4.4 against 4.2 / 4.9;
     ``bench/results/session12_2026-11-26/qkv_rope_*.json``; SmolLM2's in 5 stages without prefetch, 4.05 against
@@ -150,8 +157,7 @@ def qkv_rope_config(num_heads: int, num_kv_heads: int, head_dim: int, K: int, de
     if half % bn:
         return None
     cfg = dataclasses.replace(cfg, block_n=bn)
-    if dtype != torch.float32 and not is_interpreter() and not (device is not None and
-                                                                 torch.device(device).type == "cpu"):
+    if dtype != torch.float32 and not interpreter_tiles(device):
         cfg = (dataclasses.replace(cfg, block_k=64, num_stages=5, prefetch=0) if K <= 2048 else
                dataclasses.replace(cfg, block_k=128, num_stages=4))
     return cfg
@@ -254,7 +260,7 @@ def _aot_specs():
         specs.append((_rope_kv_kernel, sig, const, {"num_warps": 4, "enable_fp_fusion": False, "div16": div,
                                                     "launch_pdl": const["PDL"]}))
     # the q/k/v product with the RoPE/KV-write epilogue: 8B heads (128 partials, folded norm) with and without
-    # cache slots, SmolLM2's 9/3 x 64 (36 padded partials, weights prefetched, bias as Qwen2 has)
+    # cache slots, SmolLM2's 9/3 x 64 (36 padded partials, 64-wide chunks in 5 stages, bias as Qwen2 has)
     for (hq, hkv, d, nss, bias, slots, cfg) in (
             (32, 8, 128, 128, False, False, LinearConfig(64, 32, 128, 4, 4)),
             (32, 8, 128, 128, False, True, LinearConfig(64, 32, 128, 4, 4)),

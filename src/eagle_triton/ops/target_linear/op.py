@@ -79,7 +79,7 @@ def default_config(N: int, K: int, device: torch.device | str | None = None,
     on FMA units) uses small tiles. Interpreter (and CPU tensors): ``64 x 64 x 64`` tiles, few programs (the
     interpreter's cost is per program).
     """
-    if is_interpreter() or (device is not None and torch.device(device).type == "cpu"):
+    if interpreter_tiles(device):
         return LinearConfig(block_m=64, block_n=64, block_k=64, num_warps=4, num_stages=1)
     if dtype == torch.float32:
         return LinearConfig(block_m=32, block_n=32, block_k=32, num_warps=4, num_stages=3)
@@ -102,6 +102,11 @@ def default_config(N: int, K: int, device: torch.device | str | None = None,
     stage_bytes = (64 + (2 if silu_mul else 1) * bn) * bk * torch.tensor([], dtype=dtype).element_size()
     stages = max(2, min(stages, _SMEM_BUDGET // stage_bytes))
     return LinearConfig(block_m=64, block_n=bn, block_k=bk, num_warps=4, num_stages=stages)
+
+
+def interpreter_tiles(device: torch.device | str | None) -> bool:
+    """Whether products for ``device`` take the interpreter's tiles (Triton's interpreter, or CPU tensors)."""
+    return is_interpreter() or (device is not None and torch.device(device).type == "cpu")
 
 
 # Pipeline buffers per program: an H100 SM has 227 KiB of shared memory; leave room for the epilogue's scratch.
