@@ -34,6 +34,9 @@ def main(argv=None) -> int:
     p.add_argument("--fuse-rope", default="on", help="comma-separated on/off: LlamaTarget(fuse_rope=...)")
     p.add_argument("--trees", default="60/7/10")
     p.add_argument("--new-tokens", type=int, default=96)
+    p.add_argument("--prompt-lens", default="64",
+                   help="comma-separated prompt lengths; each is a run (a prompt plus new tokens within one "
+                        "attention split replays the steps planned for one split, see LlamaTarget.attention_bucket)")
     p.add_argument("--shape", choices=["8b", "smollm2"], default="8b")
     p.add_argument("--profile", action="store_true")
     p.add_argument("--attn-variants", default="",
@@ -55,7 +58,9 @@ def main(argv=None) -> int:
     else:
         model, head = smollm2_random()
     floor = sum(q.numel() * q.element_size() for q in model.parameters()) / bw * 1e3
-    ids = torch.randint(0, model.config.vocab_size, (64,), generator=torch.Generator().manual_seed(0)).tolist()
+    prompt_lens = [int(x) for x in args.prompt_lens.split(",")]
+    all_ids = torch.randint(0, model.config.vocab_size, (max(prompt_lens),),
+                            generator=torch.Generator().manual_seed(0)).tolist()
     res = {"shape": args.shape, "floor_ms": floor, "copy_bandwidth": bw, "versions": bench_engine.versions(),
            "command": " ".join(sys.argv), "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "runs": []}
     import dataclasses
@@ -65,16 +70,18 @@ def main(argv=None) -> int:
     default_attn = attn_op.GPU_CONFIG
     variants = [dict((kv.split("=")[0], int(kv.split("=")[1])) for kv in v.split(",") if kv)
                 for v in args.attn_variants.split(";")] if args.attn_variants else [{}]
-    for var, mode, fr in [(var, mode, fr) for var in variants for mode in args.norm_modes.split(",")
-                          for fr in args.fuse_rope.split(",")]:
+    for var, mode, fr, pl in [(var, mode, fr, pl) for var in variants for mode in args.norm_modes.split(",")
+                              for fr in args.fuse_rope.split(",") for pl in prompt_lens]:
         attn_op.GPU_CONFIG = dataclasses.replace(default_attn, **var)
         target = LlamaTarget.from_hf(model, norm_mode=mode, fuse_rope=fr == "on")
         r = {"norm_mode": mode, "fuse_rope": fr == "on", "qkv_rope_config": str(target._linear_configs["qkv_rope"]),
              "attn_config": dataclasses.asdict(attn_op.GPU_CONFIG)}
-        r.update(bt.time_steps(target, 64, 60, 8))
+        r.update(bt.time_steps(target, pl, 60, 8))
+        r["attention_bucket_of_the_verify"] = target.attention_bucket(pl + 60)
+        ids = all_ids[:pl]
         for tree in args.trees.split(","):
             tc = TreeConfig(*map(int, tree.split("/")))
-            eng = EagleEngine(target, head, tc, max_length=512)
+            eng = EagleEngine(target, head, tc, max_length=max(512, pl + args.new_tokens + 2 * tc.total_tokens + 64))
             for spec in (False, True):
                 name = f"{'spec_' + tree if spec else 'plain'}"
                 eng.generate(input_ids=ids, max_new_tokens=8, eos_token_id=None, speculative=spec)
@@ -85,7 +92,12 @@ def main(argv=None) -> int:
                 r[name + "_generate_ms_per_step"] = 1e3 * st.step_s / st.steps
                 r[name + "_wall_ms_per_step"] = 1e3 * wall / st.steps
                 run = eng._runners[spec]
-                graphs = {kind[0]: entry[0] for kind, entry in run._graphs.items()}
+                # the step graphs of the generation's last bucket (its longest context): kind[-1] is the bound
+                most, rows = (tc.max_levels + 1, tc.total_tokens + 1) if spec else (1, 1)
+                bucket = target.attention_bucket(pl + args.new_tokens + 2 * most + rows)
+                r[name + "_attention_bucket"] = bucket
+                graphs = {kind[0]: entry[0] for kind, entry in run._graphs.items()
+                          if kind[0] == "draft" or kind[-1] == bucket}
                 if spec:
                     draft_g, rest_g = graphs["draft"], graphs["rest"]
 

@@ -172,3 +172,47 @@ def test_a_tree_outside_the_drafters_buffers_is_refused_under_graphs(target):
         run._check_tree(moved)
     target.setup(target.capacity + 64, None)  # the graphs' buffers reallocated: new addresses are taken
     assert run._check_tree(moved) is moved
+
+
+def test_steps_are_planned_with_the_targets_attention_bucket(monkeypatch):
+    """A step runs with the engine's bound on the rows it reads: eager steps with the bound itself, steps under
+    CUDA graphs with the target's bucket of it (one attention split, or None for any length), which is part of the
+    step's graph key; every step of a generation crossing the split gets a bound it respects."""
+    import contextlib
+
+    from eagle_triton.engine.step import StepRunner
+
+    small = tiny_llama(vocab=V, hidden=32, layers=2, heads=2, kv_heads=1, seed=5)
+    target = LlamaTarget.from_hf(small, ops="triton")
+    eng = EagleEngine(target, max_length=96)
+    split = target._attention_split
+    assert split == 32  # the interpreter's attention tiles
+    run = StepRunner(target, None, 3)
+    assert run._step_bound(20) == 20 and run._step_bound(None) is None  # eager: the bound itself
+    run.use_graphs = True
+    assert run._step_bound(20) == split and run._step_bound(split) == split and run._step_bound(split + 1) is None
+    assert LlamaTarget.from_hf(small, ops="torch").attention_bucket(3) is None  # no fused forward: no plan
+
+    # a whole generation (graphs stood in by eager runs) crossing the split: the keys name both buckets, and every
+    # step's bound covers the rows the step reads
+    class FakeGraph:
+        def replay(self):
+            pass
+
+    monkeypatch.setattr(torch.cuda, "CUDAGraph", FakeGraph)
+    monkeypatch.setattr(torch.cuda, "graph", lambda g: contextlib.nullcontext())
+    seen = []
+    real = target.decode_rows
+
+    def decode_rows(tokens, kv_limit=None):
+        seen.append((int(target.cache.seqlens[0]) + 1, kv_limit))
+        return real(tokens, kv_limit)
+
+    monkeypatch.setattr(target, "decode_rows", decode_rows)
+    plain = eng._runner(False)
+    plain.use_graphs = True
+    out, _ = eng.generate(input_ids=_prompt(4, 25), max_new_tokens=12, speculative=False, eos_token_id=None)
+    assert len(out) == 12
+    assert {k[2] for k in plain._graphs} == {split, None}
+    assert all(limit is None or rows <= limit for rows, limit in seen), seen
+    assert any(limit == split for _, limit in seen) and any(limit is None for _, limit in seen)

@@ -345,6 +345,66 @@ def test_target_attention_slots_errors(device):
 
 
 # ----------------------------------------------------------------------------------------------------------------
+# max_seqlen: a caller's bound on the lengths plans the launches, never the bits
+
+
+class _Launches:
+    """Counts the launches of the op module's kernels (each still runs)."""
+
+    def __init__(self, monkeypatch):
+        from eagle_triton.ops.target_attention import op
+
+        self.count = {}
+        for name in ("_shared_kernel", "_tree_kernel", "_combine_kernel"):
+            kern = getattr(op, name)
+            monkeypatch.setattr(op, name, self._wrap(name, kern))
+
+    def _wrap(self, name, kern):
+        counts = self.count
+
+        class Counted:
+            def __getitem__(self, grid):
+                counts[name] = counts.get(name, 0) + 1
+                return kern[grid]
+        return Counted()
+
+
+@pytest.mark.parametrize("tree", [False, True], ids=["causal", "tree"])
+def test_max_seqlen_leaves_out_launches_not_bits(tree, monkeypatch, device):
+    """Within one split (32 positions under the interpreter) a bound leaves out the launch that merges splits
+    (causal: the combine; tree: the shared kernel, whose only split the tree kernel runs) and the rows keep their
+    bits; a larger bound limits the grid to the splits that can hold keys, with the same bits."""
+    seed = secrets.randbelow(1 << 30)
+    gen = torch.Generator().manual_seed(seed)
+    B, S, Hq, Hkv, D, Lmax = 2, (6 if tree else 1), 6, 2, 16, 130
+    split = target_attention_config(torch.float32, D, Hq // Hkv).split
+    q, k, v = _inputs(B, S, Hq, Hkv, D, Lmax, torch.float32, device, gen)
+    mask = torch.stack([_ancestor_mask(_random_parents(S, gen)) for _ in range(B)]).to(device) if tree else None
+    for lens, bound in (((3, split - S), split), ((split + 7, 70), 70 + S), ((21, 2 * split + 5), 100)):
+        cl = _lens(lens, device)
+        full = target_attention(q, k, v, cl, mask)
+        launches = _Launches(monkeypatch)
+        planned = target_attention(q, k, v, cl, mask, max_seqlen=bound)
+        assert torch.equal(planned, full), f"lens={lens} max_seqlen={bound} (seed={seed})"
+        one_split = bound <= split
+        assert ("_combine_kernel" in launches.count) == (not tree and not one_split), launches.count
+        assert ("_shared_kernel" in launches.count) == (not tree or not one_split), launches.count
+        monkeypatch.undo()
+
+
+def test_max_seqlen_errors(device):
+    q, k, v = _inputs(1, 3, 4, 2, 16, 40, torch.float32, device, torch.Generator().manual_seed(1))
+    lens = _lens((20,), device)
+    with pytest.raises(ValueError, match="max_seqlen=22"):  # 20 committed + 3 new rows
+        target_attention(q, k, v, lens, max_seqlen=22)
+    with pytest.raises(ValueError, match="max_seqlen must be an int >= S=3"):
+        target_attention(q, k, v, lens, max_seqlen=2)
+    with pytest.raises(ValueError, match="max_seqlen must be an int"):
+        target_attention(q, k, v, lens, max_seqlen=30.0)
+    assert torch.equal(target_attention(q, k, v, lens, max_seqlen=23), target_attention(q, k, v, lens))
+
+
+# ----------------------------------------------------------------------------------------------------------------
 # errors
 
 
@@ -437,6 +497,33 @@ def test_target_attention_cuda_graph_replay_gpu():
         g.replay()
         torch.cuda.synchronize()
         assert torch.equal(out, target_attention(q, k, v, lens, mask))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("shape", [(32, 8, 128), (9, 3, 64)], ids=["8b", "smollm2"])
+def test_target_attention_max_seqlen_in_graphs_gpu(shape):
+    """A verify and a decode planned for one split (the shared kernel or the combine left out of a PDL chain of
+    graph-captured launches) give the bits of the unplanned launches, replayed at several lengths."""
+    Hq, Hkv, D = shape
+    seed = secrets.randbelow(1 << 30)
+    gen = torch.Generator().manual_seed(seed)
+    S, dev, split = 60, "cuda", target_attention_config(torch.bfloat16, D, Hq // Hkv).split
+    q, k, v = _inputs(1, S, Hq, Hkv, D, 1024, torch.bfloat16, dev, gen)
+    mask = _ancestor_mask(_random_parents(S, gen, 8))[None].to(dev)
+    lens = _lens((5,), dev)
+    for m in (mask, None):
+        qq = q if m is not None else q[:, :1].contiguous()
+        target_attention(qq, k, v, lens, m, max_seqlen=split)  # compile outside the capture
+        torch.cuda.synchronize()
+        g = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(g):
+            outs = [target_attention(qq, k, v, lens, m, validate=False, max_seqlen=split) for _ in range(3)]
+        for new_len in (0, 77, split - qq.shape[1]):
+            lens.fill_(new_len)
+            g.replay()
+            torch.cuda.synchronize()
+            want = target_attention(qq, k, v, lens, m)
+            assert all(torch.equal(o, want) for o in outs), f"L={new_len} tree={m is not None} (seed={seed})"
 
 
 @pytest.mark.gpu

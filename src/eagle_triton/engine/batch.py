@@ -174,13 +174,13 @@ class BatchStepRunner(DeviceSteps):
         """Queue one speculative step of every slot (``occupants``: the host's token per slot, handed back with
         the output; ``kv_bound``: an upper bound on the cache rows any slot reads, for eager CPU attention)."""
         mode = self._mode()
-        bound = kv_bound if not self.use_graphs else None
+        bound = self._step_bound(kv_bound)
         if self._first:
             tree = self._draft_with_prompts()
         else:
             tree = self._run(("draft",), lambda: self.drafter.draft_rows(self.feats, self.ids, self.num_new))
         tree = self._check_tree(tree)
-        self._run(("rest", mode), lambda: self._verify_accept(mode, tree, bound))
+        self._run(("rest", mode, bound), lambda: self._verify_accept(mode, tree, bound))
         return self._pending(PendingBatch, occupants=occupants)
 
     def _draft_with_prompts(self):
@@ -228,8 +228,8 @@ class BatchStepRunner(DeviceSteps):
     def plain_step(self, occupants: tuple, kv_bound: int | None) -> PendingBatch:
         """Queue one plain decoding step of every slot: each slot's next token after its pending one."""
         mode = self._mode()
-        bound = kv_bound if not self.use_graphs else None
-        self._run(("plain", mode), lambda: self._plain_body(mode, bound))
+        bound = self._step_bound(kv_bound)
+        self._run(("plain", mode, bound), lambda: self._plain_body(mode, bound))
         return self._pending(PendingBatch, occupants=occupants)
 
     def _plain_body(self, mode: tuple | None, kv_bound) -> None:

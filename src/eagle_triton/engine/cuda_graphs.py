@@ -26,7 +26,7 @@ class _Entry:
 
 
 class GraphedStep:
-    """Capture ``fn(*tensors)`` once per ``key`` and replay it.
+    """Capture ``fn(*tensors, **consts)`` once per ``key`` and ``consts`` and replay it.
 
     Parameters
     ----------
@@ -48,27 +48,30 @@ class GraphedStep:
         self._entries.clear()
         self.pool = None
 
-    def _capture(self, key, inputs):
+    def _capture(self, key, inputs, consts):
         static_in = [None if x is None else x.clone() for x in inputs]
         side = torch.cuda.Stream()
         side.wait_stream(torch.cuda.current_stream())
         with torch.cuda.stream(side):
             for _ in range(self.warmup):
-                self.fn(*static_in)
+                self.fn(*static_in, **consts)
         torch.cuda.current_stream().wait_stream(side)
         if self.pool is None:
             self.pool = torch.cuda.graph_pool_handle()
         graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(graph, pool=self.pool):
-            static_out = self.fn(*static_in)
+            static_out = self.fn(*static_in, **consts)
         entry = _Entry(graph, static_in, static_out)
         self._entries[key] = entry
         return entry
 
-    def __call__(self, key, *inputs):
+    def __call__(self, key, *inputs, **consts):
+        """Replay the graph of ``key`` (captured on its first call) on ``inputs``; ``consts``: keyword arguments
+        of ``fn`` fixed in the capture (hashable; part of the key, so each value has its own graph)."""
+        key = (key, tuple(sorted(consts.items()))) if consts else key
         entry = self._entries.get(key)
         if entry is None:
-            entry = self._capture(key, inputs)
+            entry = self._capture(key, inputs, consts)
         for dst, src in zip(entry.static_in, inputs, strict=True):
             if dst is not None:
                 dst.copy_(src)

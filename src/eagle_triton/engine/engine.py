@@ -252,7 +252,7 @@ class EagleEngine:
 
     @torch.no_grad()
     def warmup(self, speculative: bool | None = None) -> None:
-        """Compile and capture now what generations will use, so the first ones run at full speed: a few tokens
+        """Compile and capture now what generations will use, so the first ones run at full speed: a few steps
         after prompts of each prefill chunk kind (:data:`~eagle_triton.engine.target.PREFILL_CHUNKS`: one chunk,
         padded, of each size; full chunks then a rest), plain and, with a draft head, speculative (or only the
         kind ``speculative`` names). The prompts are token 0 repeated; nothing of them is kept."""
@@ -260,10 +260,14 @@ class EagleEngine:
 
         kinds = [False, True] if speculative is None and self.drafter is not None else [bool(speculative)]
         lengths = sorted({*PREFILL_CHUNKS, PREFILL_CHUNKS[0] + 1})
+        # CUDA: at least three steps per prompt (two eager runs, then the capture), so that the step graphs of
+        # short and long contexts (the target's attention buckets) are captured too
+        new = 3 * (self.tree_config.max_levels + 1) + 1 if self.target.device.type == "cuda" else 4
         for n in lengths:
-            if n + 4 + self.tree_config.total_tokens < self.max_length:
+            if n + new + self.tree_config.total_tokens < self.max_length:
                 for spec in kinds:
-                    self.generate(input_ids=[0] * n, max_new_tokens=4, speculative=spec, eos_token_id=None, seed=0)
+                    self.generate(input_ids=[0] * n, max_new_tokens=new, speculative=spec, eos_token_id=None,
+                                  seed=0)
 
     def generate(self, prompt: str | None = None, max_new_tokens: int = 128, temperature: float = 0.0,
                  top_p: float = 1.0, top_k: int = 0, seed: int | None = None, *, input_ids=None,
@@ -442,8 +446,10 @@ class EagleEngine:
         most = tree.max_levels + 1 if speculative else 1  # tokens one step can emit
         step = run.speculative_step if speculative else run.plain_step
 
+        rows = tree.total_tokens + 1 if speculative else 1  # rows one step writes
+
         def queue():
-            return step(tuple(occupant), self._batch_kv_bound(most, tree))
+            return step(tuple(occupant), self._batch_kv_bound(most, rows))
 
         def continues(seq: BatchSequence) -> bool:  # the pending step cannot end it (budget-wise)
             return len(seq.out) + most + (0 if seq.started else 1) < seq.budget
@@ -591,9 +597,9 @@ class EagleEngine:
         new.take_from(run, live)
         return new, [occupant[b] for b in live] + [None] * (bucket - len(live))
 
-    def _batch_kv_bound(self, most: int, tree: TreeConfig) -> int:
+    def _batch_kv_bound(self, most: int, rows: int) -> int:
         """:meth:`_kv_bound` over every slot."""
-        return max(self.target.lengths) + 2 * most + tree.total_tokens + 1
+        return max(self.target.lengths) + 2 * most + rows
 
     # -- generation parts --------------------------------------------------------------------------------------
     def _runner(self, speculative: bool) -> StepRunner:
@@ -645,16 +651,18 @@ class EagleEngine:
 
     def _speculative_step(self, run: StepRunner, params: SamplingParams):
         """Queue one speculative step: draft, verify, accept, commit (see :class:`StepRunner`)."""
-        return run.speculative_step(params, self._kv_bound(self.tree_config.max_levels + 1))
+        tc = self.tree_config
+        return run.speculative_step(params, self._kv_bound(tc.max_levels + 1, tc.total_tokens + 1))
 
     def _plain_step(self, run: StepRunner, params: SamplingParams):
         """Queue one plain decoding step."""
-        return run.plain_step(params, self._kv_bound(1))
+        return run.plain_step(params, self._kv_bound(1, 1))
 
-    def _kv_bound(self, most: int) -> int:
-        """An upper bound on the cache rows the next queued step reads (an exact shortcut of eager CPU attention):
-        the rows the host knows of, the two steps that may be queued unread, and one tree."""
-        return self.target.length + 2 * most + self.tree_config.total_tokens + 1
+    def _kv_bound(self, most: int, rows: int) -> int:
+        """An upper bound on the cache rows the next queued step reads (an exact shortcut of eager CPU attention,
+        and the target's attention plan): the rows the host knows of, the two steps (of at most ``most`` rows
+        each) that may be queued unread, and the ``rows`` this step writes (a tree and its root, or one token)."""
+        return self.target.length + 2 * most + rows
 
     def _stop_tokens(self, eos_token_id) -> set[int]:
         if eos_token_id == "default":

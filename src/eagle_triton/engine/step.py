@@ -130,6 +130,15 @@ class DeviceSteps:
         entry[0].replay()
         return entry[1]
 
+    def _step_bound(self, kv_bound: int | None) -> int | None:
+        """The bound on the cache rows a step reads that it is run with: eager, the engine's own (exact CPU
+        attention, planned launches); under CUDA graphs, the target's bucket of it (a graph per bucket, see
+        ``attention_bucket``), which is part of the step's graph key."""
+        if not self.use_graphs:
+            return kv_bound
+        bucket = getattr(self.target, "attention_bucket", None)
+        return bucket(kv_bound) if bucket is not None else None
+
     def _pending(self, cls=PendingTokens, **extra):
         """Copy this step's ``out`` into the next pinned buffer: a ``cls`` (``extra``: its further arguments)."""
         slot = self._slot
@@ -188,13 +197,13 @@ class StepRunner(DeviceSteps):
         if not self.device_paced:
             return self._host_paced_step(params)
         first, self._first = self._first, None
-        bound = kv_bound if not self.use_graphs else None
+        bound = self._step_bound(kv_bound)
         if first is not None:
             tree = self.drafter.draft_rows(first[0], first[1], None)
         else:
             tree = self._run(("draft",), lambda: self.drafter.draft_rows(self.feats, self.ids, self.num_new))
         tree = self._check_tree(tree)
-        self._run(("rest", params), lambda: self._verify_accept(params, tree, bound))
+        self._run(("rest", params, bound), lambda: self._verify_accept(params, tree, bound))
         return self._pending()
 
     def _verify_accept(self, params, tree, kv_bound) -> None:
@@ -219,7 +228,8 @@ class StepRunner(DeviceSteps):
         """Queue one plain decoding step: the target's next token after the pending one."""
         if not self.device_paced:
             return self._host_paced_plain(params)
-        self._run(("plain", params), lambda: self._plain_body(params, kv_bound if not self.use_graphs else None))
+        bound = self._step_bound(kv_bound)
+        self._run(("plain", params, bound), lambda: self._plain_body(params, bound))
         return self._pending()
 
     def _plain_body(self, params, kv_bound) -> None:

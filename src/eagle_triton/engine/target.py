@@ -568,19 +568,40 @@ class LlamaTarget(TargetModel):
 
     # -- forward -----------------------------------------------------------------------------------------------
     def _forward(self, tokens, positions, tree_mask, kv_limit, last_only: bool, slot: int | None = None):
+        """``kv_limit``: an upper bound on the rows any query row reads (or None): the fused forward plans its
+        attention launches with it, the eager CPU ops read only that many rows."""
         if self.fused_forward:
-            return self._forward_fused(tokens, positions, tree_mask, last_only, slot=slot)
-        return self._forward_torch(tokens, positions, tree_mask, kv_limit, last_only, slot=slot)
+            return self._forward_fused(tokens, positions, tree_mask, last_only, slot=slot, kv_limit=kv_limit)
+        limit = kv_limit if self.ops.reads_kv_limit else None
+        return self._forward_torch(tokens, positions, tree_mask, limit, last_only, slot=slot)
+
+    @property
+    def _attention_split(self) -> int | None:
+        """Key positions per split of the fused forward's attention (None without it)."""
+        if not self.fused_forward:
+            return None
+        from ..ops.target_attention.op import target_attention_config
+
+        c = self.config
+        return target_attention_config(self.dtype, c.head_dim, c.num_heads // c.num_kv_heads).split
+
+    def attention_bucket(self, kv_limit: int | None) -> int | None:
+        """The ``kv_limit`` a captured step is planned with, from an upper bound on the rows it reads: one split
+        (contexts within one attention split need no launch that merges splits) or None (any length). One graph
+        per bucket."""
+        split = self._attention_split
+        return split if split is not None and kv_limit is not None and kv_limit <= split else None
 
     def _forward_fused(self, tokens, positions, tree_mask, last_only: bool, want_logits: bool = True,
                        slot: int | None = None, cache_slots: torch.Tensor | None = None,
-                       last_row: torch.Tensor | None = None):
+                       last_row: torch.Tensor | None = None, kv_limit: int | None = None):
         """The fused batch-invariant forward of ``tokens [B, S]`` written at cache rows ``seqlens[b] + j`` (every
         slot, ``B = batch_size``; or ``B = 1`` into ``slot``). The weight products run over the ``B S`` rows,
         each row reduced in an order independent of the others, so a sequence's rows round as when it runs
         alone. ``cache_slots`` (int32 ``[B]`` on the device, instead of ``slot``): sequence ``b`` uses slot
         ``cache_slots[b]`` of the whole storage, chosen at run time (one prefill graph serves every slot).
-        ``last_row`` (int64 ``[1]`` on the device, with ``last_only``): the row whose logits are computed."""
+        ``last_row`` (int64 ``[1]`` on the device, with ``last_only``): the row whose logits are computed.
+        ``kv_limit``: an upper bound on every row's key count (``target_attention``'s ``max_seqlen``)."""
         from .. import ops as tops
         from ..ops.rope_kv import target_rope_kv
         from ..ops.target_linear import target_embedding, target_linear, target_rms_norm
@@ -619,7 +640,7 @@ class LlamaTarget(TargetModel):
                 q = target_rope_kv(qkv, k_cache, v_cache, seqlens, pos, self.cos, self.sin, c.num_heads,
                                    c.num_kv_heads, L.q_norm, L.k_norm, eps, validate=False, cache_slots=cache_slots)
             o = attention(q.view(B, S, c.num_heads, hd), k_cache, v_cache, seqlens, tree_mask,
-                          softmax_scale=scale, validate=False, cache_slots=cache_slots)
+                          softmax_scale=scale, validate=False, cache_slots=cache_slots, max_seqlen=kv_limit)
             x = target_linear(o.view(M, c.num_heads * hd), L.w_o, L.b_o, residual=x, sumsq_out=ss_attn,
                               config=cfg["o"], validate=False)
             h = self._normed_linear(x, ss_attn, L.ln_post, L.w_gate_up, L.b_gate_up, cfg["gate_up"], silu_mul=True)
@@ -684,14 +705,15 @@ class LlamaTarget(TargetModel):
         return target_qkv_rope(x, L.w_qkv, L.b_qkv, k_cache, v_cache, seqlens, pos, self.cos, self.sin, c.num_heads,
                                c.num_kv_heads, config=config, validate=False, cache_slots=cache_slots, **norm)
 
-    def _chunk_step(self, tokens, last: bool):
+    def _chunk_step(self, tokens, last: bool, kv_limit: int | None = None):
         """One prefill chunk of the slot in ``_prefill_slot`` (a device scalar) at rows ``seqlens[slot] + j``
-        (the slot and its length read on the device: one graph per chunk kind serves every slot)."""
+        (the slot and its length read on the device: one graph per chunk kind serves every slot). ``kv_limit``:
+        eager chunks plan their attention with the chunk's last row (the graphs, for any length, without)."""
         n = tokens.shape[1]
         slot = self._prefill_slot
         positions = (self._store.seqlens.index_select(0, slot).long() + torch.arange(n, device=self.device))
         return self._forward_fused(tokens, positions.view(1, n), None, last_only=True, want_logits=last,
-                                   cache_slots=slot, last_row=self._prefill_row)
+                                   cache_slots=slot, last_row=self._prefill_row, kv_limit=kv_limit)
 
     def _chunk_graph(self, last: bool) -> GraphedStep:
         """The CUDA graphs of full prefill chunks (keyed by chunk size inside), with or without the lm_head, for
@@ -741,7 +763,7 @@ class LlamaTarget(TargetModel):
             if graph is not None:
                 logits, f = graph(("chunk", C), chunk)
             else:
-                logits, f = self._chunk_step(chunk, last)
+                logits, f = self._chunk_step(chunk, last, base + s0 + C)
             if f is not None:  # the prompt's rows only; clone: a graph's outputs are overwritten by its next replay
                 feats.append(f[:, :n].clone())
         seqlen.fill_(base + N)
@@ -793,16 +815,17 @@ class LlamaTarget(TargetModel):
         logits = self.lm_head(h[:, -1:] if last_only else h)
         return logits, feats
 
-    def _step(self, tokens, positions, tree_mask):
+    def _step(self, tokens, positions, tree_mask, kv_limit=None):
         """The fixed-shape step captured in CUDA graphs (decode: ``tree_mask=None``; verify: the tree mask)."""
-        return self._forward(tokens, positions, tree_mask, None, last_only=False)
+        return self._forward(tokens, positions, tree_mask, kv_limit, last_only=False)
 
     def _run(self, tokens, positions, tree_mask):
         S = tokens.shape[1]
         self.cache.check_room(S)
+        limit = self.cache.host_len + S  # host-paced: the exact length
         if self._graphs is not None:
-            return self._graphs((S, tree_mask is None), tokens, positions, tree_mask)
-        limit = self.cache.host_len + S if self.ops.reads_kv_limit else None
+            return self._graphs((S, tree_mask is None), tokens, positions, tree_mask,
+                                kv_limit=self.attention_bucket(limit))
         return self._forward(tokens, positions, tree_mask, limit, last_only=False)
 
     def _check_ids(self, ids: torch.Tensor, what: str) -> torch.Tensor:
@@ -828,8 +851,7 @@ class LlamaTarget(TargetModel):
             return logits[:, -1].clone(), feats
         base = self._host_len(slot)
         positions = torch.arange(base, base + N, device=self.device).view(1, N)
-        limit = base + N if self.ops.reads_kv_limit else None
-        logits, feats = self._forward(ids, positions, None, limit, last_only=True, slot=slot)
+        logits, feats = self._forward(ids, positions, None, base + N, last_only=True, slot=slot)
         self.cache.seqlens[slot:slot + 1].add_(N)
         self._set_host_len(slot, base + N)
         return logits[:, -1], feats
@@ -878,7 +900,7 @@ class LlamaTarget(TargetModel):
         ``seqlens[b] + j`` and not committed. Returns ``(logits [B, S, V], features [B, S, W] or None)``.
 
         ``kv_limit``: an upper bound on the rows the step reads in any slot (an exact shortcut of the eager CPU
-        attention; ignored by the Triton kernels).
+        attention; the fused forward plans its attention launches with it: see :meth:`attention_bucket`).
         """
         B = self.batch_size
         S = tokens.shape[-1]
@@ -887,8 +909,7 @@ class LlamaTarget(TargetModel):
         self._check_rows("tree_mask", tree_mask, (B, S, S))
         self._check_batch_room(S)
         positions = self.cache.seqlens.view(B, 1).long() + depths.long()
-        limit = kv_limit if self.ops.reads_kv_limit else None
-        return self._forward(tokens, positions, tree_mask, limit, last_only=False)
+        return self._forward(tokens, positions, tree_mask, kv_limit, last_only=False)
 
     def decode_rows(self, tokens: torch.Tensor, kv_limit: int | None = None):
         """One plain decode step of ``tokens [B, 1]`` at row ``seqlens[b]`` of every slot, committed on the
@@ -897,8 +918,7 @@ class LlamaTarget(TargetModel):
         self._check_rows("tokens", tokens, (B, 1))
         self._check_batch_room(1)
         positions = self.cache.seqlens.view(B, 1).long()
-        limit = kv_limit if self.ops.reads_kv_limit else None
-        logits, feats = self._forward(tokens, positions, None, limit, last_only=False)
+        logits, feats = self._forward(tokens, positions, None, kv_limit, last_only=False)
         self.cache.seqlens.add_(1)
         return logits[:, -1], feats
 

@@ -124,6 +124,7 @@ def target_attention(
     validate: bool = True,
     cache_slots: torch.Tensor | None = None,
     config: TargetAttentionConfig | None = None,
+    max_seqlen: int | None = None,
 ) -> torch.Tensor:
     """Batch-invariant attention of ``S`` new rows over a KV cache: decode, prefill chunks and tree verification.
 
@@ -152,12 +153,20 @@ def target_attention(
         unchecked out-of-range slot is clamped). None: index ``b``. ``q`` and the output stay indexed by ``b``.
     config : tile constants, default :func:`target_attention_config` (tests and probes pass others; rows are
         bit-identical only among calls with the same ``block_*``/``split_blocks``).
+    max_seqlen : int or None. An upper bound, known to the caller, on every row's key count (``L_b + S``): the
+        launch then covers only the splits that can hold keys, and a bound within one split (``config.split``)
+        leaves out the launch that merges splits (causal: the combine; tree: the shared kernel, whose one split
+        the tree kernel runs itself). The same bits as without it; a bound below the real lengths is an error when
+        ``validate`` checks them, and wrong rows when it does not (lengths live on the device).
 
     Returns
     -------
     out : Tensor ``[B, S, Hq, D]``, dtype of ``q``. A row with no visible key gets zeros.
     """
     B, S, Hq, Hkv, D = _check(q, k_cache, v_cache, cache_seqlens, tree_mask, softmax_scale, cache_slots)
+    if max_seqlen is not None and (isinstance(max_seqlen, bool) or not isinstance(max_seqlen, int)
+                                   or max_seqlen < S):
+        raise ValueError(f"max_seqlen must be an int >= S={S} (an upper bound on L_b + S), got {max_seqlen!r}")
     dev = q.device
     NB, Lmax = k_cache.shape[0], k_cache.shape[1]
     slotted = cache_slots is not None
@@ -172,6 +181,8 @@ def target_attention(
                              f"[0, NB={NB})")
         if lo < 0 or hi + S > Lmax:
             raise ValueError(f"cache_seqlens in [{lo}, {hi}] plus {S} new rows exceeds the cache capacity Lmax={Lmax}")
+        if max_seqlen is not None and hi + S > max_seqlen:
+            raise ValueError(f"cache_seqlens up to {hi} plus {S} new rows exceeds max_seqlen={max_seqlen}")
     out = torch.empty_like(q)
     if B == 0 or Hq == 0:
         return out
@@ -181,7 +192,8 @@ def target_attention(
         raise ValueError(f"config.block_m={cfg.block_m} must hold a GQA group of {G} query heads per token, "
                          f"tree_tokens={cfg.tree_tokens} of them")
     block_d = max(16, next_power_of_2(D))
-    nsplit = cdiv(Lmax, cfg.split)
+    nsplit = cdiv(Lmax, cfg.split)  # the partial buffers' layout: every split the cache can hold
+    live = nsplit if max_seqlen is None else min(nsplit, cdiv(max_seqlen, cfg.split))  # splits that can hold keys
     scale = 1.0 / math.sqrt(D) if softmax_scale is None else float(softmax_scale)
     qk_scale = scale * LOG2E
     acc_part = torch.empty(B * S * Hq * nsplit * block_d, device=dev, dtype=torch.float32)
@@ -194,16 +206,20 @@ def target_attention(
 
     # Which program runs which split does not change any result: spread the splits to fill the GPU.
     tiles = cdiv(S, cfg.block_m // G)
-    z = max(1, min(nsplit, cdiv(4 * num_sms(dev), tiles * B * Hkv)))
+    z = max(1, min(live, cdiv(4 * num_sms(dev), tiles * B * Hkv)))
     slots = cache_slots if slotted else cache_seqlens  # an unread stand-in without slots
-    _shared_kernel[(tiles, B * Hkv, z)](
-        q, k_cache, v_cache, cache_seqlens, slots, acc_part, ml_part, out,
-        q.stride(0), q.stride(1), q.stride(2),
-        k_cache.stride(0), k_cache.stride(1), k_cache.stride(2),
-        v_cache.stride(0), v_cache.stride(1), v_cache.stride(2),
-        out.stride(0), out.stride(1), out.stride(2),
-        S, Hq, Lmax, nsplit, qk_scale, NB, CAUSAL=causal, **common, **opts,
-    )
+    # A verify within one split: the tree kernel runs that split from its start, the shared kernel has nothing to do.
+    skip_shared = not causal and live == 1
+    skip_combine = causal and live == 1  # every row finishes in place (single-split rows, see the kernel module)
+    if not skip_shared:
+        _shared_kernel[(tiles, B * Hkv, z)](
+            q, k_cache, v_cache, cache_seqlens, slots, acc_part, ml_part, out,
+            q.stride(0), q.stride(1), q.stride(2),
+            k_cache.stride(0), k_cache.stride(1), k_cache.stride(2),
+            v_cache.stride(0), v_cache.stride(1), v_cache.stride(2),
+            out.stride(0), out.stride(1), out.stride(2),
+            S, Hq, Lmax, nsplit, qk_scale, NB, CAUSAL=causal, **common, **opts,
+        )
     if not causal:
         mask, ms, block_s = tree_mask.view(torch.uint8), tree_mask.stride(), max(2, next_power_of_2(S))
         # measured gain at heads of 128 only (see GPU_CONFIG); SmolLM2's 64-wide heads fit more programs per SM
@@ -219,7 +235,7 @@ def target_attention(
             S, Hq, Lmax, nsplit, qk_scale, NB, BLOCK_S=block_s, TT=tt, **common,
             **dict(opts, num_stages=cfg.tree_stages),
         )
-    else:  # causal rows of several splits (a context longer than one split): merged here
+    elif not skip_combine:  # causal rows of several splits (a context longer than one split): merged here
         # heads per program: all of them in the interpreter (every program costs), 4 on the GPU
         block_h = min(16, next_power_of_2(Hq)) if is_interpreter() else min(4, next_power_of_2(Hq))
         _combine_kernel[(B * S, cdiv(Hq, block_h))](
