@@ -23,11 +23,14 @@ from dataclasses import dataclass
 
 import torch
 
+from ..ops._utils import is_interpreter
+from ..ops.tree_accept import tree_accept_greedy, tree_accept_greedy_ref
 from ..ops.verify import verify_tree, verify_tree_ref
 from ..tree import build_tree_buffers
 from .sampling import SamplingParams, draw_uniform, probs_from_logits
 
-__all__ = ["AcceptResult", "accept_greedy", "accept_sampling", "accept_tree", "accept_tree_probs", "accept_with_kernel"]
+__all__ = ["AcceptResult", "accept_greedy", "accept_greedy_rows", "accept_sampling", "accept_tree", "accept_tree_probs",
+           "accept_with_kernel"]
 
 
 @dataclass
@@ -47,7 +50,7 @@ class AcceptResult:
 
 
 def accept_greedy(draft_tokens: torch.Tensor, retrieve_indices: torch.Tensor, logits: torch.Tensor) -> AcceptResult:
-    """Greedy verification.
+    """Greedy verification (:func:`eagle_triton.ops.tree_accept_greedy_ref`).
 
     Parameters
     ----------
@@ -55,21 +58,18 @@ def accept_greedy(draft_tokens: torch.Tensor, retrieve_indices: torch.Tensor, lo
     retrieve_indices: ``[B, R, C]`` int64 root-to-leaf node paths, -1 padded (rows and columns).
     logits: ``[B, N, V]`` target logits after each node.
     """
-    B, R, C = retrieve_indices.shape
-    pred = logits.argmax(dim=-1)  # [B, N]
-    valid = retrieve_indices >= 0
-    idx = retrieve_indices.clamp(min=0).view(B, R * C)
-    cand = torch.where(valid, draft_tokens.gather(1, idx).view(B, R, C), torch.full_like(retrieve_indices, -1))
-    pred_at = pred.gather(1, idx).view(B, R, C)
-    match = (cand[:, :, 1:] == pred_at[:, :, :-1]) & valid[:, :, 1:]
-    lens = match.to(torch.int64).cumprod(dim=-1).sum(dim=-1)  # [B, R]
-    accept_len, best = lens.max(dim=-1)
-    path = retrieve_indices.gather(1, best.view(B, 1, 1).expand(B, 1, C)).squeeze(1)  # [B, C]
-    col = torch.arange(C, device=path.device).view(1, C)
-    keep = col <= accept_len.view(B, 1)
-    accept_index = torch.where(keep, path, torch.full_like(path, -1))
-    tokens = torch.where(keep, pred.gather(1, path.clamp(min=0)), torch.full_like(path, -1))
-    return AcceptResult(accept_index, accept_len, tokens)
+    return AcceptResult(*tree_accept_greedy_ref(draft_tokens, retrieve_indices, logits)[:3])
+
+
+def accept_greedy_rows(tree, logits: torch.Tensor, features: torch.Tensor | None = None, out: tuple | None = None,
+                       use_kernel: bool | None = None):
+    """Greedy verification of a :class:`~eagle_triton.DraftTree` for the engine's steps, with the features of the
+    accepted rows gathered and every result optionally written into the caller's buffers (``out``): the two
+    launches of :func:`eagle_triton.ops.tree_accept_greedy` on CUDA and under Triton's interpreter (the CPU tests;
+    ``use_kernel=None``), else its reference. Returns ``(accept_index, accept_len, tokens, features)``."""
+    kernel = use_kernel if use_kernel is not None else (logits.is_cuda or is_interpreter())
+    fn = tree_accept_greedy if kernel else tree_accept_greedy_ref
+    return fn(tree.draft_tokens, tree.retrieve_indices_padded, logits, features, out=out, validate=False)
 
 
 def _accept_by_verify_rule(verify, draft_tokens: torch.Tensor, retrieve_indices: torch.Tensor, logits: torch.Tensor,

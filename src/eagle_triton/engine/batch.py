@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import torch
 
-from .accept import accept_tree, accept_tree_probs
+from .accept import accept_greedy_rows, accept_tree_probs
 from .sampling import RowRNG, RowSampling, SamplingParams, probs_from_logits_rows, sample_from_probs
 from .step import DeviceSteps, PendingRead, StepRunner
 
@@ -209,21 +209,24 @@ class BatchStepRunner(DeviceSteps):
         if mode is not None:  # sampling verification walks the paths in lexicographic order
             tree = tree.in_sampling_order()
         logits, tfeats = t.verify_rows(tree.draft_tokens, tree.positions, tree.tree_mask[:, 0] > 0.5, kv_bound)
-        if mode is None:
-            res = accept_tree(tree, logits, _GREEDY)
+        if mode is None:  # the step's output, and the features of root + accepted drafts, written in place
+            feats_out = self.feats if tfeats is not None else None
+            accept_index, accept_len, tokens, _ = accept_greedy_rows(
+                tree, logits, tfeats, out=(None, self.out[:, 0], self.out[:, 2:], feats_out))
         else:
             res = accept_tree_probs(tree, probs_from_logits_rows(logits, self.sampling, *mode), self.rng)
-        t.commit_rows(res.accept_index, res.accept_len)
+            accept_index, accept_len, tokens = res.accept_index, res.accept_len, res.tokens
+            if tfeats is not None:
+                rows = accept_index.clamp(min=0)
+                self.feats.copy_(tfeats.gather(1, rows.unsqueeze(-1).expand(-1, -1, tfeats.shape[-1])))
+            self.out[:, 0].copy_(accept_len)
+            self.out[:, 2:].copy_(tokens)
+        t.commit_rows(accept_index, accept_len)
         self._forget_idle()
-        # the next draft ingests the features of root + accepted drafts, each paired with the token after it
-        if tfeats is not None:
-            rows = res.accept_index.clamp(min=0)
-            self.feats.copy_(tfeats.gather(1, rows.unsqueeze(-1).expand(-1, -1, tfeats.shape[-1])))
-        self.ids.copy_(res.tokens.clamp(min=0))
-        self.num_new.copy_((res.accept_len + 1).to(torch.int32))
-        self.out[:, 0].copy_(res.accept_len)
+        # the next draft ingests those features, each paired with the token after it
+        self.ids.copy_(tokens.clamp(min=0))
+        self.num_new.copy_((accept_len + 1).to(torch.int32))
         self.out[:, 1].copy_(self.first_token)
-        self.out[:, 2:].copy_(res.tokens)
 
     def plain_step(self, occupants: tuple, kv_bound: int | None) -> PendingBatch:
         """Queue one plain decoding step of every slot: each slot's next token after its pending one."""

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import torch
 
-from .accept import accept_tree
+from .accept import accept_greedy_rows, accept_tree
 from .sampling import DeviceRNG, SamplingParams, probs_from_logits, sample_from_probs
 
 __all__ = ["DeviceSteps", "PendingRead", "PendingTokens", "StepRunner"]
@@ -213,16 +213,21 @@ class StepRunner(DeviceSteps):
         if not params.greedy:  # sampling verification walks the paths in lexicographic order
             tree = tree.in_sampling_order()
         logits, tfeats = t.verify_rows(tree.draft_tokens, tree.positions, tree.tree_mask[:, 0] > 0.5, kv_bound)
-        res = accept_tree(tree, logits, params, self.rng)
-        t.commit_rows(res.accept_index, res.accept_len)
-        # the next draft ingests the features of root + accepted drafts, each paired with the token after it
-        rows = res.accept_index[0].clamp(min=0)
-        if tfeats is not None:
-            self.feats[0].copy_(tfeats[0].index_select(0, rows))
-        self.ids[0].copy_(res.tokens[0].clamp(min=0))
-        self.num_new.copy_((res.accept_len + 1).to(torch.int32))
-        self.out[0] = res.accept_len[0]
-        self.out[1:].copy_(res.tokens[0])
+        if params.greedy:  # the step's output, and the features of root + accepted drafts, written in place
+            feats_out = self.feats if tfeats is not None else None
+            accept_index, accept_len, tokens, _ = accept_greedy_rows(
+                tree, logits, tfeats, out=(None, self.out[:1], self.out[1:].view(1, -1), feats_out))
+        else:
+            res = accept_tree(tree, logits, params, self.rng)
+            accept_index, accept_len, tokens = res.accept_index, res.accept_len, res.tokens
+            if tfeats is not None:
+                self.feats[0].copy_(tfeats[0].index_select(0, accept_index[0].clamp(min=0)))
+            self.out[0] = accept_len[0]
+            self.out[1:].copy_(tokens[0])
+        t.commit_rows(accept_index, accept_len)
+        # the next draft ingests those features, each paired with the token after it
+        self.ids[0].copy_(tokens[0].clamp(min=0))
+        self.num_new.copy_((accept_len + 1).to(torch.int32))
 
     def plain_step(self, params: SamplingParams, kv_bound: int | None) -> PendingTokens:
         """Queue one plain decoding step: the target's next token after the pending one."""

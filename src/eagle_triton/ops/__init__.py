@@ -34,6 +34,7 @@ from .target_linear import (
     target_rms_norm,
     target_rms_norm_ref,
 )
+from .tree_accept import tree_accept_greedy, tree_accept_greedy_ref
 from .tree_build import build_tree_kernel_efficient, build_tree_kernel_efficient_ref
 from .tree_convert import eagle_accept_to_sglang, eagle_to_sglang, sglang_accept_to_eagle, sglang_to_eagle
 from .verify import (
@@ -54,6 +55,8 @@ __all__ = [
     "eagle_accept_to_sglang",
     "sglang_accept_to_eagle",
     # verification
+    "tree_accept_greedy",
+    "tree_accept_greedy_ref",
     "verify_tree",
     "verify_tree_ref",
     "verify_tree_greedy",
