@@ -87,9 +87,18 @@ def test_tree_accept_greedy_writes_caller_buffers(device):
     big = torch.zeros(2, C + 3, 24, device=device)
     bufs = (torch.empty(2, C, dtype=torch.long, device=device), torch.empty(2, dtype=torch.long, device=device),
             None, big[:, 1:C + 1])
-    got = tree_accept_greedy(tok, ri, logits, feats, out=bufs)
+    nxt = (torch.full((2, C), 7, dtype=torch.long, device=device), torch.zeros(2, dtype=torch.int32, device=device))
+    got = tree_accept_greedy(tok, ri, logits, feats, out=bufs, next_inputs=nxt)
     assert got[0] is bufs[0] and got[1] is bufs[1] and got[3] is bufs[3]
-    _assert_equal(got, tree_accept_greedy_ref(tok, ri, logits, feats))
+    want = tree_accept_greedy_ref(tok, ri, logits, feats)
+    _assert_equal(got, want)
+    assert torch.equal(nxt[0], want[2].clamp(min=0)) and torch.equal(nxt[1], (want[1] + 1).int())
+    ref_nxt = (torch.empty_like(nxt[0]), torch.empty_like(nxt[1]))
+    tree_accept_greedy_ref(tok, ri, logits, feats, next_inputs=ref_nxt)
+    assert torch.equal(ref_nxt[0], nxt[0]) and torch.equal(ref_nxt[1], nxt[1])
+    strided = torch.zeros(2, C + 2, dtype=torch.long, device=device)  # accept_len and tokens as columns of one buffer
+    tree_accept_greedy(tok, ri, logits, out=(None, strided[:, 0], strided[:, 2:], None))
+    assert torch.equal(strided[:, 0], want[1]) and torch.equal(strided[:, 2:], want[2]) and not strided[:, 1].any()
     assert torch.equal(big[:, 0], torch.zeros_like(big[:, 0])) and torch.equal(big[:, C + 1:],
                                                                                 torch.zeros_like(big[:, C + 1:]))
 
@@ -109,5 +118,8 @@ def test_tree_accept_greedy_errors(device):
         tree_accept_greedy(tok, ri, logits, feats[:, :2])
     with pytest.raises(ValueError, match="out features given"):
         tree_accept_greedy(tok, ri, logits, None, out=(None, None, None, feats))
+    with pytest.raises(TypeError, match="num_new"):
+        tree_accept_greedy(tok, ri, logits, next_inputs=(torch.empty(1, ri.shape[2], dtype=torch.long),
+                                                         torch.empty(1, dtype=torch.long)))
     with pytest.raises(ValueError, match="out tokens"):
         tree_accept_greedy(tok, ri, logits, out=(None, None, torch.empty(1, 2, dtype=torch.long), None))

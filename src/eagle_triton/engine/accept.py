@@ -30,7 +30,7 @@ from ..tree import build_tree_buffers
 from .sampling import SamplingParams, draw_uniform, probs_from_logits
 
 __all__ = ["AcceptResult", "accept_greedy", "accept_greedy_rows", "accept_sampling", "accept_tree", "accept_tree_probs",
-           "accept_with_kernel"]
+           "accept_with_kernel", "greedy_pick_rows"]
 
 
 @dataclass
@@ -61,15 +61,35 @@ def accept_greedy(draft_tokens: torch.Tensor, retrieve_indices: torch.Tensor, lo
     return AcceptResult(*tree_accept_greedy_ref(draft_tokens, retrieve_indices, logits)[:3])
 
 
+def _greedy_kernel(logits: torch.Tensor, use_kernel: bool | None) -> bool:
+    """Whether greedy acceptance runs the kernels: asked for, or by default for 16/32-bit logits on CUDA or under
+    Triton's interpreter (float64 logits keep the reference: the kernels compare in fp32)."""
+    if use_kernel is not None:
+        return use_kernel
+    return logits.dtype in (torch.float16, torch.bfloat16, torch.float32) and (logits.is_cuda or is_interpreter())
+
+
 def accept_greedy_rows(tree, logits: torch.Tensor, features: torch.Tensor | None = None, out: tuple | None = None,
-                       use_kernel: bool | None = None):
+                       next_inputs: tuple | None = None, use_kernel: bool | None = None):
     """Greedy verification of a :class:`~eagle_triton.DraftTree` for the engine's steps, with the features of the
-    accepted rows gathered and every result optionally written into the caller's buffers (``out``): the two
+    accepted rows gathered and every result optionally written into the caller's buffers (``out``, and the next
+    draft's inputs ``next_inputs``): the two
     launches of :func:`eagle_triton.ops.tree_accept_greedy` on CUDA and under Triton's interpreter (the CPU tests;
     ``use_kernel=None``), else its reference. Returns ``(accept_index, accept_len, tokens, features)``."""
-    kernel = use_kernel if use_kernel is not None else (logits.is_cuda or is_interpreter())
-    fn = tree_accept_greedy if kernel else tree_accept_greedy_ref
-    return fn(tree.draft_tokens, tree.retrieve_indices_padded, logits, features, out=out, validate=False)
+    fn = tree_accept_greedy if _greedy_kernel(logits, use_kernel) else tree_accept_greedy_ref
+    return fn(tree.draft_tokens, tree.retrieve_indices_padded, logits, features, out=out, next_inputs=next_inputs,
+              validate=False)
+
+
+def greedy_pick_rows(logits: torch.Tensor, root_paths: torch.Tensor, out_len: torch.Tensor, out_token: torch.Tensor,
+                     next_ids: torch.Tensor, next_num_new: torch.Tensor, use_kernel: bool | None = None) -> None:
+    """Plain greedy decoding's pick, written into a step's buffers: each row's argmax of ``logits [B, V]`` as the
+    acceptance of a tree with no drafts (:func:`accept_greedy_rows`' two launches, instead of torch's one-block
+    argmax and three copies). ``root_paths``: ``[B, 1, 1]`` zeros (the root's path); ``out_len`` ``[B]`` gets 0,
+    ``out_token`` ``[B, 1]`` and ``next_ids`` ``[B, 1]`` the token, ``next_num_new`` ``[B]`` int32 one."""
+    fn = tree_accept_greedy if _greedy_kernel(logits, use_kernel) else tree_accept_greedy_ref
+    fn(next_ids, root_paths, logits.unsqueeze(1), out=(None, out_len, out_token, None),
+       next_inputs=(next_ids, next_num_new), validate=False)
 
 
 def _accept_by_verify_rule(verify, draft_tokens: torch.Tensor, retrieve_indices: torch.Tensor, logits: torch.Tensor,

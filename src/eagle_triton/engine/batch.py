@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import torch
 
-from .accept import accept_greedy_rows, accept_tree_probs
+from .accept import accept_greedy_rows, accept_tree_probs, greedy_pick_rows
 from .sampling import RowRNG, RowSampling, SamplingParams, probs_from_logits_rows, sample_from_probs
 from .step import DeviceSteps, PendingRead, StepRunner
 
@@ -95,6 +95,7 @@ class BatchStepRunner(DeviceSteps):
         self.feats = torch.zeros(B, C, max(W, 1), dtype=target.dtype, device=dev)
         self.ids = torch.zeros(B, C, dtype=torch.long, device=dev)
         self.num_new = torch.ones(B, dtype=torch.int32, device=dev)
+        self._root_paths = torch.zeros(B, 1, 1, dtype=torch.long, device=dev)  # a tree with no drafts (plain picks)
         self.first_token = torch.zeros(B, dtype=torch.long, device=dev)
         self.active = torch.zeros(B, dtype=torch.int32, device=dev)
         self.rng = RowRNG(B, dev)
@@ -209,23 +210,25 @@ class BatchStepRunner(DeviceSteps):
         if mode is not None:  # sampling verification walks the paths in lexicographic order
             tree = tree.in_sampling_order()
         logits, tfeats = t.verify_rows(tree.draft_tokens, tree.positions, tree.tree_mask[:, 0] > 0.5, kv_bound)
-        if mode is None:  # the step's output, and the features of root + accepted drafts, written in place
+        # the step's output, and the next draft's inputs: the features of root + accepted drafts, each paired with
+        # the token after it
+        if mode is None:  # all written in place by the accept kernel
             feats_out = self.feats if tfeats is not None else None
-            accept_index, accept_len, tokens, _ = accept_greedy_rows(
-                tree, logits, tfeats, out=(None, self.out[:, 0], self.out[:, 2:], feats_out))
+            accept_index, accept_len, _, _ = accept_greedy_rows(
+                tree, logits, tfeats, out=(None, self.out[:, 0], self.out[:, 2:], feats_out),
+                next_inputs=(self.ids, self.num_new))
+            t.commit_rows(accept_index, accept_len, self.num_new)
         else:
             res = accept_tree_probs(tree, probs_from_logits_rows(logits, self.sampling, *mode), self.rng)
-            accept_index, accept_len, tokens = res.accept_index, res.accept_len, res.tokens
+            t.commit_rows(res.accept_index, res.accept_len)
             if tfeats is not None:
-                rows = accept_index.clamp(min=0)
+                rows = res.accept_index.clamp(min=0)
                 self.feats.copy_(tfeats.gather(1, rows.unsqueeze(-1).expand(-1, -1, tfeats.shape[-1])))
-            self.out[:, 0].copy_(accept_len)
-            self.out[:, 2:].copy_(tokens)
-        t.commit_rows(accept_index, accept_len)
+            self.ids.copy_(res.tokens.clamp(min=0))
+            self.num_new.copy_((res.accept_len + 1).to(torch.int32))
+            self.out[:, 0].copy_(res.accept_len)
+            self.out[:, 2:].copy_(res.tokens)
         self._forget_idle()
-        # the next draft ingests those features, each paired with the token after it
-        self.ids.copy_(tokens.clamp(min=0))
-        self.num_new.copy_((accept_len + 1).to(torch.int32))
         self.out[:, 1].copy_(self.first_token)
 
     def plain_step(self, occupants: tuple, kv_bound: int | None) -> PendingBatch:
@@ -237,15 +240,16 @@ class BatchStepRunner(DeviceSteps):
 
     def _plain_body(self, mode: tuple | None, kv_bound) -> None:
         logits, _ = self.target.decode_rows(self.ids[:, :1], kv_bound)
-        if mode is None:
-            tok = logits.argmax(dim=-1)
+        if mode is None:  # the argmax kernels write the token into the output and the next input
+            greedy_pick_rows(logits, self._root_paths, self.out[:, 0], self.out[:, 2:3], self.ids[:, :1],
+                             self.num_new)
         else:
             tok = sample_from_probs(probs_from_logits_rows(logits, self.sampling, *mode), self.rng)
+            self.ids[:, 0].copy_(tok)
+            self.out[:, 0].zero_()
+            self.out[:, 2].copy_(tok)
         self._forget_idle()
-        self.ids[:, 0].copy_(tok)
-        self.out[:, 0].zero_()
         self.out[:, 1].copy_(self.first_token)
-        self.out[:, 2].copy_(tok)
 
     def _forget_idle(self) -> None:
         """Idle slots keep no rows: their target and draft KV lengths go back to zero every step."""

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import torch
 
-from .accept import accept_greedy_rows, accept_tree
+from .accept import accept_greedy_rows, accept_tree, greedy_pick_rows
 from .sampling import DeviceRNG, SamplingParams, probs_from_logits, sample_from_probs
 
 __all__ = ["DeviceSteps", "PendingRead", "PendingTokens", "StepRunner"]
@@ -164,6 +164,7 @@ class StepRunner(DeviceSteps):
         self.feats = torch.zeros(1, self.C, max(W, 1), dtype=target.dtype, device=dev)
         self.ids = torch.zeros(1, self.C, dtype=torch.long, device=dev)
         self.num_new = torch.ones(1, dtype=torch.int32, device=dev)
+        self._root_paths = torch.zeros(1, 1, 1, dtype=torch.long, device=dev)  # a tree with no drafts (plain picks)
         self.rng = DeviceRNG(dev)
         self.host_len = 0  # rows the host knows are committed (host-paced steps)
         self.seq = None  # host-paced speculation: every accepted token, on the device
@@ -213,21 +214,23 @@ class StepRunner(DeviceSteps):
         if not params.greedy:  # sampling verification walks the paths in lexicographic order
             tree = tree.in_sampling_order()
         logits, tfeats = t.verify_rows(tree.draft_tokens, tree.positions, tree.tree_mask[:, 0] > 0.5, kv_bound)
-        if params.greedy:  # the step's output, and the features of root + accepted drafts, written in place
+        # the step's output, and the next draft's inputs: the features of root + accepted drafts, each paired with
+        # the token after it
+        if params.greedy:  # all written in place by the accept kernel
             feats_out = self.feats if tfeats is not None else None
-            accept_index, accept_len, tokens, _ = accept_greedy_rows(
-                tree, logits, tfeats, out=(None, self.out[:1], self.out[1:].view(1, -1), feats_out))
-        else:
-            res = accept_tree(tree, logits, params, self.rng)
-            accept_index, accept_len, tokens = res.accept_index, res.accept_len, res.tokens
-            if tfeats is not None:
-                self.feats[0].copy_(tfeats[0].index_select(0, accept_index[0].clamp(min=0)))
-            self.out[0] = accept_len[0]
-            self.out[1:].copy_(tokens[0])
-        t.commit_rows(accept_index, accept_len)
-        # the next draft ingests those features, each paired with the token after it
-        self.ids[0].copy_(tokens[0].clamp(min=0))
-        self.num_new.copy_((accept_len + 1).to(torch.int32))
+            accept_index, accept_len, _, _ = accept_greedy_rows(
+                tree, logits, tfeats, out=(None, self.out[:1], self.out[1:].view(1, -1), feats_out),
+                next_inputs=(self.ids, self.num_new))
+            t.commit_rows(accept_index, accept_len, self.num_new)
+            return
+        res = accept_tree(tree, logits, params, self.rng)
+        t.commit_rows(res.accept_index, res.accept_len)
+        if tfeats is not None:
+            self.feats[0].copy_(tfeats[0].index_select(0, res.accept_index[0].clamp(min=0)))
+        self.ids[0].copy_(res.tokens[0].clamp(min=0))
+        self.num_new.copy_((res.accept_len + 1).to(torch.int32))
+        self.out[0] = res.accept_len[0]
+        self.out[1:].copy_(res.tokens[0])
 
     def plain_step(self, params: SamplingParams, kv_bound: int | None) -> PendingTokens:
         """Queue one plain decoding step: the target's next token after the pending one."""
@@ -239,6 +242,10 @@ class StepRunner(DeviceSteps):
 
     def _plain_body(self, params, kv_bound) -> None:
         logits, _ = self.target.decode_rows(self.ids[:, :1], kv_bound)
+        if params.greedy:  # the argmax kernels write the token into the output and the next input
+            greedy_pick_rows(logits, self._root_paths, self.out[:1], self.out[1:2].view(1, 1), self.ids[:, :1],
+                             self.num_new)
+            return
         tok = self.pick(logits, params, self.rng)
         self.ids[0, 0] = tok[0]
         self.out[:1].zero_()

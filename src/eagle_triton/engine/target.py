@@ -922,13 +922,15 @@ class LlamaTarget(TargetModel):
         self.cache.seqlens.add_(1)
         return logits[:, -1], feats
 
-    def commit_rows(self, accept_index: torch.Tensor, accept_len: torch.Tensor) -> None:
+    def commit_rows(self, accept_index: torch.Tensor, accept_len: torch.Tensor,
+                    rows_kept: torch.Tensor | None = None) -> None:
         """:meth:`commit` of every slot on the device only: ``accept_index [B, C]`` (tree rows of root + accepted
-        path), ``accept_len [B]`` (accepted drafts); the host mirrors follow in :meth:`note_committed`."""
+        path), ``accept_len [B]`` (accepted drafts), optionally ``rows_kept`` (``accept_len + 1`` as int32 ``[B]``);
+        the host mirrors follow in :meth:`note_committed`."""
         B = self.batch_size
         self._check_rows("accept_index", accept_index, (B, accept_index.shape[-1]))
         self._check_rows("accept_len", accept_len, (B,))
-        self.cache.compact(self.ops, accept_index, accept_len, None)
+        self.cache.compact(self.ops, accept_index, accept_len, None, rows_kept)
 
     def note_committed(self, n) -> None:
         """Advance the host mirrors of the lengths by rows the device already committed: ``n`` an int (batch 1)

@@ -37,13 +37,13 @@ def _argmax_split_kernel(x_ptr, max_ptr, idx_ptr, N, V, S, stride_b, stride_n, B
 @triton.jit
 def _tree_accept_kernel(
     tok_ptr, ri_ptr, max_ptr, idx_ptr, pred_ptr, feat_ptr,
-    acc_idx_ptr, acc_len_ptr, tokens_ptr, out_feat_ptr,
+    acc_idx_ptr, acc_len_ptr, tokens_ptr, out_feat_ptr, ids_ptr, num_new_ptr,
     N, R, C, S, W,
     stride_tb, stride_rb, stride_rr,
     stride_fb, stride_fn, stride_ob, stride_oc,
-    stride_ab, stride_lb, stride_kb,
+    stride_ab, stride_lb, stride_kb, stride_ib, stride_nb,
     BLOCK_N: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_C: tl.constexpr, BLOCK_S: tl.constexpr,
-    BLOCK_W: tl.constexpr, FEATS: tl.constexpr,
+    BLOCK_W: tl.constexpr, FEATS: tl.constexpr, NEXT: tl.constexpr,
 ):
     b = tl.program_id(0)
     cp = tl.program_id(1)
@@ -85,6 +85,9 @@ def _tree_accept_kernel(
         tl.store(acc_idx_ptr + b64 * stride_ab + offs_c, acc_index, mask=offs_c < C)
         tl.store(tokens_ptr + b64 * stride_kb + offs_c, tok, mask=offs_c < C)
         tl.store(acc_len_ptr + b64 * stride_lb, accept_len.to(tl.int64))
+        if NEXT:  # the next draft's inputs: tokens with the padding as 0, and the rows it ingests
+            tl.store(ids_ptr + b64 * stride_ib + offs_c, tl.maximum(tok, 0), mask=offs_c < C)
+            tl.store(num_new_ptr + b64 * stride_nb, (accept_len + 1).to(tl.int32))
     if FEATS:  # feature row cp of the accepted path (the root's for the padding columns, as a clamped gather)
         row = tl.maximum(tl.sum(tl.where(offs_c == cp, acc_index, 0), 0), 0)
         src = feat_ptr + b64 * stride_fb + row * stride_fn

@@ -32,6 +32,7 @@ def tree_accept_greedy(
     logits: torch.Tensor,
     features: torch.Tensor | None = None,
     out: tuple | None = None,
+    next_inputs: tuple | None = None,
     validate: bool = True,
 ):
     """Greedy verification of EAGLE trees (SafeAILab ``evaluate_posterior``, greedy): the longest root-to-leaf
@@ -51,6 +52,8 @@ def tree_accept_greedy(
         draft ingests).
     out : optional ``(accept_index, accept_len, tokens, features)`` tensors to write into (each may be None);
         e.g. the caller's static buffers, so no copy follows.
+    next_inputs : optional ``(ids [B, C] int64, num_new [B] int32)`` written as the next EAGLE draft's inputs: the
+        emitted tokens with the -1 padding as 0, and ``accept_len + 1`` (the rows it ingests).
     validate : check ``retrieve_indices`` values on the host (a device sync) when no CUDA graph is being captured;
         the kernels clamp every node index, so unchecked input never reads out of bounds.
 
@@ -80,6 +83,12 @@ def tree_accept_greedy(
             raise ValueError(f"features must be [B={B}, N={N}, W], got {list(features.shape)}")
     if out is not None:
         _check_out(out, B, C, features)
+    if next_inputs is not None:
+        if len(next_inputs) != 2:
+            raise ValueError(f"next_inputs must be (ids, num_new), got {len(next_inputs)} entries")
+        check_tensor("next_inputs ids", next_inputs[0], shape=(B, C), dtypes=(torch.int64,), device=dev,
+                     last_dim_contiguous=True)
+        check_tensor("next_inputs num_new", next_inputs[1], shape=(B,), dtypes=(torch.int32,), device=dev)
     if validate and not is_capturing(dev) and B > 0:
         lo, hi = torch.stack([retrieve_indices.min(), retrieve_indices.max()]).tolist()
         if lo < -1 or hi >= N:
@@ -103,15 +112,16 @@ def tree_accept_greedy(
     pred = torch.empty(B, N, dtype=torch.int64, device=dev)
     f = features if features is not None else draft_tokens  # an unread stand-in
     fo = feats if feats is not None else draft_tokens.view(B, N, 1)
+    ids, num_new = next_inputs if next_inputs is not None else (tokens, acc_len)  # unread stand-ins
     W = features.shape[2] if features is not None else 1
     _tree_accept_kernel[(B, C)](
-        draft_tokens, retrieve_indices, pmax, pidx, pred, f, acc_idx, acc_len, tokens, fo,
+        draft_tokens, retrieve_indices, pmax, pidx, pred, f, acc_idx, acc_len, tokens, fo, ids, num_new,
         N, R, C, S, W,
         draft_tokens.stride(0), retrieve_indices.stride(0), retrieve_indices.stride(1),
         f.stride(0), f.stride(1), fo.stride(0), fo.stride(1),
-        acc_idx.stride(0), acc_len.stride(0), tokens.stride(0),
+        acc_idx.stride(0), acc_len.stride(0), tokens.stride(0), ids.stride(0), num_new.stride(0),
         BLOCK_N=max(2, next_power_of_2(N)), BLOCK_R=max(2, next_power_of_2(R)), BLOCK_C=max(2, next_power_of_2(C)),
         BLOCK_S=max(2, next_power_of_2(S)), BLOCK_W=min(1024, max(16, next_power_of_2(W))),
-        FEATS=features is not None, num_warps=1 if interp else 4,
+        FEATS=features is not None, NEXT=next_inputs is not None, num_warps=1 if interp else 4,
     )
     return acc_idx, acc_len, tokens, feats

@@ -14,6 +14,7 @@ def tree_accept_greedy_ref(
     logits: torch.Tensor,
     features: torch.Tensor | None = None,
     out: tuple | None = None,
+    next_inputs: tuple | None = None,
     validate: bool = True,
 ):
     """Reference of :func:`~eagle_triton.ops.tree_accept.tree_accept_greedy` (same contract; ``out`` is filled the
@@ -38,6 +39,9 @@ def tree_accept_greedy_ref(
         rows = accept_index.clamp(min=0)
         feats = features.gather(1, rows.unsqueeze(-1).expand(B, C, features.shape[-1]))
     results = (accept_index, accept_len, tokens, feats)
+    if next_inputs is not None:
+        next_inputs[0].copy_(tokens.clamp(min=0))
+        next_inputs[1].copy_((accept_len + 1).to(torch.int32))
     if out is None:
         return results
     for dst, src in zip(out, results, strict=True):
