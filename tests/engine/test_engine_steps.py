@@ -204,9 +204,9 @@ def test_steps_are_planned_with_the_targets_attention_bucket(monkeypatch):
     seen = []
     real = target.decode_rows
 
-    def decode_rows(tokens, kv_limit=None):
+    def decode_rows(tokens, kv_limit=None, **kw):
         seen.append((int(target.cache.seqlens[0]) + 1, kv_limit))
-        return real(tokens, kv_limit)
+        return real(tokens, kv_limit, **kw)
 
     monkeypatch.setattr(target, "decode_rows", decode_rows)
     plain = eng._runner(False)

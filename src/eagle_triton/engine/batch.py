@@ -239,7 +239,7 @@ class BatchStepRunner(DeviceSteps):
         return self._pending(PendingBatch, occupants=occupants)
 
     def _plain_body(self, mode: tuple | None, kv_bound) -> None:
-        logits, _ = self.target.decode_rows(self.ids[:, :1], kv_bound)
+        logits, _ = self.target.decode_rows(self.ids[:, :1], kv_bound, want_features=False)
         if mode is None:  # the argmax kernels write the token into the output and the next input
             greedy_pick_rows(logits, self._root_paths, self.out[:, 0], self.out[:, 2:3], self.ids[:, :1],
                              self.num_new)

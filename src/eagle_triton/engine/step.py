@@ -241,7 +241,7 @@ class StepRunner(DeviceSteps):
         return self._pending()
 
     def _plain_body(self, params, kv_bound) -> None:
-        logits, _ = self.target.decode_rows(self.ids[:, :1], kv_bound)
+        logits, _ = self.target.decode_rows(self.ids[:, :1], kv_bound, want_features=False)
         if params.greedy:  # the argmax kernels write the token into the output and the next input
             greedy_pick_rows(logits, self._root_paths, self.out[:1], self.out[1:2].view(1, 1), self.ids[:, :1],
                              self.num_new)

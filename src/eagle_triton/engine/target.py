@@ -567,13 +567,17 @@ class LlamaTarget(TargetModel):
         return F.linear(h, self.lm_head_weight)
 
     # -- forward -----------------------------------------------------------------------------------------------
-    def _forward(self, tokens, positions, tree_mask, kv_limit, last_only: bool, slot: int | None = None):
+    def _forward(self, tokens, positions, tree_mask, kv_limit, last_only: bool, slot: int | None = None,
+                 want_features: bool = True):
         """``kv_limit``: an upper bound on the rows any query row reads (or None): the fused forward plans its
-        attention launches with it, the eager CPU ops read only that many rows."""
+        attention launches with it, the eager CPU ops read only that many rows. ``want_features=False``: no
+        features (plain decoding; the fused forward then skips gathering them)."""
         if self.fused_forward:
-            return self._forward_fused(tokens, positions, tree_mask, last_only, slot=slot, kv_limit=kv_limit)
+            return self._forward_fused(tokens, positions, tree_mask, last_only, slot=slot, kv_limit=kv_limit,
+                                       want_features=want_features)
         limit = kv_limit if self.ops.reads_kv_limit else None
-        return self._forward_torch(tokens, positions, tree_mask, limit, last_only, slot=slot)
+        logits, feats = self._forward_torch(tokens, positions, tree_mask, limit, last_only, slot=slot)
+        return logits, (feats if want_features else None)
 
     @property
     def _attention_split(self) -> int | None:
@@ -594,7 +598,8 @@ class LlamaTarget(TargetModel):
 
     def _forward_fused(self, tokens, positions, tree_mask, last_only: bool, want_logits: bool = True,
                        slot: int | None = None, cache_slots: torch.Tensor | None = None,
-                       last_row: torch.Tensor | None = None, kv_limit: int | None = None):
+                       last_row: torch.Tensor | None = None, kv_limit: int | None = None,
+                       want_features: bool = True):
         """The fused batch-invariant forward of ``tokens [B, S]`` written at cache rows ``seqlens[b] + j`` (every
         slot, ``B = batch_size``; or ``B = 1`` into ``slot``). The weight products run over the ``B S`` rows,
         each row reduced in an order independent of the others, so a sequence's rows round as when it runs
@@ -648,7 +653,9 @@ class LlamaTarget(TargetModel):
                               validate=False)
         # The final norm stays a kernel of its own: its output is both the lm_head input and the EAGLE-1 feature.
         h = target_rms_norm(x, self.norm, eps, sumsq=ss_mlp, validate=False)
-        if self.feature_mode == "eagle3":
+        if not want_features:
+            feats = None
+        elif self.feature_mode == "eagle3":
             feats = torch.cat(taps, dim=-1).view(B, S, -1)
         elif self.feature_mode == "eagle1":
             feats = h.view(B, S, -1)
@@ -908,17 +915,19 @@ class LlamaTarget(TargetModel):
         self._check_rows("depths", depths, (B, S))
         self._check_rows("tree_mask", tree_mask, (B, S, S))
         self._check_batch_room(S)
-        positions = self.cache.seqlens.view(B, 1).long() + depths.long()
+        positions = depths.long() + self.cache.seqlens.view(B, 1)  # int64 (one kernel: promotion in the add)
         return self._forward(tokens, positions, tree_mask, kv_limit, last_only=False)
 
-    def decode_rows(self, tokens: torch.Tensor, kv_limit: int | None = None):
+    def decode_rows(self, tokens: torch.Tensor, kv_limit: int | None = None, want_features: bool = True):
         """One plain decode step of ``tokens [B, 1]`` at row ``seqlens[b]`` of every slot, committed on the
-        device only (see :meth:`note_committed`). Returns ``(logits [B, V], features [B, 1, W] or None)``."""
+        device only (see :meth:`note_committed`). Returns ``(logits [B, V], features [B, 1, W] or None)``;
+        ``want_features=False`` (plain decoding): None."""
         B = self.batch_size
         self._check_rows("tokens", tokens, (B, 1))
         self._check_batch_room(1)
         positions = self.cache.seqlens.view(B, 1).long()
-        logits, feats = self._forward(tokens, positions, None, kv_limit, last_only=False)
+        logits, feats = self._forward(tokens, positions, None, kv_limit, last_only=False,
+                                      want_features=want_features)
         self.cache.seqlens.add_(1)
         return logits[:, -1], feats
 
