@@ -31,6 +31,7 @@ S9P = "pdl_2026-11-25/"  # session 9's probes (bench/results/pdl_2026-11-25/READ
 S10B = "session10b_2026-11-26/"  # session 10's second set (bench/results/session10b_2026-11-26/README.md)
 S12 = "session12_2026-11-26/"  # session 12's set (bench/results/session12_2026-11-26/README.md)
 S13 = "session13_2026-11-26/"  # session 13's set (bench/results/session13_2026-11-26/README.md)
+S14 = "session14_2026-11-27/"  # session 14's set (bench/results/session14_2026-11-27/README.md)
 # The engine benchmark of issue 18 (a bench_engine.json with "parts": bench/bench_engine.py since schema 2). Its README
 # tables are printed by bench/engine_table.py, and every figure they print is an entry (engine_parts_entries).
 # None: the newest such file committed under bench/results/ (by its "date"); name one ("<set>/bench_engine.json") to
@@ -376,6 +377,46 @@ def session13_entries() -> list[dict]:
     ]
 
 
+def session14_entries() -> list[dict]:
+    """Session 14's figures printed in the README's prose (attention launches planned from a host bound, greedy
+    acceptance in two kernels); they replace the earlier entries of the same names (kept in their results sets)."""
+    def s14(*a, **kw):
+        return prose_entry(*a, date="2026-11-27", **kw)
+
+    def added(name):
+        return _adding_commit(ROOT / RESULTS / S14 / name) or "uncommitted"
+
+    probe, run = S14 + "step_8b_e370970.json", ["runs", {"prompt_len": 64}]
+    smol = ["parts", "smollm2", "runs", {"dtype": "bfloat16"}]
+    engine = S14 + "bench_engine.json"
+    return [
+        s14("target_8b_plain_step", "ms", probe, run + ["decode_step_ms"], 2, added("step_8b_e370970.json"),
+            "decode step 5.63 ms against a floor of 5.32 ms", "5.63",
+            "the target's decode graph at a 64-token prefix (bench/probes/step_probe.py); the code measured is "
+            "e370970's (the target forward of 33c1aa5)", ["floor_ms"], "floor", "5.32", None),
+        s14("target_8b_verify60", "ms", probe, run + ["verify_ms"], 2, added("step_8b_e370970.json"),
+            "60-row verify forward 6.09 ms (1.145x the same floor", "6.09",
+            "the target's 60-row verify graph at a 64-token prefix (every row within one attention split); at a "
+            "300-token prefix 6.61 ms (step_8b_33c1aa5_a.json); the code measured is e370970's", ["floor_ms"],
+            "floor", None, "1.145"),
+        s14("target_8b_bf16_identical", "prompts of 20", S14 + "target_8b_identical.json",
+            ["parts", "8b-identical", "identical"], 0, added("target_8b_identical.json"),
+            "identical to plain greedy output on 20 of 20 random prompts at", "20",
+            "60/7/10, 128 tokens after 24-199-token prompts, random weights (the code measured is 33c1aa5's)"),
+        s14("smollm2_prefill_1k", "ms", S14 + "target_smollm2.json", ["parts", "smollm2", "new", "prefill_1000_ms"],
+            2, added("target_smollm2.json"), "a 1,000-token prefill takes 4.43 ms", "4.43",
+            "the code measured is 33c1aa5's"),
+        s14("smollm2_plain_tok_s", "tok/s", engine, smol + ["plain", "tokens_per_second"], 1, added("bench_engine.json"),
+            "plain decoding 1537.5 tok/s in the engine benchmark", "1537.5",
+            "the engine benchmark (40 MT-bench prompts x 128 tokens, the code measured is 1f1c38c's); same figure as "
+            "engine_smollm2_bf16_plain_tok_s"),
+        s14("smollm2_bf16_identical", "prompts of 40", engine,
+            smol + ["trees", {"tree": "16/3/4"}, "identical_prompts"], 0, added("bench_engine.json"),
+            "bf16 speculative output is identical to plain on 40 of 40 MT-bench", "40",
+            "the engine benchmark's best tree, 40 prompts (every tree: 40 of 40)"),
+    ]
+
+
 def engine_parts_source() -> str | None:
     """The issue-18 engine result file, relative to bench/results/: ENGINE_PARTS_SOURCE, else the newest committed
     bench_engine.json with parts; None while there is none."""
@@ -488,7 +529,7 @@ def main() -> None:
                     "checks all of it). Written by bench/make_headline.py.",
            "entries": _latest(drafter_entries() + engine_entries() + session7_entries() + session8_entries()
                               + session9_entries() + session10_entries() + session12_entries()
-                              + session13_entries()
+                              + session13_entries() + session14_entries()
                               + engine_parts_entries()
                               + batch_entries())}
     path = ROOT / RESULTS / "headline.json"
