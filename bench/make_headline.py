@@ -406,7 +406,8 @@ def session14_entries() -> list[dict]:
         s14("smollm2_prefill_1k", "ms", S14 + "target_smollm2.json", ["parts", "smollm2", "new", "prefill_1000_ms"],
             2, added("target_smollm2.json"), "a 1,000-token prefill takes 4.43 ms", "4.43",
             "the code measured is 33c1aa5's"),
-        s14("smollm2_plain_tok_s", "tok/s", engine, smol + ["plain", "tokens_per_second"], 1, added("bench_engine.json"),
+        s14("smollm2_plain_tok_s", "tok/s", engine, smol + ["plain", "tokens_per_second"], 1,
+            added("bench_engine.json"),
             "plain decoding 1537.5 tok/s in the engine benchmark", "1537.5",
             "the engine benchmark (40 MT-bench prompts x 128 tokens, the code measured is 1f1c38c's); same figure as "
             "engine_smollm2_bf16_plain_tok_s"),
