@@ -4,13 +4,13 @@ Status: tested under ``TRITON_INTERPRET=1`` and compiled for sm_90 (Triton 3.9);
 
 * :func:`_argmax_split_kernel` (grid ``(B N, splits)``): the maximum of one ``BLOCK_V`` slice of a node's logits
   and its first index (values compared in fp32: an exact widening, so ties are the input's ties).
-* :func:`_tree_accept_kernel` (grid ``(B, C)``): every program of a sequence reduces the split maxima to each
-  node's argmax (the first index among the splits holding the maximum: torch's ``argmax``), walks the
-  root-to-leaf paths of ``retrieve_indices``, takes the longest prefix whose tokens equal their parent's argmax (the
-  first such path on ties; tied paths share that prefix), and copies feature row ``c`` of the accepted path;
-  program ``(b, 0)`` writes the path, its length and the emitted tokens. Every program of ``b`` writes the same
-  argmax row into ``pred`` and reads it back after a block barrier (its own writes): the gathers of path nodes are
-  then plain loads.
+* :func:`_tree_accept_kernel` (grid ``(B, C)``, or ``(B, 1)`` without features): every program of a sequence
+  reduces the split maxima to each node's argmax (the first index among the splits holding the maximum: torch's
+  ``argmax``), walks the root-to-leaf paths of ``retrieve_indices``, takes the longest prefix whose tokens equal
+  their parent's argmax (the first such path on ties; tied paths share that prefix), and copies feature row ``c`` of
+  the accepted path; program ``(b, 0)`` writes the path, its length, the emitted tokens and the next draft's inputs.
+  Every program of ``b`` writes the same argmax row into ``pred`` and reads it back after a block barrier (its own
+  writes): the gathers of path nodes are then plain loads.
 """
 
 from __future__ import annotations

@@ -7,7 +7,7 @@ import torch
 from .._utils import cdiv, check_tensor, is_capturing, is_interpreter, next_power_of_2
 from .kernel import _argmax_split_kernel, _tree_accept_kernel
 
-__all__ = ["tree_accept_greedy"]
+__all__ = ["tree_accept_greedy", "AOT_SPECS"]
 
 _FLOATS = (torch.float16, torch.bfloat16, torch.float32)
 
@@ -114,7 +114,7 @@ def tree_accept_greedy(
     fo = feats if feats is not None else draft_tokens.view(B, N, 1)
     ids, num_new = next_inputs if next_inputs is not None else (tokens, acc_len)  # unread stand-ins
     W = features.shape[2] if features is not None else 1
-    _tree_accept_kernel[(B, C)](
+    _tree_accept_kernel[(B, C if features is not None else 1)](  # programs past the first copy features only
         draft_tokens, retrieve_indices, pmax, pidx, pred, f, acc_idx, acc_len, tokens, fo, ids, num_new,
         N, R, C, S, W,
         draft_tokens.stride(0), retrieve_indices.stride(0), retrieve_indices.stride(1),
@@ -125,3 +125,24 @@ def tree_accept_greedy(
         FEATS=features is not None, NEXT=next_inputs is not None, num_warps=1 if interp else 4,
     )
     return acc_idx, acc_len, tokens, feats
+
+
+def _aot_specs():
+    """Compile-only specs for tests/test_compile_targets.py: bf16 logits of the Llama-3.1-8B vocabulary (32 argmax
+    slices) and a 60/7/10 tree (61 nodes, 60 paths of 9 columns) with 12288-wide EAGLE-3 features."""
+    sig = {n: "i32" for n in _argmax_split_kernel.arg_names}
+    sig.update({"x_ptr": "*bf16", "max_ptr": "*fp32", "idx_ptr": "*i32", "BLOCK_V": "constexpr"})
+    specs = [(_argmax_split_kernel, sig, {"BLOCK_V": 4096}, {"num_warps": 4, "div16": ["V", "stride_b", "stride_n"]})]
+    sig = {n: "i32" for n in _tree_accept_kernel.arg_names}
+    sig.update({n: "*i64" for n in ("tok_ptr", "ri_ptr", "pred_ptr", "acc_idx_ptr", "acc_len_ptr", "tokens_ptr",
+                                    "ids_ptr")})
+    sig.update({"max_ptr": "*fp32", "idx_ptr": "*i32", "feat_ptr": "*bf16", "out_feat_ptr": "*bf16",
+                "num_new_ptr": "*i32"})
+    const = dict(BLOCK_N=64, BLOCK_R=64, BLOCK_C=16, BLOCK_S=32, BLOCK_W=1024, FEATS=True, NEXT=True)
+    sig.update({k: "constexpr" for k in const})
+    specs.append((_tree_accept_kernel, sig, const, {"num_warps": 4}))
+    return specs
+
+
+#: ``(kernel, signature, constexprs, options)`` tuples compiled for sm_90 by tests/test_compile_targets.py.
+AOT_SPECS = _aot_specs()
