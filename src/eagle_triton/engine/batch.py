@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import torch
 
-from .accept import accept_greedy_rows, accept_tree_probs, greedy_pick_rows
+from .accept import accept_tree_probs, greedy_pick_rows
 from .sampling import RowRNG, RowSampling, SamplingParams, probs_from_logits_rows, sample_from_probs
 from .step import DeviceSteps, PendingRead, StepRunner
 
@@ -210,24 +210,9 @@ class BatchStepRunner(DeviceSteps):
         if mode is not None:  # sampling verification walks the paths in lexicographic order
             tree = tree.in_sampling_order()
         logits, tfeats = t.verify_rows(tree.draft_tokens, tree.positions, tree.tree_mask[:, 0] > 0.5, kv_bound)
-        # the step's output, and the next draft's inputs: the features of root + accepted drafts, each paired with
-        # the token after it
-        if mode is None:  # all written in place by the accept kernel
-            feats_out = self.feats if tfeats is not None else None
-            accept_index, accept_len, _, _ = accept_greedy_rows(
-                tree, logits, tfeats, out=(None, self.out[:, 0], self.out[:, 2:], feats_out),
-                next_inputs=(self.ids, self.num_new))
-            t.commit_rows(accept_index, accept_len, self.num_new)
-        else:
-            res = accept_tree_probs(tree, probs_from_logits_rows(logits, self.sampling, *mode), self.rng)
-            t.commit_rows(res.accept_index, res.accept_len)
-            if tfeats is not None:
-                rows = res.accept_index.clamp(min=0)
-                self.feats.copy_(tfeats.gather(1, rows.unsqueeze(-1).expand(-1, -1, tfeats.shape[-1])))
-            self.ids.copy_(res.tokens.clamp(min=0))
-            self.num_new.copy_((res.accept_len + 1).to(torch.int32))
-            self.out[:, 0].copy_(res.accept_len)
-            self.out[:, 2:].copy_(res.tokens)
+        res = None if mode is None else accept_tree_probs(tree, probs_from_logits_rows(logits, self.sampling, *mode),
+                                                          self.rng)
+        self._commit_accepted(tree, logits, tfeats, res, self.out[:, 0], self.out[:, 2:])
         self._forget_idle()
         self.out[:, 1].copy_(self.first_token)
 

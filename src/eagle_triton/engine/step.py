@@ -139,6 +139,27 @@ class DeviceSteps:
         bucket = getattr(self.target, "attention_bucket", None)
         return bucket(kv_bound) if bucket is not None else None
 
+    def _commit_accepted(self, tree, logits, tfeats, res, out_len, out_tokens) -> None:
+        """Commit the accepted paths and leave this step's output (``out_len``, ``out_tokens``: views of ``out``)
+        and the next draft's inputs in the subclass's static buffers (``feats``, ``ids``, ``num_new``): the features
+        of root + accepted drafts, each paired with the token after it. ``res`` None (greedy): the accept kernel
+        writes all of it in place; else the sampling rule's :class:`~eagle_triton.engine.accept.AcceptResult`."""
+        t = self.target
+        if res is None:
+            feats_out = self.feats if tfeats is not None else None
+            accept_index, accept_len, _, _ = accept_greedy_rows(
+                tree, logits, tfeats, out=(None, out_len, out_tokens, feats_out), next_inputs=(self.ids, self.num_new))
+            t.commit_rows(accept_index, accept_len, self.num_new)
+            return
+        t.commit_rows(res.accept_index, res.accept_len)
+        if tfeats is not None:
+            rows = res.accept_index.clamp(min=0)
+            self.feats.copy_(tfeats.gather(1, rows.unsqueeze(-1).expand(-1, -1, tfeats.shape[-1])))
+        self.ids.copy_(res.tokens.clamp(min=0))
+        self.num_new.copy_((res.accept_len + 1).to(torch.int32))
+        out_len.copy_(res.accept_len)
+        out_tokens.copy_(res.tokens)
+
     def _pending(self, cls=PendingTokens, **extra):
         """Copy this step's ``out`` into the next pinned buffer: a ``cls`` (``extra``: its further arguments)."""
         slot = self._slot
@@ -214,23 +235,8 @@ class StepRunner(DeviceSteps):
         if not params.greedy:  # sampling verification walks the paths in lexicographic order
             tree = tree.in_sampling_order()
         logits, tfeats = t.verify_rows(tree.draft_tokens, tree.positions, tree.tree_mask[:, 0] > 0.5, kv_bound)
-        # the step's output, and the next draft's inputs: the features of root + accepted drafts, each paired with
-        # the token after it
-        if params.greedy:  # all written in place by the accept kernel
-            feats_out = self.feats if tfeats is not None else None
-            accept_index, accept_len, _, _ = accept_greedy_rows(
-                tree, logits, tfeats, out=(None, self.out[:1], self.out[1:].view(1, -1), feats_out),
-                next_inputs=(self.ids, self.num_new))
-            t.commit_rows(accept_index, accept_len, self.num_new)
-            return
-        res = accept_tree(tree, logits, params, self.rng)
-        t.commit_rows(res.accept_index, res.accept_len)
-        if tfeats is not None:
-            self.feats[0].copy_(tfeats[0].index_select(0, res.accept_index[0].clamp(min=0)))
-        self.ids[0].copy_(res.tokens[0].clamp(min=0))
-        self.num_new.copy_((res.accept_len + 1).to(torch.int32))
-        self.out[0] = res.accept_len[0]
-        self.out[1:].copy_(res.tokens[0])
+        res = None if params.greedy else accept_tree(tree, logits, params, self.rng)
+        self._commit_accepted(tree, logits, tfeats, res, self.out[:1], self.out[1:].view(1, -1))
 
     def plain_step(self, params: SamplingParams, kv_bound: int | None) -> PendingTokens:
         """Queue one plain decoding step: the target's next token after the pending one."""

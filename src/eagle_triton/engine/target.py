@@ -38,6 +38,7 @@ column ``n``), both at load; the other weights are used as loaded.
 
 from __future__ import annotations
 
+import functools
 import json
 from dataclasses import dataclass
 from pathlib import Path
@@ -579,9 +580,10 @@ class LlamaTarget(TargetModel):
         logits, feats = self._forward_torch(tokens, positions, tree_mask, limit, last_only, slot=slot)
         return logits, (feats if want_features else None)
 
-    @property
+    @functools.cached_property
     def _attention_split(self) -> int | None:
-        """Key positions per split of the fused forward's attention (None without it)."""
+        """Key positions per split of the fused forward's attention (None without it; fixed by the dtype and head
+        shape, so read once)."""
         if not self.fused_forward:
             return None
         from ..ops.target_attention.op import target_attention_config
