@@ -188,7 +188,7 @@ def _measure_case(head, tc, batch, S, prefix, do_ref, do_graph, rep_ms, tuning, 
 
 def parse_tuning(t: str) -> tuple[dict, int, str]:
     """``block_k:num_warps:stages:programs_per_sm[:block_n[:batch]][+key=value...]`` -> (DrafterConfig options,
-    batch, scenario); block_k or block_n 0 = the default; keys are DrafterConfig fields (integers)
+    batch, scenario); a 0 field = the default; keys are DrafterConfig fields (integers, e.g. ``nprog=33``)
     or ``scenario`` (decode/prefill); "" = every default, batch 1, decode."""
     if not t:
         return {}, 1, "decode"
@@ -196,7 +196,11 @@ def parse_tuning(t: str) -> tuple[dict, int, str]:
     f = [int(x) for x in head.split(":")]
     bk, nw, st, pps = f[:4]
     sms = torch.cuda.get_device_properties(0).multi_processor_count
-    out = dict(block_k=bk or None, num_warps=nw, stages=st, nprog=sms * pps)
+    out = dict(block_k=bk or None, num_warps=nw or None)
+    if st:
+        out["stages"] = st
+    if pps:
+        out["nprog"] = sms * pps
     if len(f) > 4 and f[4]:
         out["block_n"] = f[4]
     scenario = "decode"
@@ -245,10 +249,12 @@ def main(argv=None) -> int:
     ap.add_argument("--batches", default=None)
     ap.add_argument("--no-ref", action="store_true")
     ap.add_argument("--no-sweep", action="store_true", help="only the --tunings / --profile rows")
-    ap.add_argument("--profile", action="store_true", help="also time each phase (barrier arrival stamps) at 8B "
-                    "60/7/10 decode batch 1, for the default tiling and every --tunings entry")
+    ap.add_argument("--profile", action="store_true", help="also time each phase (barrier arrival stamps) of the "
+                    "--tune-case, for the default tiling and every --tunings entry")
     ap.add_argument("--tunings", default="", help="comma list of block_k:num_warps:stages:programs_per_sm timed "
-                    "at 8B 60/7/10 decode batch 1 before the sweep")
+                    "on the --tune-case before the sweep")
+    ap.add_argument("--tune-case", default="llama31-8b:60/7/10",
+                    help="SHAPE:TOTAL/DEPTH/TOPK of the --tunings and --profile rows (decode, random head)")
     ap.add_argument("--shapes", default=None, help=f"comma list of head shapes among {', '.join(SHAPES)}")
     ap.add_argument("--trees", default=None, help="comma list of total/depth/top_k trees, e.g. 60/7/10,60/5/10")
     ap.add_argument("--weights", default=None, help="comma list of weight dtypes: bf16, fp8")
@@ -296,32 +302,37 @@ def main(argv=None) -> int:
     tunings = [t for t in args.tunings.split(",") if t]
     variants = sorted({f"{c[0]}:{c[2][0]}:{c[2][1]}:{c[2][2]}:{c[4]}:{c[5]}" for c in cases})
     prof_wt = (args.weights or "bf16").split(",")[0]  # the --tunings / --profile rows: the first --weights entry
-    variants += [f"llama31-8b:60:7:10:1:{prof_wt}/{t}" for t in tunings]
+    tune_shape, _, tune_tree = args.tune_case.partition(":")
+    if tune_shape not in SHAPES:
+        ap.error(f"unknown --tune-case shape {tune_shape!r}: one of {', '.join(SHAPES)}")
+    tune_tc = TreeConfig(*(int(x) for x in tune_tree.split("/")))
+    tune_var = f"{tune_shape}:{tune_tc.total_tokens}:{tune_tc.depth}:{tune_tc.top_k}:1:{prof_wt}"
+    variants += [f"{tune_var}/{t}" for t in tunings]
     if args.profile:
-        variants += [f"llama31-8b:60:7:10:1:{prof_wt}/{t}@p" for t in [""] + tunings]
+        variants += [f"{tune_var}/{t}@p" for t in [""] + tunings]
     procs = []
     for v in (variants if len(variants) > 1 else []):
         while len([p for p in procs if p.poll() is None]) >= args.jobs:
             time.sleep(0.5)
         procs.append(subprocess.Popen([sys.executable, __file__, "--warm", v]))
-    fails = [v for v, p in zip(variants, procs, strict=True) if p.wait() != 0]
+    fails = [v for v, p in zip(variants if procs else [], procs, strict=True) if p.wait() != 0]
     print(f"compiled {len(variants)} variants in {time.time() - t0:.0f} s; failures: {fails}", flush=True)
     bw = copy_bandwidth()
     rows = []
     heads = {}
     if tunings or args.profile:
-        head = make_head("llama31-8b", False, weights=prof_wt)
+        head = make_head(tune_shape, False, weights=prof_wt)
         for t in ([""] if args.profile else []) + tunings:
             try:
                 opts, tb, scen = parse_tuning(t)
                 S, prefix = (4, 512) if scen == "decode" else (512, 0)
-                r = bench_case(head, TreeConfig(60, 7, 10), tb, S, prefix, False, tb > 1 or scen != "decode",
+                r = bench_case(head, tune_tc, tb, S, prefix, False, tb > 1 or scen != "decode",
                                tuning=opts, profile=args.profile)
             except ValueError as exc:  # e.g. a grid that cannot be resident
                 print(f"tuning {t}: {exc}", flush=True)
                 rows.append(dict(tuning=t, error=str(exc)))
                 continue
-            r.update(shape="llama31-8b", peaked=False, tree="60/7/10", scenario=scen, batch=tb,
+            r.update(shape=tune_shape, peaked=False, tree=tune_tree, scenario=scen, batch=tb,
                      tuning=t, weights=prof_wt,
                      floor_ms=r["bytes"] / bw * 1e3, fused_TBps=r["bytes"] / (r["fused_ms"] * 1e-3) / 1e12)
             print(f"tuning {t}: fused {r['fused_ms']:.3f} ({r['fused_ms_again']:.3f}) ms, graph "

@@ -215,14 +215,19 @@ class DrafterConfig:
         # tiles for fc/o/down (128 tiles on 132 SMs instead of 64) measured no faster: those phases are bound by
         # the whole GPU's bandwidth, not by the idle SMs. 8 warps: batch 1 3.41 -> 3.01 ms over 4 warps
         # (gpu_2026-11-22d/profile_1_baseline_warps.log).
-        bn = self.block_n or (16 if interp else min(64, self.head_dim))
+        # Small heads (SmolLM2: H 576, intermediate 1536) have too few 64-wide tiles to spread over the SMs (9 for
+        # fc/o/down, 24 for gate/up): a phase then lasts as long as one program's serial K loop. 16-wide fc/o/down
+        # tiles, 32-wide gate/up tiles and 128-wide reduction chunks: SmolLM2 16/3/4 draft 0.200 -> 0.186 ms
+        # (bench/results/session15_2026-11-27/s15_smollm2_tiles.json).
+        small = not interp and H < 1024
+        bn = self.block_n or (16 if interp or small else min(64, self.head_dim))
         # q/k/v tiles of 128 features (a whole head) for up to 32 rows: the inline RMSNorm of a chunk is shared by
         # twice the weight bytes, as in gate/up (two 64-wide tiles) and lm_head (128-wide tiles); q/k/v 51 -> 43 us
         # per step at batch 1 (docs/fused_drafter.md, levers table). 64 features for more rows (8.4 -> 8.8 ms at batch
         # 16 with 128) and for the 128-row root tiles of long prompts (BNQR).
         bnq = self.block_n_qkv or (16 if interp else min(128 if bm <= 32 else 64, self.head_dim))
         bnqr = self.block_n_qkv or (16 if interp else min(64, self.head_dim))
-        bng = self.block_n_mlp or (16 if interp else 64)
+        bng = self.block_n_mlp or (16 if interp else 32 if small else 64)
         warps = self.num_warps or (4 if interp else 8)
         elem = self.dtype.itemsize
         welem = 1 if self.fp8 else elem  # FP8 weights: one byte per weight in the pipeline buffers
@@ -243,7 +248,7 @@ class DrafterConfig:
             return bk
 
         def chunk(width: int, rows: int = bm) -> int:  # a product's reduction chunk: block_k or the largest that fits
-            return min(self.block_k or fit(32 if interp else 256, width, rows), _pow2(H))
+            return min(self.block_k or fit(32 if interp else 128 if small else 256, width, rows), _pow2(H))
 
         def bkq_of(bk_: int) -> int:  # the q/k/v reduction chunk divides H: chunks split the 2H input at H
             while H % bk_:

@@ -62,6 +62,8 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
+from ..ops._utils import is_interpreter
+
 __all__ = ["fused_drafter_kernel"]
 
 _MINKEY = tl.constexpr(-(2**63))  # below every packed key
@@ -96,6 +98,40 @@ def _grid_sync(bar_ptr, target, NPROG: tl.constexpr, prof, PROFILE: tl.constexpr
         while seen < target:
             seen = tl.atomic_add(bar_ptr, 0, sem="acquire")
         tl.debug_barrier()
+
+
+# FP8 (e4m3) weights to bf16 with integer operations. Triton's own conversion goes through fp16 with two ``cvt``
+# instructions per element, and ``cvt`` issues at a fraction of the ALU rate: it limited the FP8 phases (the probe
+# bench/probes/fp8_convert.py: 8B down 69 -> 55 us, lm_head 83 -> 69 us, H100). Per pair of bytes: ``prmt`` places
+# byte b at bits 8-15 of a 16-bit lane, then sign | (exponent, mantissa) << 4 is a bf16 whose exponent field is the
+# e4m3 one (bias 127 instead of 7), and one exact multiply by 2**120 (bf16 0x7B80) restores the value, subnormals
+# included (checked for all 256 bytes by tests/fused/test_fused_fp8.py). The interpreter cannot run PTX, so it keeps
+# Triton's conversion (the values are the same).
+_E4M3_BF16_ASM = tl.constexpr("""{
+.reg .b32 lo, hi, s, u, t, sc;
+mov.b32 sc, 0x7B807B80;
+prmt.b32 lo, $2, 0, 0x1404;
+prmt.b32 hi, $2, 0, 0x3424;
+shr.b32 s, lo, 4;
+and.b32 u, lo, 0x80008000;
+lop3.b32 t, s, 0x07F007F0, u, 0xEA;
+mul.rn.bf16x2 $0, t, sc;
+shr.b32 s, hi, 4;
+and.b32 u, hi, 0x80008000;
+lop3.b32 t, s, 0x07F007F0, u, 0xEA;
+mul.rn.bf16x2 $1, t, sc;
+}""")
+_PTX = tl.constexpr(not is_interpreter())
+
+
+@triton.jit
+def _wcast(w, DT: tl.constexpr):
+    """A loaded weight tile in the model dtype (FP8 weights: converted in registers)."""
+    if _PTX and w.dtype == tl.float8e4nv and DT == tl.bfloat16:
+        return tl.inline_asm_elementwise(_E4M3_BF16_ASM, "=r,=r,r", [w.to(tl.uint8, bitcast=True)],
+                                         dtype=tl.bfloat16, is_pure=True, pack=4)
+    else:
+        return w.to(DT)
 
 
 @triton.jit
@@ -196,7 +232,7 @@ def _mm_plain(acc, x_row, row_ok, w_row, w_ok, KDIM: tl.constexpr, BK: tl.conste
     for k0 in tl.range(0, KDIM, BK, num_stages=STAGES):
         km = k0 + offk < KDIM
         x = tl.load(x_row + k0 + offk, mask=row_ok & km, other=0.0, cache_modifier=".cg")
-        w = tl.load(w_row + k0 + offk, mask=w_ok & km, other=0.0).to(x.dtype)  # FP8 weights: converted here
+        w = _wcast(tl.load(w_row + k0 + offk, mask=w_ok & km, other=0.0), x.dtype)  # FP8 weights: converted here
         acc = _dot(x, w, acc, IEEE)
     return acc
 
@@ -217,7 +253,7 @@ def _mm_qkv(acc, base, e_off, h_off, row_ok, r_e, r_h, g_ptr, w_row, w_ok, k_lo,
         g = tl.load(g_ptr + k0 + offk).to(tl.float32)
         rs = tl.where(is_e, r_e, r_h)
         xn = (g * _rnd(x * rs[:, None], DT)).to(DT)
-        w = tl.load(w_row + k0 + offk, mask=w_ok, other=0.0).to(DT)
+        w = _wcast(tl.load(w_row + k0 + offk, mask=w_ok, other=0.0), DT)
         acc = _dot(xn, w, acc, IEEE)
     return acc
 
@@ -231,8 +267,8 @@ def _chunk_gu(x_row, row_ok, rstd, g_ptr, wg_row, wu_row, w_ok, k0, ag, au, KDIM
     x = tl.load(x_row + offk, mask=row_ok & km, other=0.0, cache_modifier=".cg").to(tl.float32)
     g = tl.load(g_ptr + offk, mask=km, other=0.0).to(tl.float32)
     xn = (g * _rnd(x * rstd[:, None], DT)).to(DT)
-    ag = _dot(xn, tl.load(wg_row + offk, mask=w_ok & km, other=0.0).to(DT), ag, IEEE)
-    au = _dot(xn, tl.load(wu_row + offk, mask=w_ok & km, other=0.0).to(DT), au, IEEE)
+    ag = _dot(xn, _wcast(tl.load(wg_row + offk, mask=w_ok & km, other=0.0), DT), ag, IEEE)
+    au = _dot(xn, _wcast(tl.load(wu_row + offk, mask=w_ok & km, other=0.0), DT), au, IEEE)
     return ag, au
 
 
@@ -796,7 +832,8 @@ def _lm_phase(s, hbuf, hss, g_norm, wlm, lm_key, lm_ms, lm_scr, sc_lm, B, MCAP, 
             x = tl.load(x_row + k0 + offk, mask=rok[:, None] & km, other=0.0, cache_modifier=".cg").to(tl.float32)
             g = tl.load(g_norm + k0 + offk, mask=km, other=0.0).to(tl.float32)
             xn = (g * _rnd(x * rs[:, None], DT)).to(DT)
-            w = tl.load(wlm + cols.to(tl.int64)[:, None] * H + k0 + offk, mask=cok[:, None] & km, other=0.0).to(DT)
+            w = _wcast(tl.load(wlm + cols.to(tl.int64)[:, None] * H + k0 + offk, mask=cok[:, None] & km, other=0.0),
+                       DT)
             acc = _dot(xn, w, acc, IEEE)
             if kk == NKL - 1:
                 lg = _epi(acc, sc_lm, sc_lm, cols, cok, W8, False, DT)

@@ -1,0 +1,159 @@
+"""Probe: what limits the fused drafter's FP8 weight phases (issue 19)?
+
+The fused drafter's FP8 phases stream ``W[N, K]`` (e4m3, one byte per weight) in ``[BN, BK]`` tiles for a 16-row
+product and convert each tile to bf16 in registers (``tl.load(w).to(tl.bfloat16)``). In the session-15 profile the
+FP8 o and down phases were *slower* than bf16 with half the bytes. This probe streams the drafter's product shapes
+with one persistent program per SM (whole output tiles per program, as the drafter's fc/o/down/gate/lm_head phases
+do), 8 warps, and times the conversion variants against the bf16 product:
+
+- ``bf16``: bf16 weights (the baseline);
+- ``fp8-cvt``: e4m3 weights, ``.to(tl.bfloat16)`` (Triton's conversion: ``cvt`` instructions, which issue at a
+  fraction of the ALU rate);
+- ``fp8-bits``: e4m3 weights converted with integer operations (``prmt``/``shr``/``and``/``lop3``: the byte's sign,
+  exponent and mantissa moved into bf16's fields) and one ``mul.bf16x2`` by 2^120 (the exponent bias difference;
+  exact, subnormals included);
+- ``fp8-f16``: e4m3 -> fp16 (one ``cvt.rn.f16x2.e4m3x2`` per pair) with the activations cast to fp16 (fp16
+  products; not what the drafter computes, timed only to see the conversion's cost).
+
+Each variant also checks its product against ``x @ dequant(W).T`` in fp32 (bits of the dequantised weights are exact
+in all variants, so only the accumulation order differs). Runs back to back on two copies of the weights (no L2
+reuse) and reports the median CUDA-event time and the weight bytes per second. GPU only.
+
+    python bench/probes/fp8_convert.py --out DIR
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import sys
+
+import torch
+import triton
+import triton.language as tl
+
+# e4m3 byte -> bf16 bits, two bytes per 32-bit word: [b1 b0] -> lanes (b0 << 8, b1 << 24), then per lane
+# sign | (magnitude << 4), i.e. bf16 with exponent field e (bias 127 instead of 7) and mantissa m, then x 2^120
+_E4M3_TO_BF16_ASM = tl.constexpr("""{
+.reg .b32 lo, hi, s, u, t, sc;
+mov.b32 sc, 0x7B807B80;
+prmt.b32 lo, $2, 0, 0x1404;
+prmt.b32 hi, $2, 0, 0x3424;
+shr.b32 s, lo, 4;
+and.b32 u, lo, 0x80008000;
+lop3.b32 t, s, 0x07F007F0, u, 0xEA;
+mul.rn.bf16x2 $0, t, sc;
+shr.b32 s, hi, 4;
+and.b32 u, hi, 0x80008000;
+lop3.b32 t, s, 0x07F007F0, u, 0xEA;
+mul.rn.bf16x2 $1, t, sc;
+}""")
+
+
+@triton.jit
+def _e4m3_to_bf16_bits(w):
+    return tl.inline_asm_elementwise(_E4M3_TO_BF16_ASM, "=r,=r,r", [w.to(tl.uint8, bitcast=True)],
+                                     dtype=tl.bfloat16, is_pure=True, pack=4)
+
+
+@triton.jit
+def stream_kernel(X, W, Y, M, N: tl.constexpr, K: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr,
+                  BK: tl.constexpr, STAGES: tl.constexpr, NPROG: tl.constexpr, MODE: tl.constexpr):
+    """MODE 0: W in X's dtype; 1: e4m3 W, ``.to(bf16)``; 2: e4m3 W, integer conversion; 3: e4m3 W and X as fp16."""
+    pid = tl.program_id(0)
+    offm = tl.arange(0, BM)
+    offn = tl.arange(0, BN)
+    offk = tl.arange(0, BK)
+    rok = offm < M
+    NC: tl.constexpr = K // BK
+    NT: tl.constexpr = N // BN
+    for t in range(pid, NT, NPROG):
+        acc = tl.zeros([BM, BN], dtype=tl.float32)
+        for c in tl.range(0, NC, num_stages=STAGES):
+            woff = (t * BN + offn).to(tl.int64)[:, None] * K + c * BK + offk[None, :]
+            x = tl.load(X + offm[:, None] * K + c * BK + offk[None, :], mask=rok[:, None], other=0.0,
+                        cache_modifier=".cg")
+            w = tl.load(W + woff)
+            if MODE == 0:
+                acc = tl.dot(x, tl.trans(w), acc)
+            elif MODE == 1:
+                acc = tl.dot(x, tl.trans(w.to(x.dtype)), acc)
+            elif MODE == 2:
+                acc = tl.dot(x, tl.trans(_e4m3_to_bf16_bits(w)), acc)
+            else:
+                acc = tl.dot(x.to(tl.float16), tl.trans(w.to(tl.float16)), acc)
+        tl.store(Y + offm[:, None] * N + t * BN + offn[None, :], acc, mask=rok[:, None])
+
+
+def timed(fn, reps=30):
+    fn()
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(reps):
+        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        a.record()
+        fn()
+        b.record()
+        b.synchronize()
+        times.append(a.elapsed_time(b))
+    return sorted(times)[len(times) // 2]
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--out", required=True)
+    args = ap.parse_args(argv)
+    dev = torch.device("cuda")
+    sms = torch.cuda.get_device_properties(dev).multi_processor_count
+    # the 8B EAGLE-3 head's products (N outputs x K reduction) and the drafter's tile widths
+    shapes = {"o 4096x4096": (4096, 4096, 64), "down 4096x14336": (4096, 14336, 64),
+              "gate 14336x4096": (14336, 4096, 64), "lm_head 32000x4096": (32000, 4096, 128)}
+    modes = {"bf16": 0, "fp8-cvt": 1, "fp8-bits": 2, "fp8-f16": 3}
+    rows = []
+    torch.manual_seed(0)
+    for name, (n, k, bn) in shapes.items():
+        w16 = [torch.randn(n, k, device=dev) * 0.05 for _ in range(2)]
+        w8 = [w.to(torch.float8_e4m3fn) for w in w16]
+        wb = [w.to(torch.bfloat16) for w in w16]
+        x = torch.randn(10, k, device=dev, dtype=torch.bfloat16)
+        ref = x.float() @ w8[0].float().T
+        y = torch.empty(10, n, device=dev, dtype=torch.float32)
+        for mname, mode in modes.items():
+            for bk, stages in ((256, 4), (512, 3), (128, 6)):
+                ws = wb if mode == 0 else w8
+                nbytes = n * k * ws[0].element_size()
+                it = [0]
+
+                def go(it=it, ws=ws, x=x, y=y, n=n, k=k, bn=bn, bk=bk, stages=stages, mode=mode):
+                    i = it[0] = it[0] ^ 1
+                    stream_kernel[(sms,)](x, ws[i], y, 10, n, k, 16, bn, bk, stages, sms, mode, num_warps=8)
+
+                try:
+                    ms = timed(go)
+                except Exception as exc:  # e.g. out of shared memory
+                    rows.append(dict(shape=name, mode=mname, bk=bk, stages=stages, error=str(exc)[:200]))
+                    print(name, mname, bk, stages, "error", str(exc)[:120], flush=True)
+                    continue
+                it[0] = 1  # the next run uses copy 0
+                go()
+                torch.cuda.synchronize()
+                err = None
+                if mode in (1, 2):
+                    err = float((y - ref).abs().max() / ref.abs().max())
+                rows.append(dict(shape=name, mode=mname, bk=bk, stages=stages, us=ms * 1e3,
+                                 TBps=nbytes / (ms * 1e-3) / 1e12, max_rel_err=err))
+                print(f"{name:20s} {mname:9s} bk {bk:3d} st {stages}  {ms * 1e3:8.1f} us  "
+                      f"{nbytes / (ms * 1e-3) / 1e12:5.2f} TB/s  err {err}", flush=True)
+    meta = dict(device=torch.cuda.get_device_name(), date=datetime.datetime.now(datetime.timezone.utc).isoformat(
+        timespec="seconds"), torch=torch.__version__, triton=triton.__version__,
+        command=" ".join(["python"] + sys.argv))
+    os.makedirs(args.out, exist_ok=True)
+    with open(os.path.join(args.out, "fp8_convert.json"), "w") as f:
+        json.dump(dict(meta=meta, rows=rows), f, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
