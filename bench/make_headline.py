@@ -32,6 +32,7 @@ S10B = "session10b_2026-11-26/"  # session 10's second set (bench/results/sessio
 S12 = "session12_2026-11-26/"  # session 12's set (bench/results/session12_2026-11-26/README.md)
 S13 = "session13_2026-11-26/"  # session 13's set (bench/results/session13_2026-11-26/README.md)
 S14 = "session14_2026-11-27/"  # session 14's set (bench/results/session14_2026-11-27/README.md)
+S15 = "session15_2026-11-27/"  # session 15's set (bench/results/session15_2026-11-27/README.md)
 # The engine benchmark of issue 18 (a bench_engine.json with "parts": bench/bench_engine.py since schema 2). Its README
 # tables are printed by bench/engine_table.py, and every figure they print is an entry (engine_parts_entries).
 # None: the newest such file committed under bench/results/ (by its "date"); name one ("<set>/bench_engine.json") to
@@ -418,6 +419,32 @@ def session14_entries() -> list[dict]:
     ]
 
 
+def session15_entries() -> list[dict]:
+    """Session 15's figures printed in the README's prose (the FP8 weights converted with integer operations, the
+    small-head tiles); they replace the earlier entries of the same names (kept in their results sets)."""
+    def s15(*a, **kw):
+        return prose_entry(*a, date="2026-11-27", **kw)
+
+    def added(name):
+        return _adding_commit(ROOT / RESULTS / S15 / name) or "uncommitted"
+
+    def row(shape, weights, batch, tree="60/7/10"):
+        return ["rows", {"shape": shape, "weights": weights, "batch": batch, "tree": tree, "scenario": "decode"}]
+
+    fp8 = row("llama31-8b", "fp8", 1)
+    smol = row("smollm2-135m", "bf16", 1, "16/3/4")
+    return [
+        s15("draft_8b_fp8_60_7_10_b1", "ms", S15 + "s15_8b_new.json", fp8 + ["fused_ms"], 3,
+            added("s15_8b_new.json"), "the 8B shape with FP8 weights takes 1.964 ms (floor 1.016 ms", "1.964",
+            "60/7/10 decode, batch 1; 2.213 ms before the integer conversion in the same lease (s15_8b_base.json)",
+            fp8 + ["floor_ms"], "floor", "1.016", None),
+        s15("draft_smollm2_16_3_4_b1", "ms", S15 + "s15_smollm2_new.json", smol + ["fused_ms"], 3,
+            added("s15_smollm2_new.json"), "SmolLM2 head shape, 16/3/4: 0.186 ms", "0.186",
+            "decode, batch 1; 0.201 ms with the 64-wide tiles in the same lease (s15_smollm2_base.json)",
+            smol + ["floor_ms"], "floor", None, None),
+    ]
+
+
 def engine_parts_source() -> str | None:
     """The issue-18 engine result file, relative to bench/results/: ENGINE_PARTS_SOURCE, else the newest committed
     bench_engine.json with parts; None while there is none."""
@@ -530,7 +557,7 @@ def main() -> None:
                     "checks all of it). Written by bench/make_headline.py.",
            "entries": _latest(drafter_entries() + engine_entries() + session7_entries() + session8_entries()
                               + session9_entries() + session10_entries() + session12_entries()
-                              + session13_entries() + session14_entries()
+                              + session13_entries() + session14_entries() + session15_entries()
                               + engine_parts_entries()
                               + batch_entries())}
     path = ROOT / RESULTS / "headline.json"
