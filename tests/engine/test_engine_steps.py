@@ -216,3 +216,91 @@ def test_steps_are_planned_with_the_targets_attention_bucket(monkeypatch):
     assert {k[2] for k in plain._graphs} == {split, None}
     assert all(limit is None or rows <= limit for rows, limit in seen), seen
     assert any(limit == split for _, limit in seen) and any(limit is None for _, limit in seen)
+
+
+class _TorchLaunches:
+    """Records the PyTorch ops a step runs that launch a kernel on a GPU, by name (``add.Tensor`` ...): views and
+    allocations launch nothing and are left out, and so is the Triton interpreter's own tensor work inside a
+    kernel launch (the Triton kernels are what a step is made of; this counts what runs beside them)."""
+
+    FREE = {"view", "_unsafe_view", "slice", "select", "expand", "unsqueeze", "squeeze", "alias", "detach", "t",
+            "transpose", "permute", "as_strided", "empty", "empty_strided", "empty_like", "new_empty", "set_",
+            "lift_fresh"}
+
+    def __init__(self, monkeypatch):
+        from collections import Counter
+
+        import triton.runtime.interpreter as interp
+        from torch.utils._python_dispatch import TorchDispatchMode
+
+        self.inside = 0
+        self.runs: list[Counter] = []
+        recorder = self
+        run = interp.InterpretedFunction.run
+
+        def launch(fn, *args, **kwargs):  # a Triton kernel: its interpreter's tensor work is not the step's
+            recorder.inside += 1
+            try:
+                return run(fn, *args, **kwargs)
+            finally:
+                recorder.inside -= 1
+
+        monkeypatch.setattr(interp.InterpretedFunction, "run", launch)
+
+        class Mode(TorchDispatchMode):
+            def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+                if not recorder.inside and func.overloadpacket.__name__ not in _TorchLaunches.FREE:
+                    recorder.runs[-1][str(func).removeprefix("aten.")] += 1
+                return func(*args, **(kwargs or {}))
+
+        self.mode = Mode
+
+    def wrap(self, monkeypatch, cls, name):
+        """Record each call of ``cls.name`` (a step body the step graph captures) as one entry of :attr:`runs`."""
+        from collections import Counter
+
+        body = getattr(cls, name)
+
+        def recorded(runner, *args, **kwargs):
+            self.runs.append(Counter())
+            with self.mode():
+                return body(runner, *args, **kwargs)
+
+        monkeypatch.setattr(cls, name, recorded)
+
+
+def test_captured_step_launches_no_mask_conversion_add_or_concatenation(monkeypatch):
+    """The verify/accept/commit body a speculative step captures (single and batched, greedy, the fused target
+    forward with EAGLE-3 taps of three distinct layers) launches only its Triton kernels plus: the verify
+    positions' add and the commit's length advance (batched: also the idle slots' length mask and the first
+    tokens' copy). The drafter's float tree mask is read by the attention as it is (no ``> 0.5`` conversion), the
+    compaction reads the accept kernel's rows-kept count (no ``accept_len + 1``), and the tapped layers' inputs are
+    written into the features buffer by the products that make them (no concatenation). Sampled steps convert no
+    mask (``mask > 0.5``) either."""
+    from eagle_triton.engine.batch import BatchStepRunner
+    from eagle_triton.engine.step import StepRunner
+
+    small = tiny_llama(vocab=V, hidden=32, layers=7, heads=2, kv_heads=1, seed=6)
+    target = LlamaTarget.from_hf(small, ops="triton")
+    assert target.fused_forward
+    head = random_eagle3_head(hidden_size=32, vocab_size=V, draft_vocab_size=48, seed=2)
+    eng = EagleEngine(target, head, TreeConfig(6, 2, 2), max_length=64, drafter_backend="stub")
+    assert eng.feature_mode == "eagle3" and len(set(target.taps)) == 3
+    rec = _TorchLaunches(monkeypatch)
+    rec.wrap(monkeypatch, StepRunner, "_verify_accept")
+    rec.wrap(monkeypatch, BatchStepRunner, "_verify_accept")
+    prompt = _prompt(11, 6)
+    out, stats = eng.generate(input_ids=prompt, max_new_tokens=5)
+    assert out == hf_greedy(small, prompt, 5) and len(rec.runs) == stats.steps >= 2
+    for ops in rec.runs:
+        # positions = depths + seqlens; seqlens += rows kept
+        assert dict(ops) == {"add.Tensor": 1, "add_.Tensor": 1}, dict(ops)
+    rec.runs.clear()
+    results = eng.generate_batch(input_ids=[prompt, prompt[:4]], max_new_tokens=[5, 3], batch_size=2)
+    assert results[0][0] == out and rec.runs
+    for ops in rec.runs:  # + seqlens *= active (idle slots) and out[:, 1] = first tokens
+        assert dict(ops) == {"add.Tensor": 1, "add_.Tensor": 1, "mul_.Tensor": 1, "copy_.default": 1}, dict(ops)
+    rec.runs.clear()
+    eng.generate(input_ids=prompt, max_new_tokens=4, temperature=0.8, seed=1)
+    assert rec.runs and all("gt.Scalar" not in ops for ops in rec.runs), rec.runs  # (the sampling rule's own ops
+    # vary with the parameters: only the mask conversion is checked)

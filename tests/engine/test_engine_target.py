@@ -246,6 +246,35 @@ def test_append_and_compact_kv_cache_exact():
     assert seqlens.tolist() == [4, 7]  # the op leaves lengths alone: StaticKVCache.compact advances them
 
 
+@pytest.mark.parametrize("backend", ["torch", "triton"])
+def test_compaction_takes_the_rows_kept_count_as_it_is(backend):
+    """``StaticKVCache.compact`` with ``rows_kept`` (``accept_len + 1`` as int32, which the step's accept writes as
+    the next ``num_new``) moves and commits exactly what the accepted-drafts form does, and the back end hands that
+    very tensor to the op (no ``accept_len + 1`` launch); without it, the op gets ``accept_len + 1``."""
+    from eagle_triton.engine.backend import TritonOps
+
+    ops = TorchOps() if backend == "torch" else TritonOps()  # Triton: the interpreter on a CPU machine
+    seen = []
+    compact = ops._compact
+    ops._compact = lambda *args, **kwargs: (seen.append(args[4]), compact(*args, **kwargs))
+    g = torch.Generator().manual_seed(3)
+    accept_index = torch.tensor([[0, 2, 3, -1], [0, 1, -1, -1], [0, -1, -1, -1]])
+    accept_len = torch.tensor([2, 1, 0])
+    rows_kept = (accept_len + 1).to(torch.int32)
+    caches = []
+    for kept in (None, rows_kept):
+        cache = StaticKVCache(2, 3, 16, 2, 4, torch.float32, "cpu")
+        cache.k.copy_(torch.randn(cache.k.shape, generator=g))
+        cache.v.copy_(cache.k * 2)
+        cache.seqlens.copy_(torch.tensor([4, 7, 0], dtype=torch.int32))
+        cache.compact(ops, accept_index, accept_len, None, kept)
+        caches.append(cache)
+        g.manual_seed(3)
+    assert torch.equal(seen[0], accept_len + 1) and seen[1] is rows_kept
+    assert torch.equal(caches[0].k, caches[1].k) and torch.equal(caches[0].v, caches[1].v)
+    assert caches[1].seqlens.tolist() == caches[0].seqlens.tolist() == [7, 9, 1]
+
+
 def test_static_cache_and_backend_selection():
     cache = StaticKVCache(2, 1, 13, 2, 4, torch.float32, "cpu")
     assert cache.max_length == 16 and cache.k.shape == (2, 1, 16, 2, 4)

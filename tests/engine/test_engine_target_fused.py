@@ -100,6 +100,68 @@ def test_fused_forward_needs_triton_ops():
         LlamaTarget.from_hf(_model(), ops="torch", fused_forward=True)
 
 
+@pytest.mark.parametrize("model,extra,layers", [(*FAMILIES[0], 3), (*FAMILIES[0], 4), (*WIDE_HEADS, 7)],
+                         ids=["llama-taps-0-1-2", "llama-taps-1-2-2", "qwen2-d32-qkv-rope-taps-2-3-4"])
+def test_eagle3_features_are_the_tapped_layers_inputs_bitwise(model, extra, layers, small_chunks, monkeypatch):
+    """The EAGLE-3 features of the fused forward (the down products that make the tapped layers' inputs write them
+    straight into their slices of one buffer; the embedding and a repeated tap copied in) are, bit for bit, the
+    concatenation of the inputs the tapped layers' q/k/v products (or q/k/v + RoPE products) read: prefill chunks,
+    decode and verify."""
+    m = tiny_llama(vocab=V, hidden=48, layers=layers, heads=6, kv_heads=2, model=model, seed=3, **extra)
+    t = LlamaTarget.from_hf(m, ops="triton")
+    t.setup(64, "eagle3")
+    qkv_weights = {id(L.w_qkv) for L in t.layers}
+    inputs, checked = [], []
+    normed, rope, fused = t._normed_linear, t._qkv_rope, t._forward_fused
+
+    def rec_normed(x, sumsq, norm_weight, weight, *args, **kwargs):
+        if id(weight) in qkv_weights:
+            inputs.append(x.clone())
+        return normed(x, sumsq, norm_weight, weight, *args, **kwargs)
+
+    def rec_rope(x, *args, **kwargs):
+        inputs.append(x.clone())
+        return rope(x, *args, **kwargs)
+
+    def rec_forward(*args, **kwargs):
+        inputs.clear()
+        logits, feats = fused(*args, **kwargs)
+        assert len(inputs) == layers
+        want = torch.cat([inputs[i] for i in t.taps], dim=-1)
+        checked.append(torch.equal(feats.reshape(want.shape), want))
+        return logits, feats
+
+    monkeypatch.setattr(t, "_normed_linear", rec_normed)
+    monkeypatch.setattr(t, "_qkv_rope", rec_rope)
+    monkeypatch.setattr(t, "_forward_fused", rec_forward)
+    g = torch.Generator().manual_seed(layers)
+    ids = torch.randint(0, V, (1, 11), generator=g)
+    mask, depths, *_ = build_tree_buffers(torch.tensor([[-1, 0, 0, 1, 3]]), 3)
+    t.prefill(ids)
+    t.decode(ids[:, :1])
+    t.verify(torch.randint(0, V, (1, 5), generator=g), depths, mask)
+    assert len(checked) == 4 and all(checked), checked  # 2 prefill chunks, decode, verify
+
+
+def test_float_tree_mask_gives_the_bool_masks_bits(small_chunks):
+    """``verify`` and ``verify_rows`` take a drafter's float mask (cells ``> 0.5`` true; here with values on both
+    sides of 0.5, as the ``[:, 0]`` view of ``[1, 1, S, S]``) with the bits of the bool mask: the fused forward reads
+    it as it is, the PyTorch forward converts it."""
+    m = _model()
+    g = torch.Generator().manual_seed(7)
+    ids = torch.randint(0, V, (1, 12), generator=g)
+    tokens = torch.randint(0, V, (1, 5), generator=g)
+    mask, depths, *_ = build_tree_buffers(torch.tensor([[-1, 0, 1, 0, 2]]), 3)
+    fmask = torch.where(mask, 0.75, 0.5)[:, None].float()[:, 0]
+    for t in (LlamaTarget.from_hf(m), LlamaTarget.from_hf(m, ops="triton")):
+        t.setup(64, "eagle3")
+        t.prefill(ids)
+        want = [x.clone() for x in t.verify(tokens, depths, mask)]
+        for got in (t.verify(tokens, depths, fmask), t.verify_rows(tokens, depths, fmask),
+                    t.verify(tokens, depths, fmask.half())):
+            assert all(torch.equal(a, b) for a, b in zip(got, want, strict=True)), t.fused_forward
+
+
 @pytest.mark.parametrize("model,extra,norm_mode", [(*FAMILIES[0], "folded"), (*FAMILIES[2], "folded"),
                                                    (*FAMILIES[0], "kernel"), (*WIDE_HEADS, "folded")],
                          ids=["llama", "qwen3", "llama-kernel", "qwen2-d32-qkv-rope"])

@@ -138,6 +138,31 @@ def test_target_attention_reads_only_visible_rows(device):
                                atol=1e-5, rtol=1e-5)
 
 
+@pytest.mark.parametrize("mask_dtype", [torch.float32, torch.float16, torch.bfloat16])
+def test_float_tree_mask_is_read_as_its_cells_above_half(mask_dtype, device):
+    """A float mask read as it is (the drafters' ``tree_mask[:, 0]``, a view of ``[B, 1, S, S]``; also a
+    column-major one) gives the bits of the bool mask ``mask > 0.5``: true cells hold values above 0.5, false
+    cells values at or below it (0, exactly 0.5, negatives); the reference and the key positions read it alike."""
+    seed = secrets.randbelow(1 << 30)  # fresh inputs each run; printed on failure
+    gen = torch.Generator().manual_seed(seed)
+    B, S, Hq, Hkv, D, Lmax = 2, 7, 4, 2, 16, 60
+    q, k, v = _inputs(B, S, Hq, Hkv, D, Lmax, torch.float32, device, gen)
+    lens = _lens((37, 5), device)
+    anc = torch.stack([_ancestor_mask(_random_parents(S, gen)) for _ in range(B)])
+    above, below = torch.tensor([1.0, 0.51, 0.75, 2.0]), torch.tensor([0.0, 0.5, 0.49, -1.0, 0.25])
+    pick = torch.randint(0, 20, (B, S, S), generator=gen)
+    values = torch.where(anc, above[pick % 4], below[pick % 5]).to(mask_dtype)
+    assert torch.equal(values > 0.5, anc)
+    drafter_layout = values[:, None].to(device)[:, 0]  # [B, S, S] view of [B, 1, S, S]
+    column_major = values.transpose(1, 2).contiguous().transpose(1, 2).to(device)
+    bool_mask = anc.to(device)
+    want = target_attention(q, k, v, lens, bool_mask)
+    for fmask in (drafter_layout, column_major):
+        assert torch.equal(target_attention(q, k, v, lens, fmask), want), f"{mask_dtype} seed={seed}"
+        assert torch.equal(target_attention_ref(q, k, v, lens, fmask), target_attention_ref(q, k, v, lens, bool_mask))
+        assert torch.equal(key_positions_ref(lens, fmask, S), key_positions_ref(lens, bool_mask, S))
+
+
 # ----------------------------------------------------------------------------------------------------------------
 # bitwise batch invariance
 

@@ -21,8 +21,10 @@ class TorchOps:
     only the first ``kv_limit`` cache rows, an exact shortcut since later rows are invisible.
 
     Convention bridge (shared with :class:`TritonOps`): ``compact_kv_cache`` here takes accepted drafts (root
-    excluded, SGLang's ``accept_token_num``); the ops take the number of rows kept (root included). The caller
-    (:meth:`StaticKVCache.compact`) advances ``cache_seqlens``.
+    excluded, SGLang's ``accept_token_num``); the ops take the number of rows kept (root included). A caller that
+    already holds that count (``rows_kept``, ``accept_len + 1`` as int32 ``[B]``: the step's next ``num_new``) passes
+    it, and the op reads it as it is: no add launch per step. The caller (:meth:`StaticKVCache.compact`) advances
+    ``cache_seqlens``.
     """
 
     name = "torch"
@@ -43,8 +45,9 @@ class TorchOps:
     def append_kv_cache(self, k_cache, v_cache, k_new, v_new, cache_seqlens):
         self._append(k_cache, v_cache, k_new, v_new, cache_seqlens)
 
-    def compact_kv_cache(self, k_cache, v_cache, cache_seqlens, accept_index, accept_len):
-        self._compact(k_cache, v_cache, cache_seqlens, accept_index, accept_len + 1)
+    def compact_kv_cache(self, k_cache, v_cache, cache_seqlens, accept_index, accept_len, rows_kept=None):
+        kept = accept_len + 1 if rows_kept is None else rows_kept
+        self._compact(k_cache, v_cache, cache_seqlens, accept_index, kept)
 
 
 class TritonOps:
@@ -72,8 +75,9 @@ class TritonOps:
     def append_kv_cache(self, k_cache, v_cache, k_new, v_new, cache_seqlens):
         self._append(k_cache, v_cache, k_new, v_new, cache_seqlens, validate=False)
 
-    def compact_kv_cache(self, k_cache, v_cache, cache_seqlens, accept_index, accept_len):
-        self._compact(k_cache, v_cache, cache_seqlens, accept_index, accept_len + 1, validate=False)
+    def compact_kv_cache(self, k_cache, v_cache, cache_seqlens, accept_index, accept_len, rows_kept=None):
+        kept = accept_len + 1 if rows_kept is None else rows_kept
+        self._compact(k_cache, v_cache, cache_seqlens, accept_index, kept, validate=False)
 
 
 def select_ops(device: torch.device | str, name: str = "auto"):

@@ -209,7 +209,7 @@ class BatchStepRunner(DeviceSteps):
         t = self.target
         if mode is not None:  # sampling verification walks the paths in lexicographic order
             tree = tree.in_sampling_order()
-        logits, tfeats = t.verify_rows(tree.draft_tokens, tree.positions, tree.tree_mask[:, 0] > 0.5, kv_bound)
+        logits, tfeats = t.verify_rows(tree.draft_tokens, tree.positions, tree.tree_mask[:, 0], kv_bound)
         res = None if mode is None else accept_tree_probs(tree, probs_from_logits_rows(logits, self.sampling, *mode),
                                                           self.rng)
         self._commit_accepted(tree, logits, tfeats, res, self.out[:, 0], self.out[:, 2:])

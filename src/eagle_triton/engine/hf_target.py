@@ -95,7 +95,9 @@ class HFTarget(TargetModel):
         S, L = tokens.shape[1], self._len
         neg = torch.finfo(self.dtype).min
         mask = torch.zeros(1, 1, S, L + S, dtype=self.dtype, device=self.device)
-        mask[0, 0, :, L:] = torch.where(tree_mask[0].to(self.device, torch.bool), 0.0, neg).to(self.dtype)
+        tm = tree_mask[0].to(self.device)
+        tm = tm > 0.5 if tm.is_floating_point() else tm.to(torch.bool)  # a drafter's float mask: cells > 0.5
+        mask[0, 0, :, L:] = torch.where(tm, 0.0, neg).to(self.dtype)
         pos = (L + depths.to(self.device).long()).view(1, S)
         return self._call(tokens, attention_mask=mask, position_ids=pos)
 

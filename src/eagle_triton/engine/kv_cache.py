@@ -82,8 +82,12 @@ class StaticKVCache:
                 accept_len_host: int | None, rows_kept: torch.Tensor | None = None) -> None:
         """Keep root + accepted path of the verified tree (``accept_len`` drafts) and commit them: ``seqlens``
         advances by ``accept_len + 1`` after the move (the back ends' ops leave it alone). ``rows_kept``: that
-        count as int32 ``[B]`` when the caller has it (the greedy accept kernel writes it)."""
-        ops.compact_kv_cache(self.k, self.v, self.seqlens, accept_index, accept_len)
+        count as int32 ``[B]`` when the caller has it (the step's next ``num_new``: the greedy accept kernel writes
+        it), read as it is by the compaction and the advance (no add launch)."""
+        if rows_kept is not None:
+            ops.compact_kv_cache(self.k, self.v, self.seqlens, accept_index, accept_len, rows_kept=rows_kept)
+        else:
+            ops.compact_kv_cache(self.k, self.v, self.seqlens, accept_index, accept_len)
         self.seqlens.add_(rows_kept if rows_kept is not None else accept_len.to(torch.int32) + 1)
         if accept_len_host is not None:  # None: the caller advances host_len once it has read the length
             self.host_len += int(accept_len_host) + 1

@@ -151,12 +151,12 @@ class DeviceSteps:
                 tree, logits, tfeats, out=(None, out_len, out_tokens, feats_out), next_inputs=(self.ids, self.num_new))
             t.commit_rows(accept_index, accept_len, self.num_new)
             return
-        t.commit_rows(res.accept_index, res.accept_len)
+        torch.add(res.accept_len, 1, out=self.num_new)  # rows kept (int32): the compaction and the commit read it
+        t.commit_rows(res.accept_index, res.accept_len, self.num_new)
         if tfeats is not None:
             rows = res.accept_index.clamp(min=0)
             self.feats.copy_(tfeats.gather(1, rows.unsqueeze(-1).expand(-1, -1, tfeats.shape[-1])))
         self.ids.copy_(res.tokens.clamp(min=0))
-        self.num_new.copy_((res.accept_len + 1).to(torch.int32))
         out_len.copy_(res.accept_len)
         out_tokens.copy_(res.tokens)
 
@@ -234,7 +234,7 @@ class StepRunner(DeviceSteps):
         t = self.target
         if not params.greedy:  # sampling verification walks the paths in lexicographic order
             tree = tree.in_sampling_order()
-        logits, tfeats = t.verify_rows(tree.draft_tokens, tree.positions, tree.tree_mask[:, 0] > 0.5, kv_bound)
+        logits, tfeats = t.verify_rows(tree.draft_tokens, tree.positions, tree.tree_mask[:, 0], kv_bound)
         res = None if params.greedy else accept_tree(tree, logits, params, self.rng)
         self._commit_accepted(tree, logits, tfeats, res, self.out[:1], self.out[1:].view(1, -1))
 
@@ -275,7 +275,7 @@ class StepRunner(DeviceSteps):
         first, self._first = self._first, None
         hidden = first[0] if first is not None else self._host_feats
         tree = self.drafter.draft(hidden, self.seq[:, :L + 1], sampling=not params.greedy)
-        logits, tfeats = t.verify(tree.draft_tokens, tree.positions, tree.tree_mask[:, 0] > 0.5)
+        logits, tfeats = t.verify(tree.draft_tokens, tree.positions, tree.tree_mask[:, 0])
         res = accept_tree(tree, logits, params, self.rng)
         a = int(res.accept_len[0])  # host-paced: the step reads its length here
         t.commit(res.accept_index, res.accept_len, a)

@@ -80,8 +80,9 @@ class TargetModel:
     reset(): forget the sequence.
     prefill(input_ids [1, N]) -> (logits [1, V] of the last row, features [1, N, W] or None); commits N rows.
     decode(input_ids [1, 1]) -> (logits [1, V], features [1, 1, W] or None); commits the row.
-    verify(tokens [1, T+1], depths [1, T+1], tree_mask [1, T+1, T+1] bool) -> (logits [1, T+1, V], features
-        [1, T+1, W] or None); rows are written but not committed.
+    verify(tokens [1, T+1], depths [1, T+1], tree_mask [1, T+1, T+1] bool, or float with cells > 0.5 true (a
+        drafter's mask as it is)) -> (logits [1, T+1, V], features [1, T+1, W] or None); rows are written but not
+        committed.
     commit(accept_index [1, C], accept_len [1], accept_len_host): keep root + accepted path of the verified tree.
     input_embeddings() -> ``[V, H]`` tensor (the draft head's ``embed_tokens``); lm_head(h) -> logits.
     """
@@ -573,12 +574,25 @@ class LlamaTarget(TargetModel):
         """``kv_limit``: an upper bound on the rows any query row reads (or None): the fused forward plans its
         attention launches with it, the eager CPU ops read only that many rows. ``want_features=False``: no
         features (plain decoding; the fused forward then skips gathering them)."""
+        tree_mask = self._tree_mask_arg(tree_mask)
         if self.fused_forward:
             return self._forward_fused(tokens, positions, tree_mask, last_only, slot=slot, kv_limit=kv_limit,
                                        want_features=want_features)
         limit = kv_limit if self.ops.reads_kv_limit else None
         logits, feats = self._forward_torch(tokens, positions, tree_mask, limit, last_only, slot=slot)
         return logits, (feats if want_features else None)
+
+    def _tree_mask_arg(self, tree_mask: torch.Tensor | None) -> torch.Tensor | None:
+        """The tree mask as the forward's attention takes it. A float mask (cells ``> 0.5`` true: the drafters'
+        ``tree_mask[:, 0]``) goes to the fused forward's attention as it is, which reads it without a conversion
+        launch; the other forwards' attention ops take bool (``> 0.5`` here, once per forward)."""
+        if tree_mask is None or tree_mask.dtype == torch.bool:
+            return tree_mask
+        if tree_mask.is_floating_point():
+            if self.fused_forward and tree_mask.dtype in (torch.float16, torch.bfloat16, torch.float32):
+                return tree_mask
+            return tree_mask > 0.5
+        return tree_mask.to(torch.bool)
 
     @functools.cached_property
     def _attention_split(self) -> int | None:
@@ -634,11 +648,18 @@ class LlamaTarget(TargetModel):
             ss_attn = self._sumsq_buffer(M, "o")
         x = target_embedding(tokens.reshape(M), self.embed, sumsq_out=ss_mlp, validate=False)  # [M, H]
         pos = positions.reshape(B, S)
-        taps = []
+        # EAGLE-3 features [M, 3H]: the down product that makes a tapped layer's input writes it straight into that
+        # tap's slice (the next layer reads the strided view as its x: the kernels take any row stride), so no
+        # concatenation runs; a tap no down product makes (the embedding, a layer tapped twice: shallow targets
+        # only) is copied in.
+        H = self.hidden_size
+        eagle3 = want_features and self.feature_mode == "eagle3"
+        feats = torch.empty(M, len(self.taps) * H, device=self.device, dtype=self.dtype) if eagle3 else None
+        tap_out = [feats[:, j * H:(j + 1) * H] for j in range(len(self.taps))] if eagle3 else []
         for i, L in enumerate(self.layers):
-            for t in self.taps:
-                if t == i:
-                    taps.append(x)
+            for j, t in enumerate(self.taps if eagle3 else ()):
+                if t == i and tap_out[j].data_ptr() != x.data_ptr():
+                    tap_out[j].copy_(x)
             k_cache, v_cache = k_all[i], v_all[i]
             if cfg["qkv_rope"] is not None:  # one kernel: the q/k/v product with RoPE and the KV write
                 q = self._qkv_rope(x, ss_mlp, L, k_cache, v_cache, seqlens, pos, cache_slots, cfg["qkv_rope"])
@@ -651,14 +672,15 @@ class LlamaTarget(TargetModel):
             x = target_linear(o.view(M, c.num_heads * hd), L.w_o, L.b_o, residual=x, sumsq_out=ss_attn,
                               config=cfg["o"], validate=False)
             h = self._normed_linear(x, ss_attn, L.ln_post, L.w_gate_up, L.b_gate_up, cfg["gate_up"], silu_mul=True)
-            x = target_linear(h, L.w_down, L.b_down, residual=x, sumsq_out=ss_mlp, config=cfg["down"],
+            out = tap_out[self.taps.index(i + 1)] if eagle3 and i + 1 in self.taps else None  # a tapped input
+            x = target_linear(h, L.w_down, L.b_down, residual=x, sumsq_out=ss_mlp, config=cfg["down"], out=out,
                               validate=False)
         # The final norm stays a kernel of its own: its output is both the lm_head input and the EAGLE-1 feature.
         h = target_rms_norm(x, self.norm, eps, sumsq=ss_mlp, validate=False)
         if not want_features:
             feats = None
         elif self.feature_mode == "eagle3":
-            feats = torch.cat(taps, dim=-1).view(B, S, -1)
+            feats = feats.view(B, S, -1)
         elif self.feature_mode == "eagle1":
             feats = h.view(B, S, -1)
         else:
@@ -832,8 +854,8 @@ class LlamaTarget(TargetModel):
         S = tokens.shape[1]
         self.cache.check_room(S)
         limit = self.cache.host_len + S  # host-paced: the exact length
-        if self._graphs is not None:
-            return self._graphs((S, tree_mask is None), tokens, positions, tree_mask,
+        if self._graphs is not None:  # keyed by the mask's dtype too: a copy into another dtype would convert it
+            return self._graphs((S, None if tree_mask is None else tree_mask.dtype), tokens, positions, tree_mask,
                                 kv_limit=self.attention_bucket(limit))
         return self._forward(tokens, positions, tree_mask, limit, last_only=False)
 
@@ -879,7 +901,7 @@ class LlamaTarget(TargetModel):
         self._require_batch1()
         ids = self._check_ids(tokens, "tree tokens")
         positions = self.cache.seqlens.view(1, 1).long() + depths.to(self.device).long()
-        return self._run(ids, positions, tree_mask.to(self.device, torch.bool))
+        return self._run(ids, positions, tree_mask.to(self.device))  # bool, or float read as > 0.5 (_forward)
 
     def commit(self, accept_index: torch.Tensor, accept_len: torch.Tensor, accept_len_host: int) -> None:
         self._require_batch1()
@@ -904,8 +926,10 @@ class LlamaTarget(TargetModel):
     def verify_rows(self, tokens: torch.Tensor, depths: torch.Tensor, tree_mask: torch.Tensor,
                     kv_limit: int | None = None):
         """:meth:`verify` of every slot at once, without device reads or its own CUDA graph (the caller captures
-        the whole step): ``tokens [B, S]``, ``depths [B, S]``, ``tree_mask [B, S, S]`` bool (``B = batch_size``;
-        sequences with smaller trees pad theirs with rows no real row sees), written at rows
+        the whole step): ``tokens [B, S]``, ``depths [B, S]``, ``tree_mask [B, S, S]`` bool, or float with cells
+        ``> 0.5`` true (``B = batch_size``; sequences with smaller trees pad theirs with rows no real row sees; a
+        drafter's float mask ``tree.tree_mask[:, 0]`` is read as it is by the fused forward, with no conversion
+        launch in the step), written at rows
         ``seqlens[b] + j`` and not committed. Returns ``(logits [B, S, V], features [B, S, W] or None)``.
 
         ``kv_limit``: an upper bound on the rows the step reads in any slot (an exact shortcut of the eager CPU

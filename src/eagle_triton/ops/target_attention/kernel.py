@@ -71,6 +71,16 @@ def _block_update(acc, m_i, l_i, q, k, v, vis, qk_scale, PRECISION: tl.constexpr
 
 
 @triton.jit
+def _mask_true(m, MASK_FLOAT: tl.constexpr):
+    """Which loaded tree-mask cells are true: a bool mask's bytes ``!= 0``, a float mask's values ``> 0.5`` (compared
+    in fp32: exact for every float dtype, and right under the interpreter, whose bf16 arithmetic is not)."""
+    if MASK_FLOAT:
+        return m.to(tl.float32) > 0.5
+    else:
+        return m != 0
+
+
+@triton.jit
 def _cache_index(slots_ptr, b, b64, NB, HAS_SLOTS: tl.constexpr):
     """Cache batch index of query sequence ``b`` and its int64: ``slots[b]`` clamped to ``[0, NB)`` (no read leaves
     the cache, whatever the device holds), or ``b`` itself without slots (then ``(b, b64)`` unchanged)."""
@@ -222,10 +232,11 @@ def _tree_kernel(
     HEAD_DIM: tl.constexpr, GROUP: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_S: tl.constexpr,
     SPLIT_BLOCKS: tl.constexpr, PRECISION: tl.constexpr, TT: tl.constexpr = 1, HAS_SLOTS: tl.constexpr = False,
-    PDL: tl.constexpr = False,
+    PDL: tl.constexpr = False, MASK_FLOAT: tl.constexpr = False,
 ):
     """Blocks from ``L // BLOCK_N`` to each row's own position, ``TT`` tokens per program; grid
-    ``(cdiv(S, TT), B * Hkv)``.
+    ``(cdiv(S, TT), B * Hkv)``. ``MASK_FLOAT``: ``mask_ptr`` points at a float mask whose cells ``> 0.5`` are true
+    (the drafter's own buffer, read as it is), else at a bool mask's bytes.
 
     Slot of position ``p``: cache row ``p`` if ``p < L``, else tree row ``L + anc[p - L]`` where ``anc[d]`` is the
     index of the ``d``-th true column of ``tree_mask[b, i]``. Token ``t`` of the program owns tile rows
@@ -261,7 +272,7 @@ def _tree_kernel(
     # each row's position (its token's visible tree rows) and one past its last block
     mrows = tl.load(m_base + tok[:, None] * stride_mi + offs_s[None, :] * stride_mj,
                     mask=row_ok[:, None] & (offs_s < S)[None, :], other=0)
-    pos_r = L + tl.sum((mrows != 0).to(tl.int32), 1) - 1
+    pos_r = L + tl.sum(_mask_true(mrows, MASK_FLOAT).to(tl.int32), 1) - 1
     j_lo = L // BLOCK_N
     # one past the row's last block (pos >= -1: no negative division); at least block j_lo, so that a row seeing
     # no tree row still ends in this kernel (its keys in j_lo are all masked: the state is unchanged)
@@ -297,7 +308,7 @@ def _tree_kernel(
         for t in tl.static_range(TT):
             i = pid_t * TT + t
             mrow = tl.load(m_base + i * stride_mi + offs_s * stride_mj, mask=offs_s < tl.where(i < S, S, 0), other=0)
-            mrow = (mrow != 0).to(tl.int32)
+            mrow = _mask_true(mrow, MASK_FLOAT).to(tl.int32)
             rank = tl.cumsum(mrow, 0) - 1  # depth of each visible tree column
             pos = L + tl.sum(mrow, 0) - 1
             hit = (mrow[None, :] != 0) & (rank[None, :] == depth[:, None])  # [BLOCK_N, BLOCK_S]: the ancestor

@@ -31,6 +31,7 @@ __all__ = ["target_attention", "TargetAttentionConfig", "target_attention_config
 
 _FLOATS = (torch.float16, torch.bfloat16, torch.float32)
 _INTS = (torch.int32, torch.int64)
+_MASKS = (torch.bool, *_FLOATS)  # a float mask's cells > 0.5 are true (the drafters' float trees, read as they are)
 
 
 @dataclass(frozen=True)
@@ -104,7 +105,7 @@ def _check(q, k_cache, v_cache, cache_seqlens, tree_mask, softmax_scale, cache_s
             raise ValueError("k_cache must hold at least one slot (NB >= 1) with cache_slots")
     check_tensor("cache_seqlens", cache_seqlens, shape=(k_cache.shape[0],), dtypes=_INTS, device=dev)
     if tree_mask is not None:
-        check_tensor("tree_mask", tree_mask, shape=(B, S, S), dtypes=(torch.bool,), device=dev)
+        check_tensor("tree_mask", tree_mask, shape=(B, S, S), dtypes=_MASKS, device=dev)
     if S < 1:
         raise ValueError("q must hold at least one query row (S >= 1)")
     if S > k_cache.shape[1]:
@@ -145,7 +146,9 @@ def target_attention(
         whole cache ``[NB, Lmax, Hkv, D]``.
     cache_seqlens : Tensor ``[B]`` (``[NB]`` with ``cache_slots``) int32/int64: committed length ``L_b`` of each
         cache index; ``L_b + S <= Lmax``.
-    tree_mask : Tensor ``[B, S, S]`` bool, or None for causal.
+    tree_mask : Tensor ``[B, S, S]`` bool, or None for causal. A float tensor (fp16/bf16/fp32, any strides: e.g.
+        ``tree.tree_mask[:, 0]`` of a drafter's ``[B, 1, S, S]`` float ancestor mask) is read as it is, its cells
+        ``> 0.5`` true: the same rows as ``tree_mask > 0.5``, without a conversion launch.
     softmax_scale : float > 0, default ``1 / sqrt(D)``.
     validate : bool. Check the lengths (and slots) on the host (a device sync) when no CUDA graph is being captured.
     cache_slots : Tensor ``[B]`` int32 or None: query sequence ``b`` reads the keys and the length of cache batch
@@ -221,7 +224,9 @@ def target_attention(
             S, Hq, Lmax, nsplit, qk_scale, NB, CAUSAL=causal, **common, **opts,
         )
     if not causal:
-        mask, ms, block_s = tree_mask.view(torch.uint8), tree_mask.stride(), max(2, next_power_of_2(S))
+        mask_float = tree_mask.is_floating_point()
+        mask = tree_mask if mask_float else tree_mask.view(torch.uint8)
+        ms, block_s = tree_mask.stride(), max(2, next_power_of_2(S))
         # measured gain at heads of 128 only (see GPU_CONFIG); SmolLM2's 64-wide heads fit more programs per SM
         tt = cfg.tree_tokens if config is not None or (D >= 128 and B * S * Hkv > 2 * num_sms(dev)) else 1
         tt = min(tt, S)  # a program's token loop is unrolled: no iterations for tokens past the tree
@@ -232,7 +237,7 @@ def target_attention(
             v_cache.stride(0), v_cache.stride(1), v_cache.stride(2),
             ms[0], ms[1], ms[2],
             out.stride(0), out.stride(1), out.stride(2),
-            S, Hq, Lmax, nsplit, qk_scale, NB, BLOCK_S=block_s, TT=tt, **common,
+            S, Hq, Lmax, nsplit, qk_scale, NB, BLOCK_S=block_s, TT=tt, MASK_FLOAT=mask_float, **common,
             **dict(opts, num_stages=cfg.tree_stages),
         )
     elif not skip_combine:  # causal rows of several splits (a context longer than one split): merged here
@@ -277,12 +282,15 @@ def _aot_specs():
             sig.update(ptrs)
             sig.update({k: "constexpr" for k in const})
             specs.append((_shared_kernel, sig, const, {**opts, "div16": _div16(_shared_kernel)}))
-        sig = {n: "i32" for n in _tree_kernel.arg_names}
-        const = dict(common, BLOCK_S=64, TT=cfg.tree_tokens)
-        sig.update(ptrs)
-        sig["mask_ptr"] = "*u8"
-        sig.update({k: "constexpr" for k in const})
-        specs.append((_tree_kernel, sig, const, {**opts, "num_stages": cfg.tree_stages, "div16": _div16(_tree_kernel)}))
+        # the bool mask's bytes; in bf16 also the drafters' fp32 mask read as it is (the engine's verify)
+        for mask_dt in (("u8", "fp32") if dt == "bf16" else ("u8",)):
+            sig = {n: "i32" for n in _tree_kernel.arg_names}
+            const = dict(common, BLOCK_S=64, TT=cfg.tree_tokens, MASK_FLOAT=mask_dt != "u8")
+            sig.update(ptrs)
+            sig["mask_ptr"] = f"*{mask_dt}"
+            sig.update({k: "constexpr" for k in const})
+            specs.append((_tree_kernel, sig, const,
+                          {**opts, "num_stages": cfg.tree_stages, "div16": _div16(_tree_kernel)}))
         sig = {n: "i32" for n in _combine_kernel.arg_names}
         sig.update({"seqlens_ptr": "*i32", "slots_ptr": "*i32", "acc_ptr": "*fp32", "ml_ptr": "*fp32",
                     "o_ptr": f"*{dt}", "qk_scale": "fp32"})

@@ -14,6 +14,13 @@ from ..attention.reference import tree_attention_ref
 __all__ = ["target_attention_ref", "key_positions_ref"]
 
 
+def _as_bool_mask(tree_mask: torch.Tensor | None) -> torch.Tensor | None:
+    """The bool mask a tree mask stands for: a float mask's cells ``> 0.5`` are true (the op reads it as it is)."""
+    if tree_mask is not None and tree_mask.is_floating_point():
+        return tree_mask > 0.5
+    return tree_mask
+
+
 def target_attention_ref(
     q: torch.Tensor,
     k_cache: torch.Tensor,
@@ -27,11 +34,13 @@ def target_attention_ref(
     """Reference of :func:`~eagle_triton.ops.target_attention.target_attention` (same contract; fp32 math).
 
     Query ``i`` of sequence ``b`` sees cache rows ``[0, L_b)`` and new rows ``L_b + j`` with ``tree_mask[b, i, j]``
-    (``j <= i`` when ``tree_mask`` is None); a row that sees nothing gets zeros. With ``cache_slots`` ``[B]``,
+    (``j <= i`` when ``tree_mask`` is None; a float mask's cells ``> 0.5`` are true); a row that sees nothing gets
+    zeros. With ``cache_slots`` ``[B]``,
     sequence ``b`` reads the rows and the length of cache batch index ``cache_slots[b]`` of the whole cache. No host
     sync (``validate`` is accepted for signature parity and ignored).
     """
     del validate
+    tree_mask = _as_bool_mask(tree_mask)
     if cache_slots is not None:  # gather the slots' views: the plain contract on them
         idx = cache_slots.to(k_cache.device).long()
         k_cache, v_cache, cache_seqlens = k_cache[idx], v_cache[idx], cache_seqlens.to(idx.device)[idx]
@@ -45,6 +54,7 @@ def key_positions_ref(cache_seqlens: torch.Tensor, tree_mask: torch.Tensor | Non
     ``L + anc[i, d]``, where ``anc[i, d]`` is the ``d``-th true column of ``tree_mask[b, i]`` (``d``-th column
     ``<= i`` in causal mode, i.e. ``i`` itself at ``d = i``). The kernels reduce keys in exactly this order.
     """
+    tree_mask = _as_bool_mask(tree_mask)
     lens = cache_seqlens.long()
     B = lens.shape[0]
     dev = lens.device
