@@ -445,17 +445,24 @@ def session15_entries() -> list[dict]:
     ]
 
 
-def engine_parts_source() -> str | None:
-    """The issue-18 engine result file, relative to bench/results/: ENGINE_PARTS_SOURCE, else the newest committed
-    bench_engine.json with parts; None while there is none."""
-    if ENGINE_PARTS_SOURCE:
-        return ENGINE_PARTS_SOURCE
-    found = []
+ENGINE_TABLES = ("smollm2", "llama8b")  # the parts of bench_engine.json that each print a README table
+
+
+def engine_parts_sources() -> dict[str, str]:
+    """The issue-18 engine result file of each part ("smollm2", "llama8b"), relative to bench/results/:
+    ENGINE_PARTS_SOURCE for every part, else the newest committed bench_engine.json holding that part."""
+    newest: dict[str, tuple[str, str]] = {}
     for path in (ROOT / RESULTS).glob("*/bench_engine.json"):
         doc = json.loads(path.read_text())
-        if doc.get("benchmark") == "bench_engine" and "parts" in doc:
-            found.append((doc["date"], path.relative_to(ROOT / RESULTS).as_posix()))
-    return max(found)[1] if found else None
+        if doc.get("benchmark") != "bench_engine" or "parts" not in doc:
+            continue
+        rel = path.relative_to(ROOT / RESULTS).as_posix()
+        for part in set(doc["parts"]) & set(ENGINE_TABLES):
+            if ENGINE_PARTS_SOURCE:
+                newest[part] = ("", ENGINE_PARTS_SOURCE)
+            elif part not in newest or doc["date"] > newest[part][0]:
+                newest[part] = (doc["date"], rel)
+    return {part: src for part, (_, src) in newest.items()}
 
 
 def _adding_commit(path: Path) -> str | None:
@@ -473,24 +480,26 @@ def engine_parts_entries() -> list[dict]:
     issue 18's spec_step_8b_60_7_10 (with its floor), drafter_in_step_8b (when the engine timed the draft phase),
     smollm2_spec_tok_s (baseline: our plain decoding), smollm2_spec_speedup, smollm2_best_tree and
     projected_8b_tok_s_tau6 (a projection), and the other cells of those tables."""
-    source = engine_parts_source()
-    if source is None:
-        return []
     sys.path.insert(0, str(ROOT / "bench"))
     from engine_table import figures
 
-    doc = json.loads((ROOT / RESULTS / source).read_text())
-    measured = (doc["versions"].get("git_commit") or "")[:7]
-    commit = _adding_commit(ROOT / RESULTS / source) or measured
-    note = f"commit: the commit that added the source; the code measured is {measured}" if measured != commit else None
     out = []
-    for f in figures(doc):
-        ref = (f["ref_path"], f["ref_kind"]) if "ref_kind" in f else (None, None)
-        e = entry(f["name"], f["unit"], source, f["path"], f["decimals"], doc["versions"]["device_name"], commit,
-                  f["readme"], *ref, "; ".join(x for x in (f.get("note"), note) if x) or None, date=doc["date"][:10])
-        if f.get("projection"):
-            e["projection"] = True
-        out.append(e)
+    for part, source in sorted(engine_parts_sources().items()):
+        doc = json.loads((ROOT / RESULTS / source).read_text())
+        measured = (doc["versions"].get("git_commit") or "")[:7]
+        commit = _adding_commit(ROOT / RESULTS / source) or measured
+        note = (f"commit: the commit that added the source; the code measured is {measured}" if measured != commit
+                else None)
+        # this table's part and the parts it reads (transformers' generate beside SmolLM2), not the other table's
+        parts = {k: v for k, v in doc["parts"].items() if k == part or k not in ENGINE_TABLES}
+        for f in figures({**doc, "parts": parts}):
+            ref = (f["ref_path"], f["ref_kind"]) if "ref_kind" in f else (None, None)
+            e = entry(f["name"], f["unit"], source, f["path"], f["decimals"], doc["versions"]["device_name"],
+                      commit, f["readme"], *ref, "; ".join(x for x in (f.get("note"), note) if x) or None,
+                      date=doc["date"][:10])
+            if f.get("projection"):
+                e["projection"] = True
+            out.append(e)
     return out
 
 

@@ -187,7 +187,8 @@ def test_headline_entries_from_a_committed_result(run, tmp_path, monkeypatch):
     (results / "gpu_y").mkdir()
     (results / "gpu_y" / "bench_engine.json").write_text('{"benchmark": "bench_engine", "runs": []}')  # schema 1
     monkeypatch.setattr(make_headline, "ROOT", tmp_path)
-    assert make_headline.engine_parts_source() == "gpu_x/bench_engine.json"
+    both = {"smollm2": "gpu_x/bench_engine.json", "llama8b": "gpu_x/bench_engine.json"}
+    assert make_headline.engine_parts_sources() == both
     entries = {e["name"]: e for e in make_headline.engine_parts_entries()}
     for name in ("spec_step_8b_60_7_10", "drafter_in_step_8b", "smollm2_spec_tok_s", "smollm2_spec_speedup",
                  "smollm2_best_tree", "projected_8b_tok_s_tau6"):
@@ -198,8 +199,17 @@ def test_headline_entries_from_a_committed_result(run, tmp_path, monkeypatch):
     assert entries["projected_8b_tok_s_tau6"]["projection"] is True
     assert entries["smollm2_spec_tok_s"]["source"] == "bench/results/gpu_x/bench_engine.json"
     assert entries["smollm2_spec_tok_s"]["commit"] == doc["versions"]["git_commit"][:7]
-    (results / "gpu_x" / "bench_engine.json").unlink()
-    assert make_headline.engine_parts_source() is None and make_headline.engine_parts_entries() == []
+    # a newer run of one part only: that part's figures come from it, the other part's from the older run
+    newer = {**doc, "date": "2999-01-01T00:00:00+00:00", "parts": {"smollm2": doc["parts"]["smollm2"]}}
+    (results / "gpu_z").mkdir()
+    (results / "gpu_z" / "bench_engine.json").write_text(json.dumps(newer))
+    assert make_headline.engine_parts_sources() == {**both, "smollm2": "gpu_z/bench_engine.json"}
+    entries = {e["name"]: e for e in make_headline.engine_parts_entries()}
+    assert entries["smollm2_spec_tok_s"]["source"] == "bench/results/gpu_z/bench_engine.json"
+    assert entries["spec_step_8b_60_7_10"]["source"] == "bench/results/gpu_x/bench_engine.json"
+    for name in ("gpu_x", "gpu_z"):
+        (results / name / "bench_engine.json").unlink()
+    assert make_headline.engine_parts_sources() == {} and make_headline.engine_parts_entries() == []
 
 
 def test_write_default_tree_from_a_result(run, models, tmp_path, monkeypatch):
