@@ -11,7 +11,8 @@ do), 8 warps, and times the conversion variants against the bf16 product:
   fraction of the ALU rate);
 - ``fp8-bits``: e4m3 weights converted with integer operations (``prmt``/``shr``/``and``/``lop3``: the byte's sign,
   exponent and mantissa moved into bf16's fields) and one ``mul.bf16x2`` by 2^120 (the exponent bias difference;
-  exact, subnormals included);
+  exact, subnormals included): the fused drafter's ``_wcast`` (this probe first held its own copy of the PTX,
+  session 15's ``fp8_convert.json`` was measured with it);
 - ``fp8-f16``: e4m3 -> fp16 (one ``cvt.rn.f16x2.e4m3x2`` per pair) with the activations cast to fp16 (fp16
   products; not what the drafter computes, timed only to see the conversion's cost).
 
@@ -34,28 +35,12 @@ import torch
 import triton
 import triton.language as tl
 
-# e4m3 byte -> bf16 bits, two bytes per 32-bit word: [b1 b0] -> lanes (b0 << 8, b1 << 24), then per lane
-# sign | (magnitude << 4), i.e. bf16 with exponent field e (bias 127 instead of 7) and mantissa m, then x 2^120
-_E4M3_TO_BF16_ASM = tl.constexpr("""{
-.reg .b32 lo, hi, s, u, t, sc;
-mov.b32 sc, 0x7B807B80;
-prmt.b32 lo, $2, 0, 0x1404;
-prmt.b32 hi, $2, 0, 0x3424;
-shr.b32 s, lo, 4;
-and.b32 u, lo, 0x80008000;
-lop3.b32 t, s, 0x07F007F0, u, 0xEA;
-mul.rn.bf16x2 $0, t, sc;
-shr.b32 s, hi, 4;
-and.b32 u, hi, 0x80008000;
-lop3.b32 t, s, 0x07F007F0, u, 0xEA;
-mul.rn.bf16x2 $1, t, sc;
-}""")
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "src"))
 
+from weight_layout import timed  # noqa: E402
 
-@triton.jit
-def _e4m3_to_bf16_bits(w):
-    return tl.inline_asm_elementwise(_E4M3_TO_BF16_ASM, "=r,=r,r", [w.to(tl.uint8, bitcast=True)],
-                                     dtype=tl.bfloat16, is_pure=True, pack=4)
+from eagle_triton.fused.kernel import _wcast  # noqa: E402  (the drafter's own conversion: integer operations)
 
 
 @triton.jit
@@ -81,24 +66,10 @@ def stream_kernel(X, W, Y, M, N: tl.constexpr, K: tl.constexpr, BM: tl.constexpr
             elif MODE == 1:
                 acc = tl.dot(x, tl.trans(w.to(x.dtype)), acc)
             elif MODE == 2:
-                acc = tl.dot(x, tl.trans(_e4m3_to_bf16_bits(w)), acc)
+                acc = tl.dot(x, tl.trans(_wcast(w, tl.bfloat16)), acc)
             else:
                 acc = tl.dot(x.to(tl.float16), tl.trans(w.to(tl.float16)), acc)
         tl.store(Y + offm[:, None] * N + t * BN + offn[None, :], acc, mask=rok[:, None])
-
-
-def timed(fn, reps=30):
-    fn()
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(reps):
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        fn()
-        b.record()
-        b.synchronize()
-        times.append(a.elapsed_time(b))
-    return sorted(times)[len(times) // 2]
 
 
 def main(argv=None) -> int:
