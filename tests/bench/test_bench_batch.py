@@ -1,6 +1,8 @@
 """bench/bench_batch.py --smoke on the CPU (a tiny random model built in code, the stub drafter, for both parts): the
 JSON, the PNG, the headline figures and the README table it writes."""
 
+import contextlib
+import io
 import json
 import sys
 from pathlib import Path
@@ -13,10 +15,22 @@ sys.path.insert(0, str(ROOT / "bench"))
 import bench_batch  # noqa: E402
 
 
-def test_smoke_run_writes_json_png_headline_and_table(tmp_path, capsys):
-    assert bench_batch.main(["--smoke", "--out", str(tmp_path)]) == 0
-    doc = json.loads((tmp_path / "bench_batch.json").read_text())
-    assert (tmp_path / "bench_batch.png").stat().st_size > 0
+@pytest.fixture(scope="module")
+def smoke(tmp_path_factory):
+    """One ``--smoke`` run for the module (its output folder laid out as a committed result set, for
+    ``make_headline``): ``(root, out folder, what it printed)``."""
+    root = tmp_path_factory.mktemp("smoke")
+    out = root / "bench" / "results" / "set"
+    printed = io.StringIO()
+    with contextlib.redirect_stdout(printed):
+        assert bench_batch.main(["--smoke", "--out", str(out)]) == 0
+    return root, out, printed.getvalue()
+
+
+def test_smoke_run_writes_json_png_headline_and_table(smoke):
+    _, out, printed = smoke
+    doc = json.loads((out / "bench_batch.json").read_text())
+    assert (out / "bench_batch.png").stat().st_size > 0
     assert doc["benchmark"] == "bench_batch" and doc["smoke"] is True
     a = doc["parts"]["smollm2"]
     assert [r["batch"] for r in a["runs"]] == [1, 2, 4] and a["num_prompts"] == 6
@@ -37,10 +51,27 @@ def test_smoke_run_writes_json_png_headline_and_table(tmp_path, capsys):
         assert r["projection"] is True and r["projected_tok_s"]["3"] == run["batch"] * 3e3 / r["step_ms"]
     assert a["batch_trees_option"] == ",".join(f"{r['batch']}={r['best_tree']}" for r in a["runs"])
     assert set(doc["headline"]) == {"smollm2_spec_speedup_b1", "smollm2_spec_speedup_b2", "smollm2_spec_speedup_b4"}
-    printed = capsys.readouterr().out
     table = bench_batch.table(doc)
     assert table in printed and len(table.splitlines()) == 2 + 3
     assert f"{a['runs'][2]['spec_speedup']:.2f}x" in table.splitlines()[-1]
+
+
+def test_headline_entries_quote_the_table_rows(smoke, monkeypatch):
+    """make_headline.batch_entries on a (smoke) result file posing as a committed one: one speed-up per batch size,
+    each its file's number, quoted by its table row."""
+    import make_headline
+
+    root, out, _ = smoke
+    monkeypatch.setattr(make_headline, "ROOT", root)
+    monkeypatch.setattr(make_headline, "BATCH_SOURCE", "set/bench_batch.json")
+    monkeypatch.setattr(make_headline, "_adding_commit", lambda path: "abc1234")
+    entries = make_headline.batch_entries()
+    doc = json.loads((out / "bench_batch.json").read_text())
+    assert [e["name"] for e in entries] == [f"smollm2_spec_speedup_b{b}" for b in (1, 2, 4)]
+    for e, run in zip(entries, doc["parts"]["smollm2"]["runs"], strict=True):
+        assert e["value"] == round(run["spec_speedup"], 2) and e["commit"] == "abc1234"
+        (where,) = e["readme"]
+        assert where["text"] == bench_batch.table_row(run) and where["printed"] + "x" in where["text"]
 
 
 def test_batches_beyond_the_buckets_are_refused():
@@ -48,24 +79,6 @@ def test_batches_beyond_the_buckets_are_refused():
 
     with pytest.raises(ValueError, match="beyond the largest batch bucket"):
         bench_batch.parse_batches("4,32")
-
-
-def test_headline_entries_quote_the_table_rows(tmp_path, monkeypatch):
-    """make_headline.batch_entries on a (smoke) result file posing as a committed one: one speed-up per batch size,
-    each its file's number, quoted by its table row."""
-    import make_headline
-
-    assert bench_batch.main(["--smoke", "--out", str(tmp_path / "bench" / "results" / "set")]) == 0
-    monkeypatch.setattr(make_headline, "ROOT", tmp_path)
-    monkeypatch.setattr(make_headline, "BATCH_SOURCE", "set/bench_batch.json")
-    monkeypatch.setattr(make_headline, "_adding_commit", lambda path: "abc1234")
-    entries = make_headline.batch_entries()
-    doc = json.loads((tmp_path / "bench" / "results" / "set" / "bench_batch.json").read_text())
-    assert [e["name"] for e in entries] == [f"smollm2_spec_speedup_b{b}" for b in (1, 2, 4)]
-    for e, run in zip(entries, doc["parts"]["smollm2"]["runs"], strict=True):
-        assert e["value"] == round(run["spec_speedup"], 2) and e["commit"] == "abc1234"
-        (where,) = e["readme"]
-        assert where["text"] == bench_batch.table_row(run) and where["printed"] + "x" in where["text"]
 
 
 def test_write_batch_trees_records_the_best_tree_per_batch(tmp_path, monkeypatch):

@@ -33,12 +33,12 @@ def _head(seed=0):
 
 
 @pytest.fixture(scope="module")
-def target(smollm2):
-    return LlamaTarget.from_hf(smollm2[0])
+def target(smollm2_cached):
+    return LlamaTarget.from_hf(smollm2_cached[0])
 
 
-def test_target_taps_and_eos(smollm2, target):
-    model, tok = smollm2
+def test_target_taps_and_eos(smollm2_cached, target):
+    model, tok = smollm2_cached
     assert (target.num_layers, target.hidden_size, target.vocab_size) == (30, 576, 49152)
     assert target.eos_token_ids == [EOS]
     ids = prompt_token_ids(tok, "Hello!", True)
@@ -57,8 +57,8 @@ def test_target_taps_and_eos(smollm2, target):
 
 @pytest.mark.parametrize("prompt,tree,n", [("Write a haiku about rain.", TreeConfig(16, 3, 4), 12),
                                            ("What is the capital of France?", TreeConfig(10, 5, 2), 8)])
-def test_greedy_random_head_equals_transformers(smollm2, target, prompt, tree, n):
-    model, tok = smollm2
+def test_greedy_random_head_equals_transformers(smollm2_cached, target, prompt, tree, n):
+    model, tok = smollm2_cached
     ids = prompt_token_ids(tok, prompt, True)
     eng = EagleEngine(target, _head(), tree, max_length=512)
     spec, stats = eng.generate(input_ids=ids, max_new_tokens=n)
@@ -67,8 +67,8 @@ def test_greedy_random_head_equals_transformers(smollm2, target, prompt, tree, n
     assert stats.speculative and stats.steps >= 1
 
 
-def test_oracle_drafter_eos_inside_chunk(smollm2, target):
-    model, tok = smollm2
+def test_oracle_drafter_eos_inside_chunk(smollm2_cached, target):
+    model, tok = smollm2_cached
     ids = prompt_token_ids(tok, "Name three colors.", True)
     ref = _hf(model, ids, 40)
     assert ref[-1] == EOS and len(ref) < 40
@@ -82,10 +82,10 @@ def test_oracle_drafter_eos_inside_chunk(smollm2, target):
 
 
 @pytest.fixture
-def cli_models(smollm2, monkeypatch):
+def cli_models(smollm2_cached, monkeypatch):
     """Make the CLI reuse the session's SmolLM2 instead of loading the GGUF again (the loader itself is covered by
     the README command and bench)."""
-    model, tok = smollm2
+    model, tok = smollm2_cached
     seen = {}
 
     def fake_target(source, **kwargs):

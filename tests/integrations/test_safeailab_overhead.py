@@ -95,6 +95,18 @@ def graphs(monkeypatch):
     return made
 
 
+V = 128
+
+
+def _head(seed):
+    """A small EAGLE-3 head (vocabulary V, 2 query heads of dimension 16, GQA): what is counted here is the work
+    around the fused launch, whatever the head's size (its shapes are tests/fused/'s); a launch under the
+    interpreter costs about a third of the default random head's. Peaked (``lm_head_scale``): no near-ties
+    between the fused drafter and SafeAILab's transcription."""
+    return random_eagle3_head(hidden_size=32, intermediate_size=48, num_attention_heads=2, num_key_value_heads=1,
+                              vocab_size=V, draft_vocab_size=48, seed=seed, lm_head_scale=6.0)
+
+
 def _same_outputs(a, b):
     for x, y in zip(a, b, strict=True):
         assert x.device == y.device and x.dtype == y.dtype and torch.equal(x, y)
@@ -155,7 +167,7 @@ def test_replayed_call_does_three_copies_around_the_replay(launches, graphs):
     no fill, no allocation, no packing, no host read through torch. (Before: 22 ops on this path: 6 data ops (3
     copies, a count fill, the exact retrieve indices cloned, the mask converted), 2 host reads and 14 views.)
     Outputs and draft KV equal SafeAILab's (the transcription)."""
-    head = random_eagle3_head(seed=3, lm_head_scale=6.0)  # peaked: no near-ties between the two drafters
+    head = _head(3)  # peaked: no near-ties between the two drafters
     tc = TreeConfig(20, 3, 4)
     orig, patched = spec_standin(head, tc), spec_standin(head, tc)
     patch_ea_model_with_triton_drafter(patched, backend="triton")
@@ -164,7 +176,7 @@ def test_replayed_call_does_three_copies_around_the_replay(launches, graphs):
     impl.replay_padded = True
     g = torch.Generator().manual_seed(0)
     W = head.feature_width
-    ids = torch.randint(0, 256, (1, 8), generator=g)
+    ids = torch.randint(0, V, (1, 8), generator=g)
     feats = torch.randn(1, 7, W, generator=g)  # the prompt: the plain launch
     for model in (orig, patched):
         model.ea_layer.reset_kv()
@@ -174,7 +186,7 @@ def test_replayed_call_does_three_copies_around_the_replay(launches, graphs):
             (2, False, "replay"), (3, False, "replay")]
     for step, (rows, sampling, does) in enumerate([(7, False, "prompt"), *plan]):
         if step:
-            ids = torch.cat([ids, torch.randint(0, 256, (1, rows), generator=g)], 1)
+            ids = torch.cat([ids, torch.randint(0, V, (1, rows), generator=g)], 1)
             feats = torch.randn(1, rows, W, generator=g)
         if step == 2:  # the padded rows exist since step 1: from here on they are captured, as on CUDA
             impl._replay.cuda = True
@@ -205,16 +217,16 @@ def test_replayed_call_does_three_copies_around_the_replay(launches, graphs):
 def test_fused_draft_copies_its_outputs_unless_asked_not_to():
     """``FusedDraftBackend.draft`` returns trees that stay valid across calls; ``copy_outputs=False`` returns the
     drafter's buffers themselves (what the SafeAILab patch uses), with the same values."""
-    head = random_eagle3_head(seed=4, lm_head_scale=6.0)
+    head = _head(4)
     tc = TreeConfig(12, 2, 3)
     fused, ref = TreeDrafter(head, tc, backend="triton"), TreeDrafter(head, tc, backend="torch")
     g = torch.Generator().manual_seed(1)
-    ids = torch.randint(0, 256, (1, 6), generator=g)
+    ids = torch.randint(0, V, (1, 6), generator=g)
     feats = torch.randn(1, 5, head.feature_width, generator=g)
     kept = fused.draft(feats, ids)
     first = [getattr(kept, name).clone() for name in _TREE_FIELDS]
     ref.draft(feats, ids)
-    ids = torch.cat([ids, torch.tensor([[7, 200]])], 1)  # a new root token: the second tree differs
+    ids = torch.cat([ids, torch.tensor([[7, 100]])], 1)  # a new root token: the second tree differs
     feats = torch.randn(1, 2, head.feature_width, generator=g)
     views = fused._impl.draft(feats, ids, copy_outputs=False)
     want = ref.draft(feats, ids)
@@ -237,16 +249,16 @@ def test_padded_rows_draft_the_same_trees(sampling):
     """``draft_replayed`` (what the patch calls; on CUDA its launch is replayed from a graph): a prompt takes the
     plain launch, then steps of 1 to depth + 2 rows go through padded static buffers with the count on the device;
     every tree equals the plain launch's, and the draft KV's host length follows."""
-    head = random_eagle3_head(seed=5, lm_head_scale=6.0)
+    head = _head(5)
     tc = TreeConfig(12, 2, 3)
     fused, plain = TreeDrafter(head, tc, backend="triton"), TreeDrafter(head, tc, backend="triton")
     g = torch.Generator().manual_seed(2)
-    ids = torch.randint(0, 256, (1, 7), generator=g)
+    ids = torch.randint(0, V, (1, 7), generator=g)
     feats = torch.randn(1, 6, head.feature_width, generator=g)
     # the prompt, then steps; depth + 2 = 4 rows at most; repeated counts take the steady-state path
     for step, rows in enumerate((6, 1, 4, 2, 4)):
         if step:
-            ids = torch.cat([ids, torch.randint(0, 256, (1, rows), generator=g)], 1)
+            ids = torch.cat([ids, torch.randint(0, V, (1, rows), generator=g)], 1)
             feats = torch.randn(1, rows, head.feature_width, generator=g)
         got = fused._impl.draft_replayed(feats, ids, sampling=sampling, max_len=64, padded=True)
         want = plain._impl.draft(feats, ids, sampling=sampling)
@@ -259,7 +271,7 @@ def test_padded_rows_draft_the_same_trees(sampling):
                                                                               for e in st.entries.values())
     # a known row count whose ids disagree with the draft KV, or features of another dtype, are refused as before
     feats = torch.randn(1, 4, head.feature_width, generator=g)
-    ids = torch.cat([ids, torch.randint(0, 256, (1, 4), generator=g)], 1)
+    ids = torch.cat([ids, torch.randint(0, V, (1, 4), generator=g)], 1)
     with pytest.raises(ValueError, match="expected 3 new rows"):
         fused._impl.draft_replayed(feats, ids[:, :-1], sampling=sampling, max_len=64, padded=True)
     with pytest.raises(TypeError, match="dtype"):
