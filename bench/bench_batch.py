@@ -400,7 +400,8 @@ def main(argv=None) -> int:
                            (args.device if args.device != "auto" else "cpu"))
     doc = {"benchmark": "bench_batch", "date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
            "smoke": bool(args.smoke), "quick": bool(args.quick), "versions": {**versions(), **git_commit()},
-           "parts": {}}
+           "command": " ".join([Path(sys.executable).name, *sys.argv]) if argv is None else
+           "bench_batch.py " + " ".join(argv), "parts": {}}
     for part in parts:
         if part == "smollm2":
             doc["parts"]["smollm2"] = part_smollm2(args, dev, args.budget_a)
