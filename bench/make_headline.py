@@ -33,6 +33,7 @@ S12 = "session12_2026-11-26/"  # session 12's set (bench/results/session12_2026-
 S13 = "session13_2026-11-26/"  # session 13's set (bench/results/session13_2026-11-26/README.md)
 S14 = "session14_2026-11-27/"  # session 14's set (bench/results/session14_2026-11-27/README.md)
 S15 = "session15_2026-11-27/"  # session 15's set (bench/results/session15_2026-11-27/README.md)
+S16 = "session16_2026-11-27/"  # session 16's set (bench/results/session16_2026-11-27/README.md)
 # The engine benchmark of issue 18 (a bench_engine.json with "parts": bench/bench_engine.py since schema 2). Its README
 # tables are printed by bench/engine_table.py, and every figure they print is an entry (engine_parts_entries).
 # None: the newest such file committed under bench/results/ (by its "date"); name one ("<set>/bench_engine.json") to
@@ -445,6 +446,34 @@ def session15_entries() -> list[dict]:
     ]
 
 
+def session16_entries() -> list[dict]:
+    """Session 16's figures printed in the README's prose (SafeAILab's own eagenerate, optimized and patched, in one
+    run); they replace session 10's entries of the same names (kept in bench/results/session10b_2026-11-26/)."""
+    def s16(*a, **kw):
+        return prose_entry(*a, date="2026-11-27", **kw)
+
+    head = ["results", "headline"]
+    safe = S16 + "bench_safeailab.json"
+    commit = _adding_commit(ROOT / RESULTS / safe) or "uncommitted"
+    measured = "bench/bench_safeailab.py, SafeAILab EAGLE cb7e084; code 69d7512"
+    return [
+        s16("safeailab_8b_step_unpatched", "ms", safe, head + ["safeailab_8b_step_unpatched"], 1, commit,
+            "55.8 ms unpatched", "55.8", measured),
+        s16("safeailab_8b_step_drafter_patched", "ms", safe, head + ["safeailab_8b_step_drafter_patched"], 1, commit,
+            "37.5 ms with the drafter patch", "37.5", measured),
+        s16("safeailab_8b_step_optimized", "ms", safe, head + ["safeailab_8b_step_optimized"], 2, commit,
+            "8.85 ms after `optimize_eagle_with_triton`", "8.85",
+            measured + "; our engine's step in the same run is spec_step_8b_60_7_10_safeailab_run (ratio 1.01)"),
+        s16("safeailab_8b_topk_call_unpatched", "ms", safe, head + ["safeailab_8b_topk_call_unpatched"], 1, commit,
+            "2.58 ms per call (18.5 ms unpatched)", "18.5", measured),
+        s16("safeailab_8b_topk_call_patched", "ms", safe, head + ["safeailab_8b_topk_call_patched"], 2, commit,
+            "`topK_genrate` with the drafter patch: 2.58 ms", "2.58", measured),
+        s16("spec_step_8b_60_7_10_safeailab_run", "ms", safe, head + ["spec_step_8b_60_7_10"], 2, commit,
+            "own speculative step at that shape in the same run, 8.75 ms", "8.75",
+            measured + "; spec_step_8b_60_7_10 is the engine benchmark's"),
+    ]
+
+
 ENGINE_TABLES = ("smollm2", "llama8b")  # the parts of bench_engine.json that each print a README table
 
 
@@ -566,7 +595,7 @@ def main() -> None:
                     "checks all of it). Written by bench/make_headline.py.",
            "entries": _latest(drafter_entries() + engine_entries() + session7_entries() + session8_entries()
                               + session9_entries() + session10_entries() + session12_entries()
-                              + session13_entries() + session14_entries() + session15_entries()
+                              + session13_entries() + session14_entries() + session15_entries() + session16_entries()
                               + engine_parts_entries()
                               + batch_entries())}
     path = ROOT / RESULTS / "headline.json"
