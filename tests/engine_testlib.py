@@ -108,9 +108,12 @@ class OracleRowsDrafter(OracleDrafter):
     def reserve(self, max_len: int, max_new_rows: int) -> None:
         pass
 
+    def start_rows(self, slot: int, features, new_ids: torch.Tensor) -> None:
+        """A generation starts: the prompt's rows but the last (``prompt[1:-1]``'s tokens); the first draft gets
+        the last row (the root)."""
+        self._seq = self.sequence[:1] + new_ids.tolist()
+
     def draft_rows(self, features, new_ids, num_new=None, sampling: bool = False) -> DraftTree:
         n = new_ids.shape[1] if num_new is None else int(num_new[0])
-        if self._seq is None:  # the first draft gets the prompt's rows: prompt[1:] + root
-            self._seq = self.sequence[:1]
         self._seq += new_ids[0, :n].tolist()
         return self.draft(features, torch.tensor([self._seq], device=new_ids.device), sampling)

@@ -12,7 +12,7 @@ Parts:
 - ``prefill``: the target's prefill of one prompt per length (host and device ms; ``--profile``: its kernels).
 - ``job``: a continuous-batching job like the benchmark's (64 prompts of random length, per-sequence caps standing
   in for EOS), run three times: cold, warm, and warm with the host timing its parts (synchronising around each:
-  CUDA graph captures, prefills, bucket moves, eager prompt drafts), so the whole-job time can be split.
+  CUDA graph captures, prefills, bucket moves, the prompts' draft-KV rows), so the whole-job time can be split.
 """
 
 from __future__ import annotations
@@ -79,8 +79,10 @@ def part_drafter(args) -> list[dict]:
 
 
 def part_promptdraft(args) -> list[dict]:
-    """The engine's eager prompt draft (``draft_rows`` over a batch whose slots ingest prompts), timed alone, as
-    ``generate_batch`` sets the drafter up (room for ``max_new_rows`` = 1024 rows per draft), per batch and rows."""
+    """A prompt's way into the drafter at the SmolLM2 head shape, per batch and prompt rows: one eager draft over
+    every slot's rows (``draft_rows`` with the prompts' row counts: how ``generate_batch`` ingested prompts before
+    ``start_rows``), against ``start_rows`` of one slot's rows but the last (what it does now; its first draft is
+    then a step's one-row draft). Median of ``do_bench`` (host and device)."""
     import bench_fused_drafter as bfd
     from triton.testing import do_bench
 
@@ -89,26 +91,31 @@ def part_promptdraft(args) -> list[dict]:
     head = bfd.make_head("smollm2-135m", False)
     tc = TreeConfig(16, 3, 4)
     rows = []
-    for B, S, room in [(16, 250, 1024), (16, 250, 256), (16, 64, 1024), (16, 16, 1024), (8, 250, 1024),
-                       (4, 250, 1024), (1, 250, 1024)]:
+    for B, S in [(16, 250), (16, 64), (8, 250), (8, 100), (1, 250)]:
         d = TreeDrafter(head, tc, backend="triton")
         d.reset()
-        d.reserve(1200, room, batch=B)
+        d.reserve(1200, S, batch=B)
         g = torch.Generator(device="cuda").manual_seed(0)
         feats = torch.randn(B, S, head.feature_width, device="cuda", dtype=head.dtype, generator=g)
         ids = torch.randint(0, head.config.vocab_size, (B, S), device="cuda", generator=g)
         num = torch.randint(1, S + 1, (B,), device="cuda", generator=g).to(torch.int32)
         zero = torch.zeros(B, dtype=torch.int32, device="cuda")
 
-        def fn(d=d, feats=feats, ids=ids, num=num, zero=zero):
+        def eager(d=d, feats=feats, ids=ids, num=num, zero=zero):
             d.forget_rows(zero)
             d.draft_rows(feats, ids, num)
 
-        fn()
-        torch.cuda.synchronize()
-        ms = do_bench(fn, warmup=5, rep=100, return_mode="median")
-        rows.append({"batch": B, "rows": S, "max_new_rows": room, "ms": ms})
-        print(f"prompt draft b{B} x {S} rows (room {room}): {ms:.3f} ms", flush=True)
+        def start(d=d, f=feats[0, :S - 1], i=ids[0, :S - 1]):
+            d.start_rows(0, f, i)
+
+        r = {"batch": B, "rows": S}
+        for name, fn in (("eager_draft_ms", eager), ("start_rows_ms", start)):
+            fn()
+            torch.cuda.synchronize()
+            r[name] = do_bench(fn, warmup=5, rep=100, return_mode="median")
+        rows.append(r)
+        print(f"prompt b{B} x {S} rows: eager draft {r['eager_draft_ms']:.3f} ms, start_rows "
+              f"{r['start_rows_ms']:.3f} ms", flush=True)
         del d
         torch.cuda.empty_cache()
     return rows
@@ -250,8 +257,8 @@ def part_job(args, engines) -> list[dict]:
             tm = _Timers()
             undo = [(target_mod.LlamaTarget, "prefill", tm.wrap(target_mod.LlamaTarget, "prefill", "prefill")),
                     (target_mod.LlamaTarget, "keep_slots", tm.wrap(target_mod.LlamaTarget, "keep_slots", "move")),
-                    (batch_mod.BatchStepRunner, "_draft_with_prompts",
-                     tm.wrap(batch_mod.BatchStepRunner, "_draft_with_prompts", "prompt_draft")),
+                    (batch_mod.BatchStepRunner, "_start_draft",
+                     tm.wrap(batch_mod.BatchStepRunner, "_start_draft", "prompt_kv")),
                     (engine_mod.EagleEngine, "_batch_runner",
                      tm.wrap(engine_mod.EagleEngine, "_batch_runner", "batch_runner_setup"))]
             captures = []  # host seconds from each capture's begin to its end (the capture's whole launch work)

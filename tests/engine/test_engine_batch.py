@@ -62,6 +62,9 @@ class BatchOracleDrafter:
     def keep_rows(self, rows: list[int], batch: int) -> None:
         self.hist = [self.hist[r] for r in rows] + [[] for _ in range(batch - len(rows))]
 
+    def start_rows(self, slot: int, features, new_ids: torch.Tensor) -> None:
+        self.hist[slot] = new_ids.tolist()
+
     def draft_rows(self, features, new_ids, num_new=None, sampling: bool = False):
         trees = []
         for b in range(new_ids.shape[0]):

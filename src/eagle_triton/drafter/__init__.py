@@ -107,6 +107,17 @@ class TreeDrafter:
         if hasattr(self._impl, "forget_rows"):
             self._impl.forget_rows(keep)
 
+    def start_rows(self, slot: int, features: torch.Tensor | None, new_ids: torch.Tensor) -> None:
+        """Start sequence ``slot``'s draft KV with rows ``features [N, W]`` (``new_ids [N]``: the token after each
+        row), its length becoming ``N``: the prompt's rows before its last, which a draft keeps only as K/V (device
+        work only; after :meth:`reserve`). The sequence's first :meth:`draft_rows` then ingests the last row like
+        any later draft. A back end without draft KV (``"stub"``) has nothing to keep."""
+        if hasattr(self._impl, "start_rows"):
+            self._impl.start_rows(slot, features, new_ids)
+        elif not self.drafts_rows:
+            raise ValueError(f"the {self.backend!r} drafter back end drafts from host-known lengths only: start_rows "
+                             "needs a back end with drafts_rows (the fused 'triton' one, 'stub')")
+
     def keep_rows(self, rows: list[int], batch: int) -> None:
         """Keep only the draft KV of sequences ``rows`` (in that order) in room for ``batch`` sequences (a batch
         moving its last sequences to a smaller batch). A back end without draft KV (``"stub"``) keeps nothing."""
@@ -123,7 +134,7 @@ class TreeDrafter:
         The tree's tensors are views of the back end's own output buffers, the same ones at every call until its
         buffers are reallocated (:meth:`reserve`, a batch moving buckets): the engine's CUDA graph of the rest of a
         step reads the tree at the addresses it was captured with, also after a draft that ran eagerly (the
-        first one of a generation, which ingests the prompt). The engine checks this contract on every step."""
+        first two of each kind, before the capture). The engine checks this contract on every step."""
         if not self.drafts_rows:
             raise ValueError(f"the {self.backend!r} drafter back end drafts from host-known lengths only: use "
                              "draft(), or a back end with drafts_rows (the fused 'triton' one, 'stub')")

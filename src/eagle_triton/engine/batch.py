@@ -104,8 +104,6 @@ class BatchStepRunner(DeviceSteps):
         self._keep = [torch.ones(B, dtype=torch.int32, device=dev).index_fill_(0, torch.tensor([b], device=dev), 0)
                       for b in range(B)]
         self._params: list[SamplingParams] = [_GREEDY] * B  # host copy of the rows' parameters: the kind of step
-        # slot -> (features, ids) of the prompt rows its next draft ingests
-        self._first: dict[int, tuple[torch.Tensor | None, torch.Tensor]] = {}
 
     # -- slots ----------------------------------------------------------------------------------------------------
     def reset(self) -> None:
@@ -115,7 +113,6 @@ class BatchStepRunner(DeviceSteps):
             self.drafter.reset()
         self.active.zero_()
         self.out.fill_(-1)
-        self._first.clear()
         self._params = [_GREEDY] * self.B
 
     def release(self, slot: int) -> None:
@@ -125,22 +122,22 @@ class BatchStepRunner(DeviceSteps):
         if self.drafter is not None:
             self.drafter.forget_rows(self._keep[slot])
         self.active[slot:slot + 1].zero_()
-        self._first.pop(slot, None)
         self._params[slot] = _GREEDY
 
     def start(self, slot: int, prompt_ids: torch.Tensor, logits: torch.Tensor, feats, params: SamplingParams,
               seed: int) -> None:
         """Begin a sequence in ``slot`` after its prefill into that slot (``prompt_ids [1, N]``, the prefill's
         last logits ``[1, V]`` and features ``[1, N, W]``): pick its first token from the slot's RNG stream seeded
-        with ``seed`` (as ``generate`` does), set the slot's sampling parameters, and queue its prompt rows for the
-        next draft. No host read: the first token comes back with the slot's next step."""
+        with ``seed`` (as ``generate`` does), set the slot's sampling parameters, and put its prompt rows but the
+        last into the slot's draft KV (the last is its next draft's input, as after any step). No host read: the
+        first token comes back with the slot's next step."""
         root = StepRunner.pick(logits, params, self.rng.manual_seed(slot, seed))
         self.first_token[slot:slot + 1].copy_(root)
         self.ids[slot, :1].copy_(root)  # plain decoding reads the pending token here
         self.sampling.set(slot, params)
         self._params[slot] = params
-        if self.speculative:  # row j pairs with token j + 1; the first draft ingests every prompt row
-            self._first[slot] = (None if feats is None else feats[0], torch.cat([prompt_ids[0, 1:], root.view(1)]))
+        if self.speculative:  # row j pairs with token j + 1
+            self._start_draft(slot, None if feats is None else feats[0], torch.cat([prompt_ids[0, 1:], root.view(1)]))
         self.active[slot:slot + 1].fill_(1)
 
     def take_from(self, other: BatchStepRunner, slots: list[int]) -> None:
@@ -158,7 +155,6 @@ class BatchStepRunner(DeviceSteps):
         self.active[n:].zero_()
         self.out.fill_(-1)
         self._params = [other._params[s] for s in slots] + [_GREEDY] * (self.B - n)
-        self._first = {j: other._first[s] for j, s in enumerate(slots) if s in other._first}
         for j in range(n, self.B):
             self.sampling.set(j, _GREEDY)
 
@@ -176,32 +172,10 @@ class BatchStepRunner(DeviceSteps):
         the output; ``kv_bound``: an upper bound on the cache rows any slot reads, for eager CPU attention)."""
         mode = self._mode()
         bound = self._step_bound(kv_bound)
-        if self._first:
-            tree = self._draft_with_prompts()
-        else:
-            tree = self._run(("draft",), lambda: self.drafter.draft_rows(self.feats, self.ids, self.num_new))
+        tree = self._run(("draft",), lambda: self.drafter.draft_rows(self.feats, self.ids, self.num_new))
         tree = self._check_tree(tree)
         self._run(("rest", mode, bound), lambda: self._verify_accept(mode, tree, bound))
         return self._pending(PendingBatch, occupants=occupants)
-
-    def _draft_with_prompts(self):
-        """One eager draft in which the slots that start a sequence ingest its prompt rows and the others their
-        accepted rows (``num_new`` per slot)."""
-        first, self._first = self._first, {}
-        B, C = self.B, self.C
-        S = max(C, max(i.shape[0] for _, i in first.values()))
-        feats = torch.zeros(B, S, self.feats.shape[-1], dtype=self.feats.dtype, device=self.device)
-        ids = torch.zeros(B, S, dtype=torch.long, device=self.device)
-        feats[:, :C].copy_(self.feats)
-        ids[:, :C].copy_(self.ids)
-        num = self.num_new.clone()
-        for slot, (f, i) in first.items():
-            n = i.shape[0]
-            if f is not None:  # a drafter without features (the stub) reads none
-                feats[slot, :n].copy_(f)
-            ids[slot, :n].copy_(i)
-            num[slot:slot + 1].fill_(n)
-        return self.drafter.draft_rows(feats, ids, num)
 
     def _verify_accept(self, mode: tuple | None, tree, kv_bound) -> None:
         """Verify every slot's tree, accept, commit, zero the idle slots' lengths, and leave the next draft's

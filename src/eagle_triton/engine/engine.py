@@ -578,8 +578,8 @@ class EagleEngine:
         if run is None:
             run = self._batch_runners[key] = BatchStepRunner(t, drafter, tree.max_levels + 1, B)
         run.reset()
-        if speculative:  # room for every accepted row of a slot, and a prompt's rows in one draft
-            drafter.reserve(cap, max(self.max_length, run.C), batch=B)
+        if speculative:  # room for every accepted row of a slot (a prompt's rows go in by start_rows)
+            drafter.reserve(cap, run.C, batch=B)
         return run
 
     def _move_to_bucket(self, run: BatchStepRunner, occupant: list, bucket: int, speculative: bool,
@@ -616,8 +616,8 @@ class EagleEngine:
             self._runners[key] = run
         if speculative:
             self.drafter.reset()
-            if run.device_paced:  # room for the prompt's rows (the first draft) and every accepted row
-                self.drafter.reserve(self._capacity, max(self.max_length, run.C))
+            if run.device_paced:  # room for every accepted row (the prompt's go in by start_rows)
+                self.drafter.reserve(self._capacity, run.C)
         return run
 
     def _setup_target(self, capacity: int, batch: int) -> None:

@@ -11,7 +11,8 @@ for Python.
 a drafter that drafts from device-counted rows, :attr:`TreeDrafter.drafts_rows`) contain no host
 synchronisation, and on CUDA each step is replayed from CUDA graphs: a speculative step from two (the draft;
 then verify forward -> accept -> KV compaction -> the next draft's inputs, reading the tree from the drafter's
-buffers, so a generation's first step, whose draft ingests the prompt, replays it too), a plain step (forward ->
+buffers; a generation's first draft is one like the others, the prompt's rows but the last being put into the
+draft KV after the prefill), a plain step (forward ->
 pick -> commit) from one. The first two runs of each graph's work are eager (the second with exactly the captured
 shapes, so every Triton kernel is compiled before the capture; a capture executes nothing, so no state needs
 saving). Other combinations (the
@@ -130,6 +131,23 @@ class DeviceSteps:
         entry[0].replay()
         return entry[1]
 
+    def _start_draft(self, slot: int, feats: torch.Tensor | None, ids: torch.Tensor) -> None:
+        """Set up ``slot``'s first draft after its prefill: ``feats [N, W]`` (``None``: a drafter that reads no
+        features) are the prompt rows' features and ``ids [N]`` the token after each (the last: the first token).
+        The rows before the last go into the draft KV as K/V only (:meth:`TreeDrafter.start_rows`); the last one is
+        the slot's next draft input, so its first draft is a step graph's like every later one (device work only)."""
+        n = ids.shape[0]
+        start = getattr(self.drafter, "start_rows", None)
+        if start is None:
+            raise TypeError(f"{type(self.drafter).__name__} drafts from device-counted rows but has no "
+                            "start_rows(slot, features, new_ids), which device-paced speculation uses to put a "
+                            "prompt's rows into the draft KV")
+        start(slot, None if feats is None else feats[:n - 1], ids[:n - 1])
+        if feats is not None:
+            self.feats[slot, :1].copy_(feats[n - 1:n])
+        self.ids[slot, :1].copy_(ids[n - 1:n])
+        self.num_new[slot:slot + 1].fill_(1)
+
     def _step_bound(self, kv_bound: int | None) -> int | None:
         """The bound on the cache rows a step reads that it is run with: eager, the engine's own (exact CPU
         attention, planned launches); under CUDA graphs, the target's bucket of it (a graph per bucket, see
@@ -197,13 +215,15 @@ class StepRunner(DeviceSteps):
         N = prompt_ids.shape[1]
         self.host_len = N
         self._first = None
+        self.ids[0, 0] = root[0]  # plain decoding reads the pending token here
         if self.speculative:
             ids = torch.cat([prompt_ids[:, 1:], root.view(1, 1)], dim=1)  # row j pairs with token j + 1
-            self._first = (feats, ids)
-            if not self.device_paced:
+            if self.device_paced:
+                self._start_draft(0, None if feats is None else feats[0], ids[0])
+            else:
+                self._first = (feats, ids)
                 self.seq = torch.cat([prompt_ids, root.view(1, 1)], dim=1)
                 self._host_feats = feats
-        self.ids[0, 0] = root[0]  # plain decoding reads the pending token here
         self.out.fill_(-1)
         self.out[:1].zero_()  # in-place fills: a Python scalar assigned by index would be a host-to-device copy
         self.out[1] = root[0]
@@ -214,16 +234,12 @@ class StepRunner(DeviceSteps):
         attention). Host-paced runners finish the step before returning.
 
         Two graphs make a step: the draft, and the rest (verify forward, accept, KV compaction, the next draft's
-        inputs), which reads the tree from the drafter's own buffers. So a generation's first step, whose draft
-        ingests the prompt's rows (a shape of its own: one eager launch), replays the same rest graph."""
+        inputs), which reads the tree from the drafter's own buffers. A generation's first step is one like the
+        others: :meth:`begin` put the prompt's rows but the last into the draft KV."""
         if not self.device_paced:
             return self._host_paced_step(params)
-        first, self._first = self._first, None
         bound = self._step_bound(kv_bound)
-        if first is not None:
-            tree = self.drafter.draft_rows(first[0], first[1], None)
-        else:
-            tree = self._run(("draft",), lambda: self.drafter.draft_rows(self.feats, self.ids, self.num_new))
+        tree = self._run(("draft",), lambda: self.drafter.draft_rows(self.feats, self.ids, self.num_new))
         tree = self._check_tree(tree)
         self._run(("rest", params, bound), lambda: self._verify_accept(params, tree, bound))
         return self._pending()

@@ -1033,6 +1033,39 @@ class FusedDraftBackend:
             raise RuntimeError("forget_rows() before reserve()")
         self.bufs.kv_len.mul_(keep)
 
+    @torch.no_grad()
+    def start_rows(self, slot: int, features: torch.Tensor, new_ids: torch.Tensor) -> None:
+        """Start sequence ``slot``'s draft KV with rows ``features [N, W]`` (``new_ids [N]``: the token after each
+        row) at positions ``0 .. N-1``, its length becoming ``N`` (device work only, after :meth:`reserve`).
+
+        A prompt's rows before its last are rows a draft ingests but never drafts from: only their K/V are kept, so
+        they are computed here by a few batched products (:func:`~eagle_triton.fused.multikernel.draft_kv_rows`)
+        instead of by an eager draft over the whole prompt, and the sequence's first draft is a graphed
+        :meth:`draft_rows` of its last row like every later one."""
+        from .multikernel import draft_kv_rows
+
+        if self._ref is not None:
+            raise RuntimeError(f"start_rows needs the fused kernel ({self.fallback_reason})")
+        if self.bufs is None:
+            raise RuntimeError("start_rows() before reserve()")
+        bufs, cfg = self.bufs, self._cfg
+        N = features.shape[0]
+        if features.dim() != 2 or new_ids.shape != (N,) or features.shape[1] != self.head.feature_width:
+            raise ValueError(f"start_rows: features must be [N, {self.head.feature_width}] and new_ids [N], got "
+                             f"{list(features.shape)} and {list(new_ids.shape)}")
+        if not 0 <= slot < bufs.batch:
+            raise ValueError(f"start_rows: slot {slot} is not one of the {bufs.batch} reserved")
+        tc = self.cfg_tree
+        if N + bufs.new_rows + tc.depth * tc.top_k > cfg.max_len:
+            raise ValueError(f"start_rows: {N} rows plus a draft ({bufs.new_rows} new rows and the tree's "
+                             f"{tc.depth * tc.top_k}) exceed the draft KV's {cfg.max_len} rows: reserve() more")
+        if N:
+            k, v = draft_kv_rows(cfg, self.weights, features.to(self.head.dtype), new_ids.long())
+            bufs.k_cache[slot, :N].copy_(k)
+            bufs.v_cache[slot, :N].copy_(v)
+        bufs.kv_len[slot:slot + 1].fill_(N)
+        self._kv_len = -1  # on the device only, as after draft_rows
+
     def keep_rows(self, rows: list[int], batch: int) -> None:
         """Keep only the draft KV of sequences ``rows`` (in that order) in the first rows of the buffers for
         ``batch >= len(rows)`` sequences (a batch moving its last sequences to a smaller batch): the rows that move

@@ -24,7 +24,7 @@ from ..heads.layers import rms_norm as _rms
 from ..tree import DraftTree, frontier_parent_offset, rank_topk, select_tree_nodes
 from .host import DrafterConfig, Weights
 
-__all__ = ["multikernel_draft", "GraphDraftBackend", "MultiKernelDrafter"]
+__all__ = ["multikernel_draft", "draft_kv_rows", "GraphDraftBackend", "MultiKernelDrafter"]
 
 
 def _lin(w: Weights, name: str, x: torch.Tensor) -> torch.Tensor:
@@ -36,18 +36,40 @@ def _lin(w: Weights, name: str, x: torch.Tensor) -> torch.Tensor:
     return x @ t.t() if bias is None else F.linear(x, t, bias)  # (nn.Linear's op where there is a bias)
 
 
+def _midlayer_input(cfg: DrafterConfig, w: Weights, h, emb):
+    """The midlayer's input: the token embeddings and the hidden rows, each RMS-normed, side by side."""
+    return torch.cat((_rms(emb, w.input_norm, cfg.rms_eps), _rms(h, w.hidden_norm, cfg.rms_eps)), dim=-1)
+
+
+def _rope_at(w: Weights, pos, dt):
+    """The RoPE tables at ``pos [..., M]`` as ``[..., M, 1, hd]`` in dtype ``dt`` (broadcast over heads)."""
+    return w.cos[pos].to(dt).unsqueeze(-2), w.sin[pos].to(dt).unsqueeze(-2)
+
+
+def draft_kv_rows(cfg: DrafterConfig, w: Weights, features: torch.Tensor, ids: torch.Tensor):
+    """The draft-KV rows a draft writes for rows ``features [N, W]`` (``ids [N]``: the token after each row) at
+    positions ``0 .. N-1``: ``(k, v)``, each ``[N, nkv, hd]``, K after RoPE. Only K and V: what a draft keeps of
+    a row it ingests but does not draft from (the prompt's rows before the last)."""
+    N = features.shape[0]
+    h = _lin(w, "fc", features)
+    x = _midlayer_input(cfg, w, h, w.embed[ids].to(h.dtype))
+    k = _lin(w, "wk", x).view(N, cfg.num_kv_heads, cfg.head_dim)
+    v = _lin(w, "wv", x).view(N, cfg.num_kv_heads, cfg.head_dim)
+    cos, sin = _rope_at(w, torch.arange(N, device=features.device), h.dtype)
+    return _rope(k, cos, sin), v
+
+
 def _layer(cfg: DrafterConfig, w: Weights, h, emb, pos, k_cache, v_cache, slots, key_mask):
     """One midlayer forward for rows ``[B, M]``: writes their K/V at ``slots [B, M]`` and attends with
     ``key_mask [B, M, Lmax]`` (True = visible). Returns the output hidden ``[B, M, H]``."""
     B, M, _ = h.shape
     nh, nkv, hd = cfg.num_heads, cfg.num_kv_heads, cfg.head_dim
-    x = torch.cat((_rms(emb, w.input_norm, cfg.rms_eps), _rms(h, w.hidden_norm, cfg.rms_eps)), dim=-1)
+    x = _midlayer_input(cfg, w, h, emb)
     q = _lin(w, "wq", x).view(B, M, nh, hd)
     k = _lin(w, "wk", x).view(B, M, nkv, hd)
     v = _lin(w, "wv", x).view(B, M, nkv, hd)
     dt = h.dtype
-    cos = w.cos[pos].to(dt).unsqueeze(2)
-    sin = w.sin[pos].to(dt).unsqueeze(2)
+    cos, sin = _rope_at(w, pos, dt)
     q, k = _rope(q, cos, sin), _rope(k, cos, sin)
     idx = slots.view(B, M, 1, 1).expand(B, M, nkv, hd)
     k_cache.scatter_(1, idx, k)

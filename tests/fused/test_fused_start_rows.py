@@ -1,0 +1,105 @@
+"""``start_rows``: a prompt's rows but the last go into the draft KV as K/V only, and the first draft ingests the
+last row; the trees and the draft KV equal those of one draft over the whole prompt (the reference drafter's)."""
+
+import pytest
+import torch
+
+from eagle_triton import TreeConfig, TreeDrafter
+from eagle_triton.fused import DrafterConfig, Weights
+from eagle_triton.fused.multikernel import draft_kv_rows
+from eagle_triton.heads import DraftHeadConfig
+from eagle_triton.testing import random_eagle3_head
+
+
+def _head(**kw):
+    return random_eagle3_head(seed=int(torch.randint(0, 2**31, ())), lm_head_scale=6.0, **kw)
+
+
+def _prompt(head, n):
+    V = head.config.vocab_size
+    return torch.randn(1, n, head.feature_width, dtype=head.dtype), torch.randint(0, V, (1, n + 1))
+
+
+def _slot_tree(tree, b):
+    return {name: getattr(tree, name)[b:b + 1] for name in ("draft_tokens", "retrieve_indices_padded", "tree_mask",
+                                                            "positions", "parents", "num_leaves", "max_depth")}
+
+
+def _assert_slot_equals(tree, b, ref):
+    for name, got in _slot_tree(tree, b).items():
+        assert torch.equal(got, getattr(ref, name)), (name, got, getattr(ref, name))
+
+
+@pytest.mark.parametrize("lengths,cfg", [((1,), (8, 2, 3)), ((6,), (12, 2, 3)), ((37,), (12, 2, 3)),
+                                         ((5, 9), (10, 3, 2))],
+                         ids=["one-token-prompt", "short", "long-prompt", "two-slots"])
+def test_started_rows_draft_as_one_draft_of_the_whole_prompt(lengths, cfg):
+    head = _head()
+    tc = TreeConfig(*cfg)
+    B = len(lengths)
+    fused = TreeDrafter(head, tc, backend="triton")
+    fused.reserve(96, tc.max_levels + 1, batch=B)
+    prompts = [_prompt(head, n) for n in lengths]
+    C = tc.max_levels + 1
+    feats = torch.zeros(B, C, head.feature_width, dtype=head.dtype)
+    ids = torch.zeros(B, C, dtype=torch.long)
+    for b, (f, i) in enumerate(prompts):
+        n = f.shape[1]
+        fused.start_rows(b, f[0, :n - 1], i[0, 1:n])
+        feats[b, 0], ids[b, 0] = f[0, n - 1], i[0, n]
+    tree = fused.draft_rows(feats, ids, torch.ones(B, dtype=torch.int32))
+    bufs = fused._impl.bufs
+    assert bufs.kv_len.tolist() == list(lengths)
+    for b, (f, i) in enumerate(prompts):
+        ref = TreeDrafter(head, tc, backend="torch")
+        _assert_slot_equals(tree, b, ref.draft(f, i))
+        (k, v), = ref.stable_kv  # [1, nkv, n, hd]
+        n = lengths[b]
+        torch.testing.assert_close(bufs.k_cache[b, :n], k[0].transpose(0, 1), atol=1e-5, rtol=1e-5)
+        torch.testing.assert_close(bufs.v_cache[b, :n], v[0].transpose(0, 1), atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("bias,fp8", [(False, False), (True, False), (True, True)], ids=["plain", "bias", "bias-fp8"])
+def test_draft_kv_rows_are_the_reference_drafters_rows(bias, fp8):
+    """The K/V ``draft_kv_rows`` computes are those the reference drafter keeps for the same rows: a head whose
+    width differs from the target's, a non-default RoPE base, with attention bias and FP8 weights."""
+    cfg = DraftHeadConfig(hidden_size=48, intermediate_size=80, num_attention_heads=3, num_key_value_heads=1,
+                          vocab_size=256, draft_vocab_size=96, target_hidden_size=80, rope_theta=500000.0,
+                          rms_norm_eps=1e-5, attention_bias=bias or None, architectures=["LlamaForCausalLMEagle3"])
+    head = random_eagle3_head(config=cfg, seed=int(torch.randint(0, 2**31, ())))
+    head = head.quantize_fp8() if fp8 else head
+    tc = TreeConfig(6, 1, 2)
+    f, i = _prompt(head, 11)
+    ref = TreeDrafter(head, tc, backend="torch")
+    ref.draft(f, i)
+    (k, v), = ref.stable_kv
+    dcfg = DrafterConfig.from_head(head, tc, max_len=64, max_new_rows=16)
+    kr, vr = draft_kv_rows(dcfg, Weights.from_head(head, 64), f[0], i[0, 1:])
+    torch.testing.assert_close(kr, k[0].transpose(0, 1), atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(vr, v[0].transpose(0, 1), atol=1e-5, rtol=1e-5)
+
+
+def test_start_rows_refuses_bad_input():
+    head = _head()
+    tc = TreeConfig(8, 2, 3)
+    fused = TreeDrafter(head, tc, backend="triton")
+    W = head.feature_width
+    with pytest.raises(RuntimeError, match="before reserve"):
+        fused.start_rows(0, torch.randn(3, W), torch.zeros(3, dtype=torch.long))
+    fused.reserve(32, 4, batch=2)
+    with pytest.raises(ValueError, match=r"features must be \[N, "):
+        fused.start_rows(0, torch.randn(3, W + 1), torch.zeros(3, dtype=torch.long))
+    with pytest.raises(ValueError, match="new_ids"):
+        fused.start_rows(0, torch.randn(3, W), torch.zeros(4, dtype=torch.long))
+    with pytest.raises(ValueError, match="slot 2 is not one of the 2"):
+        fused.start_rows(2, torch.randn(3, W), torch.zeros(3, dtype=torch.long))
+    cap = fused._impl._cfg.max_len
+    with pytest.raises(ValueError, match="exceed the draft KV"):
+        fused.start_rows(1, torch.randn(cap, W), torch.zeros(cap, dtype=torch.long))
+    assert fused._impl.bufs.kv_len.tolist() == [0, 0]  # nothing written by a refused call
+
+
+def test_reference_back_end_has_no_start_rows():
+    fused = TreeDrafter(_head(), TreeConfig(8, 2, 3), backend="torch")
+    with pytest.raises(ValueError, match="host-known lengths only"):
+        fused.start_rows(0, torch.randn(2, 4), torch.zeros(2, dtype=torch.long))
