@@ -91,7 +91,7 @@ def part_promptdraft(args) -> list[dict]:
     head = bfd.make_head("smollm2-135m", False)
     tc = TreeConfig(16, 3, 4)
     rows = []
-    for B, S in [(16, 250), (16, 64), (8, 250), (8, 100), (1, 250)]:
+    for B, S in [(8, 100), (16, 250)]:
         d = TreeDrafter(head, tc, backend="triton")
         d.reset()
         d.reserve(1200, S, batch=B)
