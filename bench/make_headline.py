@@ -495,13 +495,13 @@ def engine_parts_sources() -> dict[str, str]:
 
 
 def _adding_commit(path: Path) -> str | None:
-    """The commit that added ``path`` (None when it is not committed)."""
+    """The commit that gave ``path`` its current content (the one that added it, unless a later commit replaced it;
+    None when it is not committed)."""
     import subprocess
 
-    r = subprocess.run(["git", "log", "--diff-filter=A", "--format=%h", "--", str(path)], cwd=ROOT,
-                       capture_output=True, text=True)
+    r = subprocess.run(["git", "log", "-1", "--format=%h", "--", str(path)], cwd=ROOT, capture_output=True, text=True)
     commits = r.stdout.split() if r.returncode == 0 else []
-    return commits[-1] if commits else None
+    return commits[0] if commits else None
 
 
 def engine_parts_entries() -> list[dict]:
