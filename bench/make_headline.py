@@ -294,28 +294,15 @@ def session9_entries() -> list[dict]:
 
 
 def session10_entries() -> list[dict]:
-    """Session 10's figures printed in the README's prose (SafeAILab's eagenerate on the engine's queued steps, the
-    SmolLM2 engine rerun); they replace the earlier entries of the same names."""
+    """Session 10's figures printed in the README's prose (the SmolLM2 engine rerun). Its SafeAILab figures were
+    replaced by session 16's run (session16_entries); they stay in bench/results/session10b_2026-11-26/."""
     def s10(*a, **kw):
         return prose_entry(*a, date="2026-11-26", **kw)
 
-    head = ["results", "headline"]
     smol = ["parts", "smollm2", "runs", {"dtype": "bfloat16"}]
-    safe, engine, commit = S10B + "bench_safeailab.json", S10B + "bench_engine_smollm2.json", "106bd66"
+    engine, commit = S10B + "bench_engine_smollm2.json", "106bd66"
     measured = "commit: the commit that added the source; the code measured is 8bb9503"
     return [
-        s10("safeailab_8b_step_unpatched", "ms", safe, head + ["safeailab_8b_step_unpatched"], 1, commit,
-            "55.1 ms unpatched", "55.1", measured),
-        s10("safeailab_8b_step_drafter_patched", "ms", safe, head + ["safeailab_8b_step_drafter_patched"], 1, commit,
-            "41.4 ms with the drafter patch", "41.4", measured),
-        s10("safeailab_8b_step_optimized", "ms", safe, head + ["safeailab_8b_step_optimized"], 2, commit,
-            "9.26 ms after `optimize_eagle_with_triton`", "9.26",
-            measured + "; our engine's step in the same run is spec_step_8b_60_7_10_safeailab_run (ratio 1.00)"),
-        s10("safeailab_8b_topk_call_patched", "ms", safe, head + ["safeailab_8b_topk_call_patched"], 2, commit,
-            "`topK_genrate` with the drafter patch: 2.82 ms", "2.82", measured),
-        s10("spec_step_8b_60_7_10_safeailab_run", "ms", safe, head + ["spec_step_8b_60_7_10"], 2, commit,
-            "own speculative step at that shape in the same run, 9.26 ms", "9.26",
-            "measured by bench/bench_safeailab.py at 8bb9503; spec_step_8b_60_7_10 is the engine benchmark's"),
         s10("smollm2_rerun_plain_tok_s", "tok/s", engine, smol + ["plain", "tokens_per_second"], 1, commit,
             "gave plain 1159.0 tok/s", "1159.0", measured + "; the engine benchmark's SmolLM2 part alone"),
         s10("smollm2_rerun_best_speedup", "speculative / plain tok/s", engine,
@@ -449,29 +436,24 @@ def session15_entries() -> list[dict]:
 def session16_entries() -> list[dict]:
     """Session 16's figures printed in the README's prose (SafeAILab's own eagenerate, optimized and patched, in one
     run); they replace session 10's entries of the same names (kept in bench/results/session10b_2026-11-26/)."""
-    def s16(*a, **kw):
-        return prose_entry(*a, date="2026-11-27", **kw)
-
-    head = ["results", "headline"]
     safe = S16 + "bench_safeailab.json"
     commit = _adding_commit(ROOT / RESULTS / safe) or "uncommitted"
     measured = "bench/bench_safeailab.py, SafeAILab EAGLE cb7e084; code 69d7512"
-    return [
-        s16("safeailab_8b_step_unpatched", "ms", safe, head + ["safeailab_8b_step_unpatched"], 1, commit,
-            "55.8 ms unpatched", "55.8", measured),
-        s16("safeailab_8b_step_drafter_patched", "ms", safe, head + ["safeailab_8b_step_drafter_patched"], 1, commit,
-            "37.5 ms with the drafter patch", "37.5", measured),
-        s16("safeailab_8b_step_optimized", "ms", safe, head + ["safeailab_8b_step_optimized"], 2, commit,
-            "8.85 ms after `optimize_eagle_with_triton`", "8.85",
-            measured + "; our engine's step in the same run is spec_step_8b_60_7_10_safeailab_run (ratio 1.01)"),
-        s16("safeailab_8b_topk_call_unpatched", "ms", safe, head + ["safeailab_8b_topk_call_unpatched"], 1, commit,
-            "2.58 ms per call (18.5 ms unpatched)", "18.5", measured),
-        s16("safeailab_8b_topk_call_patched", "ms", safe, head + ["safeailab_8b_topk_call_patched"], 2, commit,
-            "`topK_genrate` with the drafter patch: 2.58 ms", "2.58", measured),
-        s16("spec_step_8b_60_7_10_safeailab_run", "ms", safe, head + ["spec_step_8b_60_7_10"], 2, commit,
-            "own speculative step at that shape in the same run, 8.75 ms", "8.75",
-            measured + "; spec_step_8b_60_7_10 is the engine benchmark's"),
+    # (entry name, key under results.headline, decimals, README text, printed value, note beyond `measured`)
+    figures = [
+        ("safeailab_8b_step_unpatched", None, 1, "55.8 ms unpatched", "55.8", ""),
+        ("safeailab_8b_step_drafter_patched", None, 1, "37.5 ms with the drafter patch", "37.5", ""),
+        ("safeailab_8b_step_optimized", None, 2, "8.85 ms after `optimize_eagle_with_triton`", "8.85",
+         "; our engine's step in the same run is spec_step_8b_60_7_10_safeailab_run (ratio 1.01)"),
+        ("safeailab_8b_topk_call_unpatched", None, 1, "2.58 ms per call (18.5 ms unpatched)", "18.5", ""),
+        ("safeailab_8b_topk_call_patched", None, 2, "`topK_genrate` with the drafter patch: 2.58 ms", "2.58", ""),
+        ("spec_step_8b_60_7_10_safeailab_run", "spec_step_8b_60_7_10", 2,
+         "own speculative step at that shape in the same run, 8.75 ms", "8.75",
+         "; spec_step_8b_60_7_10 is the engine benchmark's"),
     ]
+    return [prose_entry(name, "ms", safe, ["results", "headline", key or name], decimals, commit, text, printed,
+                        measured + note, date="2026-11-27")
+            for name, key, decimals, text, printed, note in figures]
 
 
 ENGINE_TABLES = ("smollm2", "llama8b")  # the parts of bench_engine.json that each print a README table
