@@ -21,8 +21,9 @@ sequence seeded with ``s`` gets the tokens ``generate(seed=s)`` gives wherever t
 bits (the fused batch-invariant forward). A batch whose sequences are all greedy verifies with the greedy rule;
 a batch with a sampled sequence runs every row through the sampling rule, greedy rows with one-hot
 distributions (which accept exactly the argmax). On CUDA each kind of step replays CUDA graphs (per batch size:
-a runner is built per bucket of :data:`BATCH_BUCKETS`), except the draft of a step in which a slot starts a new
-sequence: it ingests that prompt's rows, a shape of its own, in one eager launch.
+a runner is built per bucket of :data:`BATCH_BUCKETS`), also the first draft of a new sequence: after its
+prefill, the prompt's rows but the last go into the slot's draft KV as K/V only (:meth:`TreeDrafter.start_rows`),
+and the last is the slot's next draft input like an accepted row.
 """
 
 from __future__ import annotations
