@@ -304,3 +304,25 @@ def test_captured_step_launches_no_mask_conversion_add_or_concatenation(monkeypa
     eng.generate(input_ids=prompt, max_new_tokens=4, temperature=0.8, seed=1)
     assert rec.runs and all("gt.Scalar" not in ops for ops in rec.runs), rec.runs  # (the sampling rule's own ops
     # vary with the parameters: only the mask conversion is checked)
+
+
+def test_a_generations_first_draft_is_a_steps_draft(target, monkeypatch):
+    """A device-paced generation puts its prompt's rows but the last into the draft KV (``start_rows``, once) and
+    every draft, the first included, ingests the static step rows (``[1, C]``: the one shape the step's draft graph
+    is captured with), never the whole prompt."""
+    drafter = TreeDrafter(_head(), TreeConfig(6, 2, 2), backend="stub")
+    eng = EagleEngine(target, drafter=drafter, max_length=64)
+    run = eng._runner(True)
+    assert run.device_paced
+    starts, shapes = [], []
+    real_start, real_draft = drafter.start_rows, drafter.draft_rows
+    monkeypatch.setattr(drafter, "start_rows", lambda slot, f, ids: starts.append((slot, ids.tolist()))
+                        or real_start(slot, f, ids))
+    monkeypatch.setattr(drafter, "draft_rows", lambda f, ids, n=None, sampling=False: shapes.append(
+        (tuple(ids.shape), n.tolist() if n is not None else None)) or real_draft(f, ids, n, sampling=sampling))
+    prompt = _prompt(4, 9)
+    out, stats = eng.generate(input_ids=prompt, max_new_tokens=6, eos_token_id=None)
+    assert starts == [(0, prompt[1:9])]  # rows 0..7, each paired with the token after it
+    assert shapes and all(ids_shape == (1, run.C) for ids_shape, _ in shapes), shapes
+    assert shapes[0][1] == [1]  # the first draft ingests the last prompt row (paired with the first token)
+    assert out == eng.generate(input_ids=prompt, max_new_tokens=6, eos_token_id=None, speculative=False)[0]
