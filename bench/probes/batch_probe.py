@@ -11,8 +11,10 @@ Parts:
   no refills and no bucket moves; two job lengths, the time difference over the step difference (prefills cancel).
 - ``prefill``: the target's prefill of one prompt per length (host and device ms; ``--profile``: its kernels).
 - ``job``: a continuous-batching job like the benchmark's (64 prompts of random length, per-sequence caps standing
-  in for EOS), run three times: cold, warm, and warm with the host timing its parts (synchronising around each:
-  CUDA graph captures, prefills, bucket moves, the prompts' draft-KV rows), so the whole-job time can be split.
+  in for EOS), run four times: cold, warm, warm with the host timing its parts (synchronising around each:
+  CUDA graph captures, prefills, bucket moves, the prompts' draft-KV rows), so the whole-job time can be split,
+  and warm with CUDA events around the same parts and every step, recorded without synchronising (``timeline``:
+  each kind's device time and the device's idle time before it, i.e. waiting for the host).
 """
 
 from __future__ import annotations
@@ -179,6 +181,28 @@ def _engines(trees):
     return target, engines
 
 
+def _real_engines(args, trees):
+    """``--target``: the SmolLM2 GGUF (or a checkpoint) with the shipped head, one warmed engine per tree, and the
+    first ``--job-prompts`` MT-bench prompts (bench_batch.py's job)."""
+    import bench_engine
+
+    from eagle_triton import TreeConfig
+    from eagle_triton.commands.generate import prompt_token_ids
+    from eagle_triton.engine import EagleEngine, load_tokenizer
+    from eagle_triton.engine.default_model import default_draft_head_path
+
+    target_src, draft_src = args.target, str(default_draft_head_path())
+    tok = load_tokenizer(target_src)
+    qpath = bench_engine.default_questions()
+    prompts = [prompt_token_ids(tok, text, True) for _, text in bench_engine.load_prompts(qpath, args.job_prompts)]
+    engines = {}
+    for t in trees:
+        engines[t] = EagleEngine.from_pretrained(target_src, draft_src, TreeConfig(*map(int, t.split("/"))),
+                                                 device="cuda", dtype="bfloat16", max_length=1024, tokenizer=tok)
+        engines[t].warmup()
+    return engines, prompts
+
+
 def _job(eng, prompts, b, speculative, n):
     torch.cuda.synchronize()
     t0 = time.perf_counter()
@@ -231,16 +255,59 @@ class _Timers:
         return fn
 
 
-def part_job(args, engines) -> list[dict]:
+class _GpuTimeline:
+    """CUDA events around the parts of a job, recorded without synchronising (the job runs as it does unobserved):
+    afterwards, each kind of part's device time (from the device reaching its first work to finishing its last) and
+    the device's idle time between consecutive parts, charged to the part it waited for (the host was still
+    preparing it)."""
+
+    def __init__(self):
+        self.marks: list[tuple[str, torch.cuda.Event, torch.cuda.Event]] = []
+
+    def wrap(self, obj, name: str, kind: str):
+        fn = getattr(obj, name)
+
+        def marked(*a, **k):
+            start = torch.cuda.Event(enable_timing=True)
+            start.record()
+            out = fn(*a, **k)
+            end = torch.cuda.Event(enable_timing=True)
+            end.record()
+            self.marks.append((kind, start, end))
+            return out
+
+        setattr(obj, name, marked)
+        return fn
+
+    def summary(self) -> dict:
+        torch.cuda.synchronize()
+        parts: dict[str, dict] = {}
+        for i, (kind, start, end) in enumerate(self.marks):
+            v = parts.setdefault(kind, {"calls": 0, "device_ms": 0.0, "idle_before_ms": 0.0})
+            v["calls"] += 1
+            v["device_ms"] += start.elapsed_time(end)
+            if i:
+                v["idle_before_ms"] += self.marks[i - 1][2].elapsed_time(start)
+        total = self.marks[0][1].elapsed_time(self.marks[-1][2]) if self.marks else 0.0
+        return {"total_ms": total, "parts": parts}
+
+
+def part_job(args, engines, prompts=None) -> list[dict]:
+    """``prompts``: real prompts (``--target``: 128 new tokens each, EOS stops them); else random prompts of 30-250
+    tokens with caps of 32-128 new tokens standing in for EOS."""
     from eagle_triton.engine import batch as batch_mod
     from eagle_triton.engine import engine as engine_mod
     from eagle_triton.engine import target as target_mod
 
     g = torch.Generator().manual_seed(1)
     n = args.job_prompts
-    prompts = [torch.randint(0, 49152, (int(k),), generator=g).tolist()
-               for k in torch.randint(30, 250, (n,), generator=g)]
-    caps = [int(k) for k in torch.randint(32, 129, (n,), generator=g)]
+    eos = "default" if prompts is not None else None
+    if prompts is None:
+        prompts = [torch.randint(0, 49152, (int(k),), generator=g).tolist()
+                   for k in torch.randint(30, 250, (n,), generator=g)]
+        caps = [int(k) for k in torch.randint(32, 129, (n,), generator=g)]
+    else:
+        caps = 128
     rows = []
     for b in [int(x) for x in args.job_batches.split(",")]:
         for name, eng, spec in [("plain", next(iter(engines.values())), False)] + [
@@ -250,7 +317,7 @@ def part_job(args, engines) -> list[dict]:
                 torch.cuda.synchronize()
                 t0 = time.perf_counter()
                 res = eng.generate_batch(input_ids=prompts, max_new_tokens=caps, batch_size=b, speculative=spec,
-                                         eos_token_id=None)
+                                         eos_token_id=eos)
                 torch.cuda.synchronize()
                 r[run + "_s"] = time.perf_counter() - t0
                 r["new_tokens"] = sum(len(t) for t, _ in res)
@@ -278,13 +345,28 @@ def part_job(args, engines) -> list[dict]:
                 torch.cuda.synchronize()
                 t0 = time.perf_counter()
                 eng.generate_batch(input_ids=prompts, max_new_tokens=caps, batch_size=b, speculative=spec,
-                                   eos_token_id=None)
+                                   eos_token_id=eos)
                 torch.cuda.synchronize()
                 r["timed_s"] = time.perf_counter() - t0
             finally:
                 torch.cuda.CUDAGraph.capture_begin, torch.cuda.CUDAGraph.capture_end = orig_begin, orig_end
                 for obj, nm, fn in undo:
                     setattr(obj, nm, fn)
+            # the same job unobserved by the host: device time and idle gaps per kind of part
+            tl = _GpuTimeline()
+            undo = [(cls, nm, tl.wrap(cls, nm, kind)) for cls, nm, kind in (
+                (target_mod.LlamaTarget, "prefill", "prefill"), (target_mod.LlamaTarget, "keep_slots", "move"),
+                (batch_mod.BatchStepRunner, "_start_draft", "prompt_kv"),
+                (batch_mod.BatchStepRunner, "release", "release"),
+                (batch_mod.BatchStepRunner, "speculative_step", "step"),
+                (batch_mod.BatchStepRunner, "plain_step", "step"))]
+            try:
+                eng.generate_batch(input_ids=prompts, max_new_tokens=caps, batch_size=b, speculative=spec,
+                                   eos_token_id=eos)
+            finally:
+                for obj, nm, fn in undo:
+                    setattr(obj, nm, fn)
+            r["timeline"] = tl.summary()
             r["captures"] = len(captures)
             r["capture_s"] = sum(captures)
             r["parts_s"] = {k: {"s": v[0], "calls": v[1]} for k, v in tm.t.items()}
@@ -293,6 +375,9 @@ def part_job(args, engines) -> list[dict]:
                   f"({r['warm_tok_s']:.0f} tok/s), timed {r['timed_s']:.2f} s, {len(captures)} captures "
                   f"{sum(captures):.2f} s, "
                   + ", ".join(f"{k} {v[0]:.2f} s/{v[1]}" for k, v in tm.t.items()), flush=True)
+            print(f"  device timeline {r['timeline']['total_ms']:.1f} ms: " + ", ".join(
+                f"{k} {v['device_ms']:.1f} ms/{v['calls']} (idle before {v['idle_before_ms']:.1f})"
+                for k, v in r["timeline"]["parts"].items()), flush=True)
             rows.append(r)
     return rows
 
@@ -311,6 +396,9 @@ def main(argv=None) -> int:
     p.add_argument("--job-prompts", type=int, default=64)
     p.add_argument("--prefill-lengths", default="16,40,100,200,256,257,600,1000")
     p.add_argument("--profile", action="store_true", help="prefill: the kernels of a 256-row prompt's prefill")
+    p.add_argument("--target", default=None,
+                   help="job: the real SmolLM2 target (GGUF or checkpoint) with the shipped head on MT-bench prompts "
+                        "(128 new tokens, EOS) instead of random weights and prompts; --job-trees are its trees")
     args = p.parse_args(argv)
     if args.warm_drafter:
         import bench_fused_drafter as bfd
@@ -332,7 +420,11 @@ def main(argv=None) -> int:
     if "drafter" in parts:
         res["drafter"] = part_drafter(args)
         Path(args.out).write_text(json.dumps(res, indent=1))
-    if "steady" in parts or "job" in parts:
+    if args.target and "job" in parts:
+        engines, prompts = _real_engines(args, args.job_trees.split(","))
+        res["weights"] = f"{args.target} with the shipped head, {len(prompts)} MT-bench prompts"
+        res["job"] = part_job(args, engines, prompts)
+    elif "steady" in parts or "job" in parts:
         _, engines = _engines(args.trees.split(","))
         if "steady" in parts:
             res["steady"] = part_steady(args, engines)
