@@ -8,7 +8,7 @@ from eagle_triton import TreeConfig, TreeDrafter
 from eagle_triton.fused import DrafterConfig, Weights
 from eagle_triton.fused.multikernel import draft_kv_rows
 from eagle_triton.heads import DraftHeadConfig
-from eagle_triton.testing import random_eagle3_head
+from eagle_triton.testing import random_eagle3_head, random_eagle3_head_on
 
 
 def _head(**kw):
@@ -103,3 +103,34 @@ def test_reference_back_end_has_no_start_rows():
     fused = TreeDrafter(_head(), TreeConfig(8, 2, 3), backend="torch")
     with pytest.raises(ValueError, match="host-known lengths only"):
         fused.start_rows(0, torch.randn(2, 4), torch.zeros(2, dtype=torch.long))
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+@pytest.mark.parametrize("n", [1, 77, 300])
+def test_gpu_started_rows_at_the_smollm2_head_shape_bf16(n):
+    """On the GPU at the shipped head's shape (hidden 576, 9/3 heads of 64), bf16: the K/V rows ``start_rows``
+    writes are the reference drafter's for the same prompt (bf16 tolerance), and the first draft after it is a
+    tree of the configured shape drafted from the last row."""
+    cfg = DraftHeadConfig(hidden_size=576, intermediate_size=1536, num_attention_heads=9, num_key_value_heads=3,
+                          vocab_size=49152, draft_vocab_size=8192, rope_theta=100000.0, rms_norm_eps=1e-5,
+                          architectures=["LlamaForCausalLMEagle3"])
+    head = random_eagle3_head_on("cuda", cfg, dtype=torch.bfloat16, seed=int(torch.randint(0, 2**31, ())))
+    tc = TreeConfig(16, 3, 4)
+    f, i = (t.cuda() for t in _prompt(head, n))
+    fused = TreeDrafter(head, tc, backend="triton")
+    fused.reserve(1024, tc.max_levels + 1)
+    fused.start_rows(0, f[0, :n - 1], i[0, 1:n])
+    C = tc.max_levels + 1
+    feats = torch.zeros(1, C, head.feature_width, dtype=head.dtype, device="cuda")
+    ids = torch.zeros(1, C, dtype=torch.long, device="cuda")
+    feats[0, 0], ids[0, 0] = f[0, n - 1], i[0, n]
+    tree = fused.draft_rows(feats, ids, torch.ones(1, dtype=torch.int32, device="cuda"))
+    bufs = fused._impl.bufs
+    assert bufs.kv_len.tolist() == [n] and tree.draft_tokens.shape == (1, tc.total_tokens)
+    assert int(tree.draft_tokens[0, 0]) == int(i[0, n])  # the root: the token after the last row
+    ref = TreeDrafter(head, tc, backend="torch")
+    ref.draft(f, i)
+    (k, v), = ref.stable_kv
+    torch.testing.assert_close(bufs.k_cache[0, :n].float(), k[0].transpose(0, 1).float(), atol=3e-2, rtol=2e-2)
+    torch.testing.assert_close(bufs.v_cache[0, :n].float(), v[0].transpose(0, 1).float(), atol=3e-2, rtol=2e-2)
