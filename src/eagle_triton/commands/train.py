@@ -56,6 +56,9 @@ def register(subparsers) -> None:
     g.add_argument("--max-new-tokens", type=int, default=384, help="longest target response, in tokens")
     g.add_argument("--response-temperatures", type=_floats, default=[0.0, 0.7], metavar="T1,T2,...",
                    help="response sampling temperatures, cycled over batches; 0 = greedy")
+    g.add_argument("--turns", type=int, default=1,
+                   help="user turns per conversation: after each answer the target samples the next user turn and "
+                        "answers it (each answer a sample; default: 1)")
     g.add_argument("--import-data", default=None,
                    help="unpack a file written by --export-data into work-dir/data (default: none)")
     g.add_argument("--export-data", default=None,
@@ -219,7 +222,7 @@ def run(args) -> int:
     data_cfg = DataConfig(
         num_prompts=args.num_prompts, prompts_path=args.prompts, batch_size=args.gen_batch_size,
         prompt_max_tokens=args.prompt_max_tokens, max_new_tokens=args.max_new_tokens,
-        response_temperatures=args.response_temperatures, seed=args.seed,
+        response_temperatures=args.response_temperatures, seed=args.seed, turns=args.turns,
     )
     status = {"complete": True}
     if args.stage in ("data", "all"):

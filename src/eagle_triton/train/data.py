@@ -9,7 +9,8 @@ On-disk layout of a data directory (everything resumable, batch by batch)::
 
     manifest.json        the DataConfig the directory was started with (checked on resume)
     prompts.jsonl        {"index": i, "prompt": text} for every prompt (sampled prompts appended per batch)
-    shard_<b>.pt         {"batches": [b], "ids": [int32 [n]], "resp_start": [int], "prompt_index": [int]}
+    shard_<b>.pt         {"batches": [b], "ids": [int32 [n]], "resp_start": [int], "temperature": float,
+                          "turn": [int] (each sample's user turn, 0 = first; absent in older shards)}
 
 A shard ``b`` holds the conversations of prompts ``b * batch_size ...``; a batch whose shard exists is skipped.
 """
@@ -61,6 +62,11 @@ class DataConfig:
     response_temperatures: cycled over batches; 0 means greedy. Greedy responses match what greedy speculative
         decoding sees; sampled ones add diversity.
     seed: base seed; batch ``b`` uses ``seed + b`` (so resumed runs reproduce the same data).
+    turns: user turns per conversation. With ``turns > 1`` the target continues each conversation: after its
+        answer it samples the next user turn itself (after the chat template's user prefix, as for a first turn) and
+        answers that too; every answer is a sample whose prompt is the conversation before it (rendered by the
+        chat template, as a multi-turn chat reaches the model at inference). Evaluation prompts are dropped at every
+        turn.
     """
 
     num_prompts: int = 1024
@@ -72,9 +78,11 @@ class DataConfig:
     max_new_tokens: int = 384
     response_temperatures: list[float] = field(default_factory=lambda: [0.0, 0.7])
     seed: int = 0
+    turns: int = 1
 
     def __post_init__(self) -> None:
-        if self.num_prompts < 1 or self.batch_size < 1 or self.max_new_tokens < 1 or self.prompt_max_tokens < 1:
+        if (self.num_prompts < 1 or self.batch_size < 1 or self.max_new_tokens < 1 or self.prompt_max_tokens < 1
+                or self.turns < 1):
             raise ValueError(f"DataConfig sizes must be positive: {self}")
         if not self.response_temperatures or any(t < 0 for t in self.response_temperatures):
             raise ValueError(f"response_temperatures must be non-empty and >= 0, got {self.response_temperatures}")
@@ -221,53 +229,76 @@ def _truncate_at_stop(seq: list[int], stop: set[int], keep_stop: bool) -> tuple[
     return seq, False
 
 
+def _left_padded(seqs: list[list[int]], pad: int, device) -> tuple[torch.Tensor, torch.Tensor]:
+    """Token rows left-padded to one width, and their attention mask."""
+    width = max(len(c) for c in seqs)
+    ids = torch.full((len(seqs), width), pad, dtype=torch.long)
+    mask = torch.zeros((len(seqs), width), dtype=torch.long)
+    for i, c in enumerate(seqs):
+        ids[i, width - len(c):] = torch.tensor(c)
+        mask[i, width - len(c):] = 1
+    return ids.to(device), mask.to(device)
+
+
+def _user_prefix_after(tok, messages: list[dict]) -> list[int]:
+    """Token ids of ``messages`` rendered by the chat template, then the next user turn's prefix (up to where its
+    text begins)."""
+    text = tok.apply_chat_template(messages + [{"role": "user", "content": _SENTINEL}], tokenize=False,
+                                   add_generation_prompt=True)
+    if _SENTINEL not in text:
+        raise ValueError("the tokenizer's chat template does not place the user content verbatim")
+    return tok(text.split(_SENTINEL)[0], add_special_tokens=False).input_ids
+
+
 @torch.no_grad()
+def _sample_user_turns(model, tok, convs: list[list[dict]], max_tokens: int, temperature: float, top_p: float,
+                       seed: int) -> list[str]:
+    """The next user turn of each conversation, sampled from the target after the chat template's user prefix."""
+    ids, mask = _left_padded([_user_prefix_after(tok, c) for c in convs], tok.pad_token_id, model.device)
+    torch.manual_seed(seed)
+    out = model.generate(ids, attention_mask=mask, do_sample=True, temperature=temperature, top_p=top_p, top_k=0,
+                         max_new_tokens=max_tokens, pad_token_id=tok.pad_token_id)
+    stop = _stop_ids(tok)
+    turns = []
+    for row in out[:, ids.shape[1]:].tolist():
+        row, _ = _truncate_at_stop(row, stop, keep_stop=False)
+        turns.append(tok.decode(row, skip_special_tokens=True).strip())
+    return turns
+
+
 def sample_user_prompts(model, tok, n: int, max_tokens: int = 96, temperature: float = 1.0, top_p: float = 0.95,
                         seed: int = 0) -> list[str]:
     """``n`` user turns sampled from the target after the empty user prefix of its chat template."""
-    prefix = torch.tensor([user_prefix_ids(tok)], device=model.device)
-    torch.manual_seed(seed)
-    out = model.generate(prefix.repeat(n, 1), attention_mask=torch.ones_like(prefix).repeat(n, 1),
-                         do_sample=True, temperature=temperature, top_p=top_p, top_k=0, max_new_tokens=max_tokens,
-                         pad_token_id=tok.pad_token_id)
-    stop = _stop_ids(tok)
-    prompts = []
-    for row in out[:, prefix.shape[1]:].tolist():
-        ids, _ = _truncate_at_stop(row, stop, keep_stop=False)
-        prompts.append(tok.decode(ids, skip_special_tokens=True).strip())
-    return prompts
+    return _sample_user_turns(model, tok, [[] for _ in range(n)], max_tokens, temperature, top_p, seed)
 
 
 # ----------------------------------------------------------------------------------------------------------------
 # Generation
 # ----------------------------------------------------------------------------------------------------------------
-def _chat_ids(tok, prompt: str) -> list[int]:
-    return tok.apply_chat_template([{"role": "user", "content": prompt}], tokenize=True, add_generation_prompt=True,
-                                   return_dict=False)
+def _chat_ids(tok, messages: list[dict]) -> list[int]:
+    return tok.apply_chat_template(messages, tokenize=True, add_generation_prompt=True, return_dict=False)
 
 
 @torch.no_grad()
-def _respond(model, tok, prompts: list[str], max_new_tokens: int, temperature: float, seed: int) -> list[Sample]:
-    chats = [_chat_ids(tok, p) for p in prompts]
-    width = max(len(c) for c in chats)
-    pad = tok.pad_token_id
-    ids = torch.full((len(chats), width), pad, dtype=torch.long)
-    mask = torch.zeros((len(chats), width), dtype=torch.long)
-    for i, c in enumerate(chats):  # left padding
-        ids[i, width - len(c):] = torch.tensor(c)
-        mask[i, width - len(c):] = 1
+def _respond(model, tok, convs: list[list[dict]], max_new_tokens: int, temperature: float,
+             seed: int) -> list[tuple[Sample, str] | None]:
+    """The target's answer to each conversation (ending with a user turn): ``(sample, answer text)``, or ``None``
+    where the answer is empty."""
+    chats = [_chat_ids(tok, c) for c in convs]
+    ids, mask = _left_padded(chats, tok.pad_token_id, model.device)
     torch.manual_seed(seed)
     kw = dict(do_sample=True, temperature=temperature, top_p=1.0, top_k=0) if temperature > 0 else dict(do_sample=False)
-    out = model.generate(ids.to(model.device), attention_mask=mask.to(model.device), max_new_tokens=max_new_tokens,
-                         pad_token_id=pad, **kw)
+    out = model.generate(ids, attention_mask=mask, max_new_tokens=max_new_tokens, pad_token_id=tok.pad_token_id, **kw)
     stop = _stop_ids(tok)
-    samples = []
-    for c, row in zip(chats, out[:, width:].tolist(), strict=True):
+    answers: list[tuple[Sample, str] | None] = []
+    for c, row in zip(chats, out[:, ids.shape[1]:].tolist(), strict=True):
         resp, _ = _truncate_at_stop(row, stop, keep_stop=True)
         if not resp:
+            answers.append(None)
             continue
-        samples.append(Sample(ids=torch.tensor(c + resp, dtype=torch.long), resp_start=len(c)))
-    return samples
+        text = tok.decode([t for t in resp if t not in stop], skip_special_tokens=True).strip()
+        answers.append((Sample(ids=torch.tensor(c + resp, dtype=torch.long), resp_start=len(c)), text))
+    return answers
 
 
 def _read_prompt_file(path: Path) -> dict[int, str]:
@@ -289,6 +320,38 @@ def _done_batches(data_dir: Path) -> set[int]:
     return done
 
 
+def _conversations(model, tok, cfg: DataConfig, prompts: list[str], temperature: float, b: int,
+                   filt: EvalPromptFilter) -> tuple[list[Sample], list[int], int]:
+    """Batch ``b``'s conversations: the target answers each prompt, then (``cfg.turns > 1``) samples a next user
+    turn after its answer and answers it, and so on. Returns every answer as a sample, each sample's turn (0 =
+    first) and the user turns dropped (empty or evaluation prompts). Turn 0's seeds are those of single-turn data."""
+    samples: list[Sample] = []
+    turns: list[int] = []
+    dropped = 0
+    convs = [[{"role": "user", "content": p}] for p in prompts]
+    for t in range(cfg.turns):
+        if not convs:
+            break
+        seed = cfg.seed * 1_000_003 + 2 * b + 1 + 7919 * t
+        answered = []
+        for conv, ans in zip(convs, _respond(model, tok, convs, cfg.max_new_tokens, temperature, seed), strict=True):
+            if ans is not None:
+                samples.append(ans[0])
+                turns.append(t)
+                answered.append(conv + [{"role": "assistant", "content": ans[1]}])
+        if t + 1 == cfg.turns or not answered:
+            break
+        nxt = _sample_user_turns(model, tok, answered, cfg.prompt_max_tokens, cfg.prompt_temperature,
+                                 cfg.prompt_top_p, seed + 1)
+        convs = []
+        for conv, user in zip(answered, nxt, strict=True):
+            if len(user) < 3 or user in filt:
+                dropped += 1
+            else:
+                convs.append(conv + [{"role": "user", "content": user}])
+    return samples, turns, dropped
+
+
 def generate_dataset(model, tok, cfg: DataConfig, data_dir: str | os.PathLike, time_budget_s: float | None = None,
                      progress: bool = True, log=print) -> dict:
     """Produce (or continue producing) a self-distillation data set in ``data_dir``.
@@ -301,8 +364,8 @@ def generate_dataset(model, tok, cfg: DataConfig, data_dir: str | os.PathLike, t
     root.mkdir(parents=True, exist_ok=True)
     manifest = root / "manifest.json"
     cfg_dict = asdict(cfg)
-    if manifest.is_file():
-        old = json.loads(manifest.read_text())["config"]
+    if manifest.is_file():  # settings a folder predates are its defaults
+        old = {**asdict(DataConfig()), **json.loads(manifest.read_text())["config"]}
         if old != cfg_dict:
             diffs = ", ".join(f"{k} {old.get(k)!r} -> {cfg_dict.get(k)!r}" for k in sorted(set(old) | set(cfg_dict))
                               if old.get(k) != cfg_dict.get(k))
@@ -355,15 +418,16 @@ def generate_dataset(model, tok, cfg: DataConfig, data_dir: str | os.PathLike, t
             with open(prompt_file, "a", encoding="utf-8") as fh:
                 for r in new_rec:
                     fh.write(json.dumps(r) + "\n")
-        idx = [i for i in range(lo, hi) if prompts[i]]
         temp = cfg.response_temperatures[b % len(cfg.response_temperatures)]
-        samples = _respond(model, tok, [prompts[i] for i in idx], cfg.max_new_tokens, temp,
-                           seed=cfg.seed * 1_000_003 + 2 * b + 1) if idx else []
+        samples, turns, dropped_turns = _conversations(model, tok, cfg, [prompts[i] for i in range(lo, hi)
+                                                                          if prompts[i]], temp, b, filt)
+        dropped += dropped_turns
         shard = {
             "batches": [b],
             "ids": [s.ids.to(torch.int32) for s in samples],
             "resp_start": [s.resp_start for s in samples],
             "temperature": temp,
+            "turn": turns,
         }
         tmp = root / f".shard_{b:05d}.tmp"
         torch.save(shard, tmp)
@@ -411,6 +475,7 @@ def export_dataset(data_dir: str | os.PathLike, path: str | os.PathLike) -> int:
         "batches": [s["batches"] for s in shards],
         "counts": [len(s["ids"]) for s in shards],
         "temperature": [s.get("temperature", 0.0) for s in shards],
+        "turn": [s.get("turn") for s in shards],
         "lengths": torch.tensor([len(t) for t in ids], dtype=torch.int64),
         "resp_start": torch.tensor([r for s in shards for r in s["resp_start"]], dtype=torch.int64),
         "tokens": torch.cat(ids).to(torch.int32) if ids else torch.zeros(0, dtype=torch.int32),
@@ -433,10 +498,14 @@ def import_dataset(path: str | os.PathLike, data_dir: str | os.PathLike) -> int:
     seqs = list(torch.split(p["tokens"], p["lengths"].tolist()))
     starts = p["resp_start"].tolist()
     k = 0
-    for batches, count, temp in zip(p["batches"], p["counts"], p["temperature"], strict=True):
+    turns = p.get("turn") or [None] * len(p["batches"])  # (absent in packs of single-turn data made before it)
+    for batches, count, temp, turn in zip(p["batches"], p["counts"], p["temperature"], turns, strict=True):
         dest = root / f"shard_{min(batches):05d}.pt"
         if not dest.exists():
-            torch.save({"batches": batches, "ids": [s.clone() for s in seqs[k:k + count]],
-                        "resp_start": starts[k:k + count], "temperature": temp}, dest)
+            shard = {"batches": batches, "ids": [s.clone() for s in seqs[k:k + count]],
+                     "resp_start": starts[k:k + count], "temperature": temp}
+            if turn is not None:
+                shard["turn"] = turn
+            torch.save(shard, dest)
         k += count
     return len(seqs)

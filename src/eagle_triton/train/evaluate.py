@@ -85,7 +85,7 @@ def greedy_acceptance(target, tok, head, prompts: list[str], tree_configs=(_DEFA
 
         it = tqdm(prompts, desc="acceptance", unit="prompt")
     for p in it:
-        ids = _chat_ids(tok, p) if chat else tok(p).input_ids
+        ids = _chat_ids(tok, [{"role": "user", "content": p}]) if chat else tok(p).input_ids
         cont = greedy_continuation(target, tok, ids, max_new_tokens)
         if cont.numel() < 2:
             continue
