@@ -1,6 +1,11 @@
-"""Mean accepted length and tokens/s of the shipped SmolLM2 EAGLE-3 head, greedy, on MT-bench and HumanEval.
+"""Mean accepted length and tokens/s of SmolLM2 EAGLE-3 heads, greedy and sampled, on MT-bench, HumanEval and a
+self-sampled held-out set.
 
     python bench/bench_acceptance.py [--trees 60/7/10,32/4/8] [--datasets mtbench,humaneval] [--out DIR]
+    # issue 22's report: old head against a new one, greedy and T=0.7, three prompt sets, three trees:
+    python bench/bench_acceptance.py --heads old=src/eagle_triton/assets/smollm2-eagle3,new=NEW_DIR \
+        --datasets mtbench,humaneval,selfheldout --trees 60/7/10,32/5/6,16/3/4 --temperatures 0,0.7 \
+        --drafter triton --dtype bfloat16 --limit 40 --max-new-tokens 128 --budget-s 1e9 --tag heads
     # the head in FP8 vs the model dtype, fused drafter, same prompts (issue 19's fp8_tau_ratio):
     python bench/bench_acceptance.py --trees 60/7/10 --datasets mtbench --draft-dtypes model,fp8 --drafter triton \
         --limit 40 --budget-s 1e9 --tag fp8
@@ -17,6 +22,15 @@ Prompts: MT-bench first turns (``bench/data/mt_bench_questions.jsonl``) and Huma
   mean accepted length over the model-dtype one on the prompts both runs used.
 * ``estimate``: :func:`eagle_triton.train.greedy_acceptance` (reference drafter walked along the target's greedy
   continuation, transformers target); no speed numbers.
+
+Heads and temperatures (issue 22's report): ``--heads old=DIR,new=DIR`` runs every tree with each head on the same
+prompts (``tau_by_head``: each head's mean accepted length over the prompts every head's run used), and
+``--temperatures 0,0.7`` samples too (prompt ``i`` seeded with ``i``; the speculative output of a sampled run is
+not compared with plain decoding's). Every speculative run records ``acceptance_by_depth``: the share of steps
+that accept at least ``d`` drafts, ``d = 1 ..`` (the per-depth acceptance curve, plotted). The ``selfheldout``
+dataset is user turns the target samples itself after its chat template's user prefix (temperature 1, top-p 0.95,
+prompt ``i`` seeded with ``10**7 + i``, apart from the training data's seeds; MT-bench and HumanEval prompts
+dropped): a held-out set in the training data's own distribution.
 
 Each (dataset, tree, mode) run stops taking new prompts after ``--budget-s`` seconds; the JSON records how many
 prompts were used. Results: ``acceptance.json`` and ``acceptance.png`` under ``--out`` (default ``$OUT`` or
@@ -66,7 +80,28 @@ def load_prompts(name: str) -> list[str]:
     if name == "humaneval":
         with gzip.open(data / "HumanEval.jsonl.gz", "rt") as f:
             return [json.loads(line)["prompt"] for line in f if line.strip()]
-    raise SystemExit(f"unknown dataset {name!r} (mtbench, humaneval)")
+    if name == "selfheldout":
+        return None  # sampled from the target by run_engine
+    raise SystemExit(f"unknown dataset {name!r} (mtbench, humaneval, selfheldout)")
+
+
+SELF_HELDOUT_SEED = 10**7
+
+
+def sample_heldout_prompts(eng, tok, n: int, max_tokens: int = 96) -> list[str]:
+    """``n`` user turns the target samples after its chat template's user prefix (see the module docstring)."""
+    from eagle_triton.train import EvalPromptFilter, user_prefix_ids
+
+    prefix, filt, out = user_prefix_ids(tok), EvalPromptFilter(), []
+    for i in range(4 * n):
+        if len(out) == n:
+            break
+        toks, _ = eng.generate(input_ids=prefix, max_new_tokens=max_tokens, temperature=1.0, top_p=0.95, top_k=0,
+                               seed=SELF_HELDOUT_SEED + i, speculative=False)
+        text = tok.decode(toks, skip_special_tokens=True).strip()
+        if len(text) >= 3 and text not in filt:
+            out.append(text)
+    return out
 
 
 def parse_trees(text: str) -> list[TreeConfig]:
@@ -86,35 +121,50 @@ def chat_ids(tok, prompt: str) -> list[int]:
                                    return_dict=False)
 
 
+def acceptance_by_depth(hist: list[int]) -> list[float]:
+    """From a histogram of accepted drafts per step (``hist[a]``: steps that accepted ``a``): the share of steps
+    accepting at least ``d`` drafts, for ``d = 1 .. len(hist) - 1``."""
+    total = sum(hist)
+    return [sum(hist[d:]) / total if total else 0.0 for d in range(1, len(hist))]
+
+
 def run_engine(args, trees, datasets, log, save=lambda r: None) -> dict:
     from eagle_triton.engine import EagleEngine, load_head, load_target, load_tokenizer
 
     t0 = time.time()
     runner = load_target(args.target, device=args.device, dtype=args.dtype)
     tok = load_tokenizer(args.target)
-    head = load_head(args.head, runner)
-    log(f"engine target + head loaded in {time.time() - t0:.1f} s ({type(runner).__name__})")
+    heads = {name: load_head(path, runner) for name, path in args.heads.items()}
+    log(f"engine target + {len(heads)} head(s) loaded in {time.time() - t0:.1f} s ({type(runner).__name__})")
     results: dict = {"load_s": time.time() - t0, "target_runner": type(runner).__name__, "drafter": args.drafter,
                      "runs": []}
     import copy
 
     from eagle_triton.heads.fp8 import apply_draft_dtype
 
-    engines, engine_dtype = {}, {}
-    for dt in args.draft_dtypes.split(","):
-        h = apply_draft_dtype(copy.deepcopy(head), dt) if dt != "model" else head
-        for t in trees:
-            name = tree_name(t) + ("" if dt == "model" else f"+{dt}")
-            engines[name] = EagleEngine(runner, h, t, max_length=args.max_length, tokenizer=tok,
-                                        drafter_backend=args.drafter)
-            engine_dtype[name] = (tree_name(t), dt)
+    engines, engine_of = {}, {}
+    for head_name, head in heads.items():
+        for dt in args.draft_dtypes.split(","):
+            h = apply_draft_dtype(copy.deepcopy(head), dt) if dt != "model" else head
+            for t in trees:
+                name = (tree_name(t) + ("" if dt == "model" else f"+{dt}")
+                        + ("" if len(heads) == 1 else f"@{head_name}"))
+                engines[name] = EagleEngine(runner, h, t, max_length=args.max_length, tokenizer=tok,
+                                            drafter_backend=args.drafter)
+                engine_of[name] = (tree_name(t), dt, head_name)
+    plain_engine = next(iter(engines.values()))
+    for ds in [d for d, prompts in datasets.items() if prompts is None]:
+        tw = time.time()
+        datasets[ds] = sample_heldout_prompts(plain_engine, tok, args.limit or 80)
+        results[f"{ds}_prompts"] = datasets[ds]
+        log(f"[engine] {ds}: {len(datasets[ds])} prompts sampled from the target in {time.time() - tw:.1f} s")
     warm = chat_ids(tok, "Say hello.")
     plain_out: dict = {}
     for ds, prompts in datasets.items():
         ids_list = [chat_ids(tok, p) for p in prompts]
-        modes = [("plain", None)] + [("spec", n) for n in engines]
-        for mode, name in modes:
-            eng = engines[name] if name else next(iter(engines.values()))
+        modes = [("plain", None, 0.0)] + [("spec", n, temp) for n in engines for temp in args.temperatures]
+        for mode, name, temp in modes:
+            eng = engines[name] if name else plain_engine
             spec = mode == "spec"
             tw = time.time()
             eng.generate(input_ids=warm, max_new_tokens=8, speculative=spec)  # warm-up: graphs, compilation
@@ -129,8 +179,8 @@ def run_engine(args, trees, datasets, log, save=lambda r: None) -> dict:
             for i, ids in enumerate(ids_list):
                 if time.time() - tb > args.budget_s:
                     break
-                out, st = eng.generate(input_ids=ids, max_new_tokens=args.max_new_tokens, temperature=0.0,
-                                       speculative=spec)
+                out, st = eng.generate(input_ids=ids, max_new_tokens=args.max_new_tokens, temperature=temp,
+                                       seed=i, speculative=spec)
                 used += 1
                 steps += st.steps
                 emitted += st.mean_accepted_length * st.steps
@@ -141,24 +191,27 @@ def run_engine(args, trees, datasets, log, save=lambda r: None) -> dict:
                     while len(hist) <= a:
                         hist.append(0)
                     hist[a] += c
-                if spec:
+                if not spec:
+                    plain_out[(ds, i)] = out
+                elif temp == 0.0:
                     ref = plain_out.get((ds, i))
                     if ref is not None and ref != out:
                         mismatches += 1
-                else:
-                    plain_out[(ds, i)] = out
-            rec = {"dataset": ds, "mode": mode, "tree": name, "prompts": used, "of": len(ids_list),
-                   "new_tokens": new, "seconds": secs, "tokens_per_s": new / secs if secs else 0.0,
-                   "steps": steps, "mean_accepted_length": emitted / steps if steps else 0.0,
-                   "accept_length_histogram": hist, "warmup_s": warm_s, "per_prompt_steps_emitted": per_prompt}
+            rec = {"dataset": ds, "mode": mode, "tree": name, "temperature": temp, "prompts": used,
+                   "of": len(ids_list), "new_tokens": new, "seconds": secs,
+                   "tokens_per_s": new / secs if secs else 0.0, "steps": steps,
+                   "mean_accepted_length": emitted / steps if steps else 0.0, "accept_length_histogram": hist,
+                   "warmup_s": warm_s, "per_prompt_steps_emitted": per_prompt}
             if spec:
-                rec["tree_config"], rec["draft_dtype"] = engine_dtype[name]
-                rec["outputs_differing_from_plain"] = mismatches
-                rec["outputs_compared"] = sum(1 for i in range(used) if (ds, i) in plain_out)
+                rec["tree_config"], rec["draft_dtype"], rec["head"] = engine_of[name]
+                rec["acceptance_by_depth"] = acceptance_by_depth(hist)
+                if temp == 0.0:
+                    rec["outputs_differing_from_plain"] = mismatches
+                    rec["outputs_compared"] = sum(1 for i in range(used) if (ds, i) in plain_out)
             results["runs"].append(rec)
-            log(f"[engine] {ds:9s} {mode:5s} {name or '-':9s} prompts {used}/{len(ids_list)}  "
+            log(f"[engine] {ds:11s} {mode:5s} {name or '-':9s} T={temp:g} prompts {used}/{len(ids_list)}  "
                 f"tau {rec['mean_accepted_length']:.3f}  {rec['tokens_per_s']:.1f} tok/s"
-                + (f"  differing {mismatches}" if spec else ""))
+                + (f"  differing {mismatches}" if spec and temp == 0.0 else ""))
             save(results)
     for ds in datasets:
         base = next((r for r in results["runs"] if r["dataset"] == ds and r["mode"] == "plain"), None)
@@ -168,30 +221,63 @@ def run_engine(args, trees, datasets, log, save=lambda r: None) -> dict:
     results["fp8_tau_ratio"] = fp8_tau_ratios(results["runs"])
     for k, v in results["fp8_tau_ratio"].items():
         log(f"[engine] fp8_tau_ratio {k}: {v['ratio']:.4f} over {v['prompts']} prompts")
+    results["tau_by_head"] = tau_by_head(results["runs"])
+    for k, v in results["tau_by_head"].items():
+        log(f"[engine] tau by head {k}: " + ", ".join(f"{h} {t:.3f}" for h, t in v["tau"].items())
+            + f" over {v['prompts']} prompts")
     return results
 
 
+def _tau_first(rec: dict, n: int) -> float:
+    """Mean accepted length of ``rec`` over its first ``n`` prompts."""
+    pp = rec["per_prompt_steps_emitted"][:n]
+    return sum(e for _, e in pp) / max(1, sum(s for s, _ in pp))
+
+
 def fp8_tau_ratios(runs: list[dict]) -> dict:
-    """Per ``dataset/tree``: FP8 mean accepted length / model-dtype mean accepted length, over the prompts both
-    runs generated (the first ``n`` of the same list)."""
+    """Per ``dataset/tree`` (and head and temperature, where several ran): FP8 mean accepted length / model-dtype
+    mean accepted length, over the prompts both runs generated (the first ``n`` of the same list)."""
     out = {}
     for r8 in runs:
         if r8.get("draft_dtype") != "fp8":
             continue
         base = next((r for r in runs if r.get("draft_dtype") == "model" and r["dataset"] == r8["dataset"]
-                     and r["tree_config"] == r8["tree_config"]), None)
+                     and r["tree_config"] == r8["tree_config"] and r.get("head") == r8.get("head")
+                     and r.get("temperature", 0.0) == r8.get("temperature", 0.0)), None)
         if base is None:
             continue
         n = min(len(base["per_prompt_steps_emitted"]), len(r8["per_prompt_steps_emitted"]))
         if n == 0:
             continue
+        key = f"{r8['dataset']}/{r8['tree_config']}" + _suffix(r8, runs)
+        out[key] = dict(ratio=_tau_first(r8, n) / _tau_first(base, n), prompts=n, tau_fp8=_tau_first(r8, n),
+                        tau_model=_tau_first(base, n))
+    return out
 
-        def tau(rec, n=n):
-            pp = rec["per_prompt_steps_emitted"][:n]
-            return sum(e for _, e in pp) / max(1, sum(s for s, _ in pp))
 
-        out[f"{r8['dataset']}/{r8['tree_config']}"] = dict(ratio=tau(r8) / tau(base), prompts=n, tau_fp8=tau(r8),
-                                                           tau_model=tau(base))
+def _suffix(rec: dict, runs: list[dict]) -> str:
+    """``@head`` and ``/T=t`` where runs of several heads or temperatures are in ``runs``."""
+    heads = {r.get("head") for r in runs if r["mode"] == "spec"}
+    temps = {r.get("temperature", 0.0) for r in runs if r["mode"] == "spec"}
+    return (f"@{rec.get('head')}" if len(heads) > 1 else "") + (f"/T={rec.get('temperature', 0.0):g}"
+                                                                 if len(temps) > 1 else "")
+
+
+def tau_by_head(runs: list[dict]) -> dict:
+    """Per ``dataset/tree/T=t`` (model-dtype heads): each head's mean accepted length over the prompts every head's
+    run generated (the first ``n`` of the same list); empty with one head."""
+    groups: dict = {}
+    for r in runs:
+        if r["mode"] == "spec" and r.get("draft_dtype") == "model":
+            key = f"{r['dataset']}/{r['tree_config']}/T={r.get('temperature', 0.0):g}"
+            groups.setdefault(key, []).append(r)
+    out = {}
+    for key, rs in groups.items():
+        if len({r["head"] for r in rs}) < 2:
+            continue
+        n = min(len(r["per_prompt_steps_emitted"]) for r in rs)
+        if n:
+            out[key] = {"prompts": n, "tau": {r["head"]: _tau_first(r, n) for r in rs}}
     return out
 
 
@@ -204,6 +290,9 @@ def run_estimate(args, trees, datasets, log) -> dict:
     head = load_draft_head(args.head, embed_tokens=model.get_input_embeddings(), dtype=dtype, device=args.device)
     res: dict = {"runs": []}
     for ds, prompts in datasets.items():
+        if prompts is None:
+            log(f"[estimate] {ds}: sampled by the engine method only; skipped")
+            continue
         t0 = time.time()
         chosen = []
         # greedy_acceptance has no per-prompt budget: cut the list by a first-prompt timing.
@@ -221,6 +310,14 @@ def run_estimate(args, trees, datasets, log) -> dict:
     return res
 
 
+def _written_here(path: Path) -> bool:
+    """Whether ``path`` is a results file of this script (its JSON names the script in its command)."""
+    try:
+        return "bench_acceptance" in json.loads(path.read_text()).get("command", "")
+    except (OSError, ValueError, AttributeError):
+        return False
+
+
 def plot(results: dict, path: Path) -> None:
     try:
         import matplotlib
@@ -232,7 +329,8 @@ def plot(results: dict, path: Path) -> None:
     runs = [r for m in ("engine", "estimate") for r in results.get(m, {}).get("runs", []) if r["mode"] != "plain"]
     if not runs:
         return
-    fig, axes = plt.subplots(1, 2, figsize=(12, 4))
+    curves = [r for r in results.get("engine", {}).get("runs", []) if r.get("acceptance_by_depth")]
+    fig, axes = plt.subplots(1, 3 if curves else 2, figsize=(18 if curves else 12, 4))
     labels = [f"{r['dataset']}\n{r['tree']}\n{r['mode']}" for r in runs]
     axes[0].bar(range(len(runs)), [r["mean_accepted_length"] for r in runs])
     axes[0].set_xticks(range(len(runs)), labels, fontsize=7)
@@ -243,6 +341,14 @@ def plot(results: dict, path: Path) -> None:
         axes[1].bar(range(len(eng)), [r["tokens_per_s"] for r in eng])
         axes[1].set_xticks(range(len(eng)), [f"{r['dataset']}\n{r['tree'] or 'plain'}" for r in eng], fontsize=7)
         axes[1].set_ylabel("tokens/s (greedy, batch 1)")
+    for r in curves:  # the per-depth acceptance curve of every speculative run
+        axes[2].plot(range(1, len(r["acceptance_by_depth"]) + 1), r["acceptance_by_depth"], marker="o", ms=3,
+                     label=f"{r['dataset']} {r['tree']} T={r.get('temperature', 0.0):g}")
+    if curves:
+        axes[2].set_xlabel("drafts accepted (depth d)")
+        axes[2].set_ylabel("share of steps accepting >= d drafts")
+        axes[2].set_ylim(0, 1)
+        axes[2].legend(fontsize=6)
     fig.suptitle(f"SmolLM2-135M-Instruct + EAGLE-3 head, {results['device']}")
     fig.tight_layout()
     fig.savefig(path, dpi=110)
@@ -252,6 +358,10 @@ def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--target", default=None, help="target (.gguf file or model dir); default: SmolLM2-135M")
     p.add_argument("--head", default=None, help="draft head dir; default: the shipped assets/smollm2-eagle3")
+    p.add_argument("--heads", default=None, metavar="NAME=DIR,...",
+                   help="several heads on the same prompts, e.g. old=DIR,new=DIR (instead of --head)")
+    p.add_argument("--temperatures", default="0", metavar="T1,T2,...",
+                   help="speculative runs at each temperature (0: greedy, compared with plain decoding)")
     p.add_argument("--trees", default="60/7/10,80/8/10,32/5/6")
     p.add_argument("--datasets", default="mtbench,humaneval")
     p.add_argument("--limit", type=int, default=None, help="first N prompts per dataset")
@@ -269,12 +379,28 @@ def main(argv=None) -> int:
     p.add_argument("--tag", default="", help="suffix for the output file names")
     args = p.parse_args(argv)
     args.target = args.target or default_target()
-    if args.head is None:
-        from eagle_triton.train import smollm2_head_path
+    if args.heads:
+        if args.head:
+            raise SystemExit("pass --head or --heads, not both")
+        pairs = [h.split("=", 1) for h in args.heads.split(",") if h]
+        if any(len(x) != 2 or not x[0] or not x[1] for x in pairs) or len({x[0] for x in pairs}) != len(pairs):
+            raise SystemExit(f"--heads wants distinct NAME=DIR pairs, got {args.heads!r}")
+        args.heads = dict(pairs)
+    else:
+        if args.head is None:
+            from eagle_triton.train import smollm2_head_path
 
-        args.head = str(smollm2_head_path())
+            args.head = str(smollm2_head_path())
+        args.heads = {"head": args.head}
+    try:
+        args.temperatures = [float(t) for t in args.temperatures.split(",") if t]
+    except ValueError:
+        raise SystemExit(f"--temperatures wants numbers, got {args.temperatures!r}") from None
+    if not args.temperatures or any(t < 0 for t in args.temperatures):
+        raise SystemExit(f"--temperatures wants numbers >= 0, got {args.temperatures}")
     trees = parse_trees(args.trees)
-    datasets = {d: load_prompts(d)[: args.limit] for d in args.datasets.split(",") if d}
+    datasets = {d: (None if (ps := load_prompts(d)) is None else ps[: args.limit])
+                for d in args.datasets.split(",") if d}
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     import triton
@@ -284,7 +410,8 @@ def main(argv=None) -> int:
         "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "torch": torch.__version__, "triton": triton.__version__,
         "command": " ".join([sys.executable.split("/")[-1]] + sys.argv),
-        "target": args.target, "head": args.head, "greedy": True, "max_new_tokens": args.max_new_tokens,
+        "target": args.target, "heads": args.heads, "temperatures": args.temperatures,
+        "max_new_tokens": args.max_new_tokens,
         "budget_s": args.budget_s, "prompt_format": "user turn of the target's chat template",
     }
     try:
@@ -293,15 +420,18 @@ def main(argv=None) -> int:
         results["transformers"] = transformers.__version__
     except ImportError:
         pass
-    meta = Path(args.head) / "train_meta.json"
-    if meta.is_file():
-        m = json.loads(meta.read_text())
-        results["head_train_step"] = m.get("step")
+    for head_name, path in args.heads.items():
+        meta = Path(path) / "train_meta.json"
+        if meta.is_file():
+            results.setdefault("head_train_step", {})[head_name] = json.loads(meta.read_text()).get("step")
 
     def log(msg):
         print(msg, flush=True)
 
     name = f"acceptance{('_' + args.tag) if args.tag else ''}"
+    for f in (out / f"{name}.json", out / f"{name}.png"):  # never overwrite a file this script did not write
+        if f.exists() and not _written_here(out / f"{name}.json"):
+            raise SystemExit(f"{f} exists and was not written by bench_acceptance.py: pass another --out or --tag")
 
     def save(engine_results=None):
         if engine_results is not None:

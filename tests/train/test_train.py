@@ -6,6 +6,7 @@ import json
 
 import pytest
 import torch
+from chat_testlib import tiny_chat_model, tiny_tokenizer
 from numerics import assert_close_to_reference
 
 from eagle_triton import Eagle3DraftHead, TreeConfig, load_draft_head
@@ -35,41 +36,10 @@ from eagle_triton.train.ttt import ttt_loss
 transformers = pytest.importorskip("transformers")
 tokenizers = pytest.importorskip("tokenizers")
 
-CHAT = ("{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
-        "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
-
-
-def _tiny_tokenizer():
-    from tokenizers import Tokenizer, decoders, models
-    from transformers import PreTrainedTokenizerFast
-
-    specials = ["<unk>", "<|im_start|>", "<|im_end|>"]
-    chars = ["\n"] + [chr(c) for c in range(32, 127)]
-    vocab = {t: i for i, t in enumerate(specials + chars)}
-    tk = Tokenizer(models.BPE(vocab=vocab, merges=[], unk_token="<unk>"))
-    tk.decoder = decoders.Fuse()
-    tok = PreTrainedTokenizerFast(tokenizer_object=tk, unk_token="<unk>", eos_token="<|im_end|>",
-                                  pad_token="<|im_end|>", additional_special_tokens=["<|im_start|>"])
-    tok.chat_template = CHAT
-    tok.padding_side = "left"
-    return tok
-
-
 @pytest.fixture(scope="module")
 def tiny():
-    from transformers import LlamaConfig, LlamaForCausalLM
-
-    torch.manual_seed(0)
-    tok = _tiny_tokenizer()
-    cfg = LlamaConfig(vocab_size=112, hidden_size=48, intermediate_size=96, num_hidden_layers=5,
-                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=512, rms_norm_eps=1e-5,
-                      tie_word_embeddings=False, eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id,
-                      bos_token_id=None)
-    model = LlamaForCausalLM(cfg)
-    with torch.no_grad():  # peaked next-token distributions (default init is near uniform): something to learn
-        model.lm_head.weight.mul_(40.0)
-    model.eval().requires_grad_(False)
-    return model, tok
+    tok = tiny_tokenizer()
+    return tiny_chat_model(tok), tok
 
 
 def _small_data(tmp_path, tiny, n=12):
