@@ -310,14 +310,6 @@ def run_estimate(args, trees, datasets, log) -> dict:
     return res
 
 
-def _written_here(path: Path) -> bool:
-    """Whether ``path`` is a results file of this script (its JSON names the script in its command)."""
-    try:
-        return "bench_acceptance" in json.loads(path.read_text()).get("command", "")
-    except (OSError, ValueError, AttributeError):
-        return False
-
-
 def plot(results: dict, path: Path) -> None:
     try:
         import matplotlib
@@ -429,9 +421,9 @@ def main(argv=None) -> int:
         print(msg, flush=True)
 
     name = f"acceptance{('_' + args.tag) if args.tag else ''}"
-    for f in (out / f"{name}.json", out / f"{name}.png"):  # never overwrite a file this script did not write
-        if f.exists() and not _written_here(out / f"{name}.json"):
-            raise SystemExit(f"{f} exists and was not written by bench_acceptance.py: pass another --out or --tag")
+    from results_guard import refuse_foreign
+
+    refuse_foreign("bench_acceptance", out / f"{name}.json", out / f"{name}.png")
 
     def save(engine_results=None):
         if engine_results is not None:

@@ -61,6 +61,7 @@ from bench_engine import (  # noqa: E402
     sync,
     versions,
 )
+from results_guard import refuse_foreign  # noqa: E402
 
 PARTS = {"a": "smollm2", "b": "llama8b"}
 BATCHES = "1,2,4,8,16"
@@ -398,6 +399,7 @@ def main(argv=None) -> int:
     else:
         dev = torch.device("cuda" if args.device == "auto" and torch.cuda.is_available() else
                            (args.device if args.device != "auto" else "cpu"))
+    refuse_foreign("bench_batch", Path(args.out) / "bench_batch.json", Path(args.out) / "bench_batch.png")
     doc = {"benchmark": "bench_batch", "date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
            "smoke": bool(args.smoke), "quick": bool(args.quick), "versions": {**versions(), **git_commit()},
            "command": " ".join([Path(sys.executable).name, *sys.argv]) if argv is None else

@@ -552,6 +552,9 @@ def main(argv=None) -> int:
     out_dir.mkdir(parents=True, exist_ok=True)
     path = out_dir / "bench_engine.json"
     doc = {"benchmark": "bench_engine", "schema": SCHEMA, "parts": {}}
+    from results_guard import refuse_foreign
+
+    refuse_foreign("bench_engine", path, out_dir / "bench_engine.png")
     if args.update and path.exists():
         old = json.loads(path.read_text())
         if old.get("benchmark") != "bench_engine" or old.get("schema") != SCHEMA:

@@ -267,6 +267,10 @@ def main(argv=None) -> int:
     if args.warm:
         warm_variant(args.warm)
         return 0
+    from results_guard import refuse_foreign
+
+    refuse_foreign("bench_fused_drafter", os.path.join(args.out, f"{args.name}.json"),
+                   os.path.join(args.out, f"{args.name}.png"))
     import triton
 
     t0 = time.time()

@@ -217,6 +217,9 @@ def main(argv=None) -> int:
     if not torch.cuda.is_available():
         print("bench_kernels.py needs a CUDA GPU", file=sys.stderr)
         return 2
+    from results_guard import refuse_foreign
+
+    refuse_foreign("bench_kernels", os.path.join(args.out, "kernels.json"), os.path.join(args.out, "kernels.png"))
     import triton
 
     device = "cuda"

@@ -285,6 +285,9 @@ def main(argv=None) -> dict:
     tree = tuple(int(x) for x in args.tree.split(","))
     out_dir = args.out or Path(os.environ.get("OUT") or REPO / "bench" / "results")
     out_dir.mkdir(parents=True, exist_ok=True)
+    from results_guard import refuse_foreign
+
+    refuse_foreign("bench_safeailab", out_dir / "bench_safeailab.json")
     sys.path.insert(0, str(REPO / "src"))
 
     from eagle_triton import TreeConfig, optimize_eagle_with_triton, patch_ea_model_with_triton_drafter, restore_eagle

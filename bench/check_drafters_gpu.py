@@ -21,6 +21,9 @@ p = argparse.ArgumentParser()
 p.add_argument("--out", default=os.environ.get("OUT", "bench/results"))
 p.add_argument("--backends", default="graph")
 args = p.parse_args()
+from results_guard import refuse_foreign  # noqa: E402
+
+refuse_foreign("check_drafters_gpu", os.path.join(args.out, "drafters_gpu.json"))
 dev = "cuda"
 path = os.path.join(os.path.dirname(__file__), "..", "src", "eagle_triton", "assets", "smollm2-eagle3")
 emb = torch.randn(49152, 576) * 0.05
