@@ -330,10 +330,11 @@ def main(argv=None) -> int:
         p.error("bench_target.py needs a CUDA GPU")
     out = Path(args.out)
     result = {}
+    from results_guard import refuse_foreign
+
+    refuse_foreign("bench_target", out)
     if out.exists():
         result = json.loads(out.read_text())
-        if result.get("benchmark") != "bench_target":
-            p.error(f"{out} exists and was not written by bench_target.py; choose another --out")
     result.update({"benchmark": "bench_target", "device": torch.cuda.get_device_name(),
                    "date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
                    "versions": versions()})

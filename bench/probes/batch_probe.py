@@ -20,6 +20,7 @@ Parts:
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import sys
 import time
@@ -232,6 +233,18 @@ def part_steady(args, engines) -> list[dict]:
     return rows
 
 
+@contextlib.contextmanager
+def _wrapped(recorder, targets):
+    """``recorder.wrap(obj, name, kind)`` on each ``(obj, name, kind)`` of ``targets`` for the ``with`` body, the
+    originals put back after it."""
+    undo = [(obj, name, recorder.wrap(obj, name, kind)) for obj, name, kind in targets]
+    try:
+        yield recorder
+    finally:
+        for obj, name, fn in reversed(undo):
+            setattr(obj, name, fn)
+
+
 class _Timers:
     """Host timers around the parts of a job (each synchronises the device before and after)."""
 
@@ -321,13 +334,8 @@ def part_job(args, engines, prompts=None) -> list[dict]:
                 torch.cuda.synchronize()
                 r[run + "_s"] = time.perf_counter() - t0
                 r["new_tokens"] = sum(len(t) for t, _ in res)
-            tm = _Timers()
-            undo = [(target_mod.LlamaTarget, "prefill", tm.wrap(target_mod.LlamaTarget, "prefill", "prefill")),
-                    (target_mod.LlamaTarget, "keep_slots", tm.wrap(target_mod.LlamaTarget, "keep_slots", "move")),
-                    (batch_mod.BatchStepRunner, "_start_draft",
-                     tm.wrap(batch_mod.BatchStepRunner, "_start_draft", "prompt_kv")),
-                    (engine_mod.EagleEngine, "_batch_runner",
-                     tm.wrap(engine_mod.EagleEngine, "_batch_runner", "batch_runner_setup"))]
+            parts = [(target_mod.LlamaTarget, "prefill", "prefill"), (target_mod.LlamaTarget, "keep_slots", "move"),
+                     (batch_mod.BatchStepRunner, "_start_draft", "prompt_kv")]
             captures = []  # host seconds from each capture's begin to its end (the capture's whole launch work)
             orig_begin, orig_end = torch.cuda.CUDAGraph.capture_begin, torch.cuda.CUDAGraph.capture_end
 
@@ -340,32 +348,24 @@ def part_job(args, engines, prompts=None) -> list[dict]:
                 _log.append(time.perf_counter() - self._probe_t0)
                 return out
 
-            torch.cuda.CUDAGraph.capture_begin, torch.cuda.CUDAGraph.capture_end = begin, end
-            try:
-                torch.cuda.synchronize()
-                t0 = time.perf_counter()
-                eng.generate_batch(input_ids=prompts, max_new_tokens=caps, batch_size=b, speculative=spec,
-                                   eos_token_id=eos)
-                torch.cuda.synchronize()
-                r["timed_s"] = time.perf_counter() - t0
-            finally:
-                torch.cuda.CUDAGraph.capture_begin, torch.cuda.CUDAGraph.capture_end = orig_begin, orig_end
-                for obj, nm, fn in undo:
-                    setattr(obj, nm, fn)
+            with _wrapped(_Timers(), parts + [(engine_mod.EagleEngine, "_batch_runner", "batch_runner_setup")]) as tm:
+                torch.cuda.CUDAGraph.capture_begin, torch.cuda.CUDAGraph.capture_end = begin, end
+                try:
+                    torch.cuda.synchronize()
+                    t0 = time.perf_counter()
+                    eng.generate_batch(input_ids=prompts, max_new_tokens=caps, batch_size=b, speculative=spec,
+                                       eos_token_id=eos)
+                    torch.cuda.synchronize()
+                    r["timed_s"] = time.perf_counter() - t0
+                finally:
+                    torch.cuda.CUDAGraph.capture_begin, torch.cuda.CUDAGraph.capture_end = orig_begin, orig_end
             # the same job unobserved by the host: device time and idle gaps per kind of part
-            tl = _GpuTimeline()
-            undo = [(cls, nm, tl.wrap(cls, nm, kind)) for cls, nm, kind in (
-                (target_mod.LlamaTarget, "prefill", "prefill"), (target_mod.LlamaTarget, "keep_slots", "move"),
-                (batch_mod.BatchStepRunner, "_start_draft", "prompt_kv"),
-                (batch_mod.BatchStepRunner, "release", "release"),
-                (batch_mod.BatchStepRunner, "speculative_step", "step"),
-                (batch_mod.BatchStepRunner, "plain_step", "step"))]
-            try:
+            steps = [(batch_mod.BatchStepRunner, "release", "release"),
+                     (batch_mod.BatchStepRunner, "speculative_step", "step"),
+                     (batch_mod.BatchStepRunner, "plain_step", "step")]
+            with _wrapped(_GpuTimeline(), parts + steps) as tl:
                 eng.generate_batch(input_ids=prompts, max_new_tokens=caps, batch_size=b, speculative=spec,
                                    eos_token_id=eos)
-            finally:
-                for obj, nm, fn in undo:
-                    setattr(obj, nm, fn)
             r["timeline"] = tl.summary()
             r["captures"] = len(captures)
             r["capture_s"] = sum(captures)

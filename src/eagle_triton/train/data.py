@@ -206,11 +206,7 @@ def read_prompts_jsonl(path: str | os.PathLike, limit: int | None = None) -> lis
 
 def user_prefix_ids(tok) -> list[int]:
     """Token ids of the chat template up to where the user's text begins (system prompt included)."""
-    text = tok.apply_chat_template([{"role": "user", "content": _SENTINEL}], tokenize=False,
-                                   add_generation_prompt=True)
-    if _SENTINEL not in text:
-        raise ValueError("the tokenizer's chat template does not place the user content verbatim")
-    return tok(text.split(_SENTINEL)[0], add_special_tokens=False).input_ids
+    return _user_prefix_after(tok, [])
 
 
 def _stop_ids(tok) -> set[int]:
