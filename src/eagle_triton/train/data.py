@@ -67,6 +67,9 @@ class DataConfig:
         answers that too; every answer is a sample whose prompt is the conversation before it (rendered by the
         chat template, as a multi-turn chat reaches the model at inference). Evaluation prompts are dropped at every
         turn.
+    generator: who writes the data: ``"transformers"`` (``model.generate``, one seed per batch) or ``"engine"``
+        (:class:`~eagle_triton.engine.EagleEngine`'s continuous batching, one seed per sequence; see
+        :mod:`.generation`). The same target distribution, other coins.
     """
 
     num_prompts: int = 1024
@@ -79,6 +82,7 @@ class DataConfig:
     response_temperatures: list[float] = field(default_factory=lambda: [0.0, 0.7])
     seed: int = 0
     turns: int = 1
+    generator: str = "transformers"
 
     def __post_init__(self) -> None:
         if (self.num_prompts < 1 or self.batch_size < 1 or self.max_new_tokens < 1 or self.prompt_max_tokens < 1
@@ -86,6 +90,8 @@ class DataConfig:
             raise ValueError(f"DataConfig sizes must be positive: {self}")
         if not self.response_temperatures or any(t < 0 for t in self.response_temperatures):
             raise ValueError(f"response_temperatures must be non-empty and >= 0, got {self.response_temperatures}")
+        if self.generator not in ("transformers", "engine"):
+            raise ValueError(f"generator must be 'transformers' or 'engine', got {self.generator!r}")
 
 
 @dataclass
@@ -246,26 +252,49 @@ def _user_prefix_after(tok, messages: list[dict]) -> list[int]:
     return tok(text.split(_SENTINEL)[0], add_special_tokens=False).input_ids
 
 
-@torch.no_grad()
-def _sample_user_turns(model, tok, convs: list[list[dict]], max_tokens: int, temperature: float, top_p: float,
+def _sample_user_turns(gen, tok, convs: list[list[dict]], max_tokens: int, temperature: float, top_p: float,
                        seed: int) -> list[str]:
     """The next user turn of each conversation, sampled from the target after the chat template's user prefix."""
-    ids, mask = _left_padded([_user_prefix_after(tok, c) for c in convs], tok.pad_token_id, model.device)
-    torch.manual_seed(seed)
-    out = model.generate(ids, attention_mask=mask, do_sample=True, temperature=temperature, top_p=top_p, top_k=0,
-                         max_new_tokens=max_tokens, pad_token_id=tok.pad_token_id)
     stop = _stop_ids(tok)
     turns = []
-    for row in out[:, ids.shape[1]:].tolist():
+    for row in gen([_user_prefix_after(tok, c) for c in convs], max_tokens, temperature, top_p, seed):
         row, _ = _truncate_at_stop(row, stop, keep_stop=False)
         turns.append(tok.decode(row, skip_special_tokens=True).strip())
     return turns
 
 
+def _generator(model, tok, kind: str = "transformers"):
+    """``model`` (a transformers model, or an :class:`~eagle_triton.engine.EagleEngine` for ``kind="engine"``)
+    wrapped as a row generator (:mod:`.generation`); one already wrapped passes through."""
+    from ..engine import EagleEngine
+    from .generation import EngineGenerator, TransformersGenerator
+
+    if isinstance(model, (TransformersGenerator, EngineGenerator)):
+        if model.kind != kind:
+            raise ValueError(f"the data settings ask for generator {kind!r} but a {model.kind!r} one was given")
+        return model
+    is_engine = isinstance(model, EagleEngine)  # (transformers models have a generate_batch of their own)
+    if kind == "engine":
+        if not is_engine:
+            raise ValueError("generator 'engine' needs an EagleEngine (EagleEngine.from_pretrained(target, head)), "
+                             f"got {type(model).__name__}")
+        return EngineGenerator(model, _stop_ids(tok))
+    if kind != "transformers":
+        raise ValueError(f"unknown generator {kind!r} (transformers, engine)")
+    if is_engine:
+        raise ValueError("an EagleEngine writes data only with DataConfig(generator='engine')")
+    return TransformersGenerator(model, tok.pad_token_id)
+
+
 def sample_user_prompts(model, tok, n: int, max_tokens: int = 96, temperature: float = 1.0, top_p: float = 0.95,
                         seed: int = 0) -> list[str]:
-    """``n`` user turns sampled from the target after the empty user prefix of its chat template."""
-    return _sample_user_turns(model, tok, [[] for _ in range(n)], max_tokens, temperature, top_p, seed)
+    """``n`` user turns sampled from the target after the empty user prefix of its chat template (``model``: a
+    transformers model, an :class:`~eagle_triton.engine.EagleEngine` or a :mod:`.generation` generator)."""
+    from ..engine import EagleEngine
+
+    kind = getattr(model, "kind", "engine" if isinstance(model, EagleEngine) else "transformers")
+    return _sample_user_turns(_generator(model, tok, kind), tok, [[] for _ in range(n)], max_tokens, temperature,
+                              top_p, seed)
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -275,19 +304,14 @@ def _chat_ids(tok, messages: list[dict]) -> list[int]:
     return tok.apply_chat_template(messages, tokenize=True, add_generation_prompt=True, return_dict=False)
 
 
-@torch.no_grad()
-def _respond(model, tok, convs: list[list[dict]], max_new_tokens: int, temperature: float,
+def _respond(gen, tok, convs: list[list[dict]], max_new_tokens: int, temperature: float,
              seed: int) -> list[tuple[Sample, str] | None]:
     """The target's answer to each conversation (ending with a user turn): ``(sample, answer text)``, or ``None``
     where the answer is empty."""
     chats = [_chat_ids(tok, c) for c in convs]
-    ids, mask = _left_padded(chats, tok.pad_token_id, model.device)
-    torch.manual_seed(seed)
-    kw = dict(do_sample=True, temperature=temperature, top_p=1.0, top_k=0) if temperature > 0 else dict(do_sample=False)
-    out = model.generate(ids, attention_mask=mask, max_new_tokens=max_new_tokens, pad_token_id=tok.pad_token_id, **kw)
     stop = _stop_ids(tok)
     answers: list[tuple[Sample, str] | None] = []
-    for c, row in zip(chats, out[:, ids.shape[1]:].tolist(), strict=True):
+    for c, row in zip(chats, gen(chats, max_new_tokens, temperature, 1.0, seed), strict=True):
         resp, _ = _truncate_at_stop(row, stop, keep_stop=True)
         if not resp:
             answers.append(None)
@@ -316,7 +340,7 @@ def _done_batches(data_dir: Path) -> set[int]:
     return done
 
 
-def _conversations(model, tok, cfg: DataConfig, prompts: list[str], temperature: float, b: int,
+def _conversations(gen, tok, cfg: DataConfig, prompts: list[str], temperature: float, b: int,
                    filt: EvalPromptFilter) -> tuple[list[Sample], list[int], int]:
     """Batch ``b``'s conversations: the target answers each prompt, then (``cfg.turns > 1``) samples a next user
     turn after its answer and answers it, and so on. Returns every answer as a sample, each sample's turn (0 =
@@ -330,14 +354,14 @@ def _conversations(model, tok, cfg: DataConfig, prompts: list[str], temperature:
             break
         seed = cfg.seed * 1_000_003 + 2 * b + 1 + 7919 * t
         answered = []
-        for conv, ans in zip(convs, _respond(model, tok, convs, cfg.max_new_tokens, temperature, seed), strict=True):
+        for conv, ans in zip(convs, _respond(gen, tok, convs, cfg.max_new_tokens, temperature, seed), strict=True):
             if ans is not None:
                 samples.append(ans[0])
                 turns.append(t)
                 answered.append(conv + [{"role": "assistant", "content": ans[1]}])
         if t + 1 == cfg.turns or not answered:
             break
-        nxt = _sample_user_turns(model, tok, answered, cfg.prompt_max_tokens, cfg.prompt_temperature,
+        nxt = _sample_user_turns(gen, tok, answered, cfg.prompt_max_tokens, cfg.prompt_temperature,
                                  cfg.prompt_top_p, seed + 1)
         convs = []
         for conv, user in zip(answered, nxt, strict=True):
@@ -352,6 +376,8 @@ def generate_dataset(model, tok, cfg: DataConfig, data_dir: str | os.PathLike, t
                      progress: bool = True, log=print) -> dict:
     """Produce (or continue producing) a self-distillation data set in ``data_dir``.
 
+    ``model`` writes the data: a transformers model (``cfg.generator == "transformers"``) or an
+    :class:`~eagle_triton.engine.EagleEngine` of the same target (``"engine"``; see :mod:`.generation`).
     Returns a status dict: ``complete`` (all batches done), ``batches_done``, ``num_batches``, ``seconds``,
     ``dropped_eval_prompts``. Stops between batches once ``time_budget_s`` is spent; a later call resumes.
     """
@@ -367,8 +393,10 @@ def generate_dataset(model, tok, cfg: DataConfig, data_dir: str | os.PathLike, t
                               if old.get(k) != cfg_dict.get(k))
             raise ValueError(f"{root} was started with other data settings ({diffs}): use another work folder, or "
                              "the same settings to resume")
-    else:
-        atomic_write_json(manifest, {"config": cfg_dict, "target": getattr(model.config, "_name_or_path", "")})
+    gen = _generator(model, tok, cfg.generator)
+    if not manifest.is_file():
+        atomic_write_json(manifest, {"config": cfg_dict,
+                                     "target": getattr(getattr(model, "config", None), "_name_or_path", "")})
     filt = EvalPromptFilter()
     prompt_file = root / "prompts.jsonl"
     prompts = _read_prompt_file(prompt_file)
@@ -401,8 +429,8 @@ def generate_dataset(model, tok, cfg: DataConfig, data_dir: str | os.PathLike, t
         if any(i not in prompts for i in range(lo, hi)):
             if cfg.prompts_path is not None:
                 raise RuntimeError(f"{prompt_file} lacks prompts {lo}..{hi - 1}")
-            new = sample_user_prompts(model, tok, hi - lo, cfg.prompt_max_tokens, cfg.prompt_temperature,
-                                      cfg.prompt_top_p, seed=cfg.seed * 1_000_003 + 2 * b)
+            new = _sample_user_turns(gen, tok, [[] for _ in range(hi - lo)], cfg.prompt_max_tokens,
+                                     cfg.prompt_temperature, cfg.prompt_top_p, seed=cfg.seed * 1_000_003 + 2 * b)
             # Drop empty or evaluation prompts; a placeholder keeps indices aligned (skipped below).
             new_rec = []
             for i, p in zip(range(lo, hi), new, strict=True):
@@ -415,7 +443,7 @@ def generate_dataset(model, tok, cfg: DataConfig, data_dir: str | os.PathLike, t
                 for r in new_rec:
                     fh.write(json.dumps(r) + "\n")
         temp = cfg.response_temperatures[b % len(cfg.response_temperatures)]
-        samples, turns, dropped_turns = _conversations(model, tok, cfg, [prompts[i] for i in range(lo, hi)
+        samples, turns, dropped_turns = _conversations(gen, tok, cfg, [prompts[i] for i in range(lo, hi)
                                                                           if prompts[i]], temp, b, filt)
         dropped += dropped_turns
         shard = {
@@ -440,6 +468,7 @@ def generate_dataset(model, tok, cfg: DataConfig, data_dir: str | os.PathLike, t
         "num_batches": num_batches,
         "seconds": time.time() - t0,
         "dropped_eval_or_empty_prompts": dropped,
+        "dropped_past_engine_capacity": getattr(gen, "too_long", 0),
         "eval_filter_sources": filt.sources,
     }
     log(f"data: {status['batches_done']}/{num_batches} batches in {root} ({status['seconds']:.1f} s)")

@@ -284,6 +284,13 @@ def train_eagle3(target, tok, samples: list[Sample], cfg: TrainConfig, out_dir: 
         head_cfg = DraftHeadConfig.from_dict(meta["head_config"])
         rewarm_from = meta["step"]
         meta.setdefault("cold_resumes", []).append(meta["step"])
+        tokens = int(sum(len(s.ids) for s in train_set))
+        if (meta.get("num_train"), meta.get("train_tokens")) != (len(train_set), tokens):
+            # Other data than the head's (continued training on new data): start at its first epoch; the step,
+            # the vocabulary and the schedule go on.
+            meta.setdefault("data_changes", []).append(
+                {"step": meta["step"], "num_train": len(train_set), "num_val": len(val_set), "train_tokens": tokens})
+            meta.update(epoch=0, batch_pos=0, num_train=len(train_set), num_val=len(val_set), train_tokens=tokens)
     else:
         counts = token_counts([s.ids for s in train_set], target.config.vocab_size,
                               starts=[s.resp_start for s in train_set])
