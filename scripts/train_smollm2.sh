@@ -15,12 +15,13 @@
 # GEN_BATCH, MAX_NEW, DATA_BUDGET, TRAIN1_BUDGET, TRAIN2_BUDGET (seconds), LR, TOKENS_PER_BATCH, DRAFT_VOCAB,
 # TURNS (user turns per self-distilled conversation; the first head: 1), TEMPS (response temperatures, cycled over
 # batches), SEED, GENERATOR (transformers or engine: who writes the data), MAX_LEN (training sequence cut),
-# INIT_HEAD (train1 continues from this head: its weights, vocabulary and step; new data start a new epoch).
+# GEN_DRAFT (the engine generator's draft head), INIT_HEAD (train1 continues from this head: its weights,
+# vocabulary and step; new data start a new epoch).
 #
 # Round 2 (continued training on new, larger and multi-turn data written by the engine, from the round-1 head):
 #
-#   WORK=runs/r2 SEED=1 TURNS=2 MAX_NEW=512 TEMPS=0,0.7,1.0 GENERATOR=engine NUM_PROMPTS=32768 MAX_LEN=1536 \
-#     INIT_HEAD=<the round-1 head> bash scripts/train_smollm2.sh data train1 train2
+#   WORK=runs/r2 SEED=1 TURNS=2 MAX_NEW=512 TEMPS=0,0.7,0,1.0 GENERATOR=engine GEN_DRAFT=<the round-1 head> \
+#     NUM_PROMPTS=65536 MAX_LEN=1536 INIT_HEAD=<the round-1 head> bash scripts/train_smollm2.sh data train1 train2
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export PYTHONPATH="$PWD/src${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
@@ -53,7 +54,7 @@ for stage in "$@"; do
   echo "=== $stage $(date -u +%FT%TZ)" | tee -a "$LOG"
   case $stage in
     data)    # self-distillation; resumable batch by batch
-      train --stage data --data-time-budget "${DATA_BUDGET:-270}" ;;
+      train --stage data --data-time-budget "${DATA_BUDGET:-270}" ${GEN_DRAFT:+--gen-draft "$GEN_DRAFT"} ;;
     train1)  # warm-up + constant learning rate (the stable phase of warmup-stable-decay)
       train --stage train --max-steps 1000000 --decay-fraction 0 --train-time-budget "${TRAIN1_BUDGET:-180}" \
             ${INIT_HEAD:+--init-head "$INIT_HEAD"} ;;
