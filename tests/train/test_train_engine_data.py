@@ -108,3 +108,32 @@ def test_cli_writes_engine_data_and_refuses_a_head_without_the_engine(tmp_path, 
     manifest = json.loads((tmp_path / "w" / "data" / "manifest.json").read_text())
     assert manifest["config"]["generator"] == "engine"
     assert 1 <= len(load_dataset(tmp_path / "w" / "data")) <= 3
+
+
+def test_cli_extra_data_joins_the_training_set(tmp_path, tiny, monkeypatch):
+    """--extra-data folders' conversations follow work-dir/data's in the training set; an empty one is refused."""
+    import eagle_triton.train as train_pkg
+    from eagle_triton.cli import main
+
+    model, tok = tiny
+    model.save_pretrained(tmp_path / "target")
+    tok.save_pretrained(tmp_path / "target")
+    base = ["train", "--target", str(tmp_path / "target"), "--num-prompts", "2", "--gen-batch-size", "2",
+            "--prompt-max-tokens", "4", "--max-new-tokens", "5", "--no-progress", "--device", "cpu"]
+    for w, seed in (("a", "1"), ("b", "2")):
+        assert main(base + ["--work-dir", str(tmp_path / w), "--stage", "data", "--seed", seed]) == 0
+    seen = {}
+
+    def fake_train(target, tok, samples, cfg, out_dir, **kw):
+        seen["ids"] = [s.ids.tolist() for s in samples]
+        raise SystemExit(0)
+
+    monkeypatch.setattr(train_pkg, "train_eagle3", fake_train)
+    with pytest.raises(SystemExit):
+        main(base + ["--work-dir", str(tmp_path / "a"), "--stage", "train", "--extra-data",
+                     str(tmp_path / "b" / "data")])
+    both = load_dataset(tmp_path / "a" / "data") + load_dataset(tmp_path / "b" / "data")
+    assert seen["ids"] == [s.ids.tolist() for s in both]
+    (tmp_path / "empty").mkdir()
+    assert main(base + ["--work-dir", str(tmp_path / "a"), "--stage", "train", "--extra-data",
+                        str(tmp_path / "empty")]) == 2

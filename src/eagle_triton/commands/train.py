@@ -68,6 +68,9 @@ def register(subparsers) -> None:
                         "shipped head for the embedded SmolLM2, else none)")
     g.add_argument("--import-data", default=None,
                    help="unpack a file written by --export-data into work-dir/data (default: none)")
+    g.add_argument("--extra-data", action="append", default=[], metavar="DIR",
+                   help="another data folder (the data/ of another work folder, e.g. made with another --seed in "
+                        "parallel) whose conversations join the training set after work-dir/data's; repeatable")
     g.add_argument("--export-data", default=None,
                    help="pack work-dir/data into one file after data generation (default: no export)")
     t = p.add_argument_group("training")
@@ -181,6 +184,10 @@ def check_args(args) -> None:
     for opt, value in (("--prompts", args.prompts), ("--import-data", args.import_data)):
         if value is not None and not Path(value).is_file():
             raise UsageError(f"{opt} {value} is not a file")
+    for d in args.extra_data:
+        if not any(Path(d).glob("shard_*.pt")):
+            raise UsageError(f"--extra-data {d} holds no data shards (shard_*.pt): name the data/ folder of a train "
+                             "work folder")
     if args.export_data is not None and Path(args.export_data).exists() and not args.overwrite \
             and str(Path(args.export_data).resolve()) not in _exports(Path(args.work_dir)):
         raise UsageError(f"--export-data {args.export_data} exists: choose another file name, or pass --overwrite "
@@ -274,7 +281,10 @@ def run(args) -> int:
             return 0
     if args.stage == "data":
         return 0
-    samples = load_dataset(data_dir)
+    # (work-dir/data may be empty when --extra-data names every folder: a run on data made elsewhere)
+    samples = load_dataset(data_dir) if any(data_dir.glob("shard_*.pt")) or not args.extra_data else []
+    for d in args.extra_data:
+        samples += load_dataset(d)
     train_cfg = TrainConfig(
         draft_vocab_size=args.draft_vocab, intermediate_size=args.intermediate_size, rope_theta=args.rope_theta,
         ttt_steps=args.ttt_steps, lr=args.lr, warmup_steps=args.warmup_steps, max_steps=args.max_steps,

@@ -490,7 +490,8 @@ def load_dataset(data_dir: str | os.PathLike) -> list[Sample]:
 
 
 def export_dataset(data_dir: str | os.PathLike, path: str | os.PathLike) -> int:
-    """Pack a data directory into one file (flat int32 tokens + offsets) to carry between machines."""
+    """Pack a data directory into one file (flat int32 tokens + offsets) to carry between machines; a name ending
+    in ``.gz`` is gzip-compressed (token ids shrink about five-fold)."""
     root = Path(data_dir)
     shards = [torch.load(f, weights_only=True) for f in sorted(root.glob("shard_*.pt"))]
     ids = [t for s in shards for t in s["ids"]]
@@ -507,13 +508,20 @@ def export_dataset(data_dir: str | os.PathLike, path: str | os.PathLike) -> int:
     }
     buf = io.BytesIO()
     torch.save(packed, buf)
-    atomic_write_bytes(path, buf.getvalue())  # an interrupted export leaves an older file intact
+    blob = buf.getvalue()
+    if str(path).endswith(".gz"):
+        blob = gzip.compress(blob, compresslevel=6, mtime=0)
+    atomic_write_bytes(path, blob)  # an interrupted export leaves an older file intact
     return len(ids)
 
 
 def import_dataset(path: str | os.PathLike, data_dir: str | os.PathLike) -> int:
-    """Unpack :func:`export_dataset`'s file into a data directory (shards already there are kept)."""
-    p = torch.load(path, weights_only=True)
+    """Unpack :func:`export_dataset`'s file (gzip-compressed or not) into a data directory (shards already there are
+    kept)."""
+    blob = Path(path).read_bytes()
+    if blob[:2] == b"\x1f\x8b":  # gzip's magic
+        blob = gzip.decompress(blob)
+    p = torch.load(io.BytesIO(blob), weights_only=True)
     root = Path(data_dir)
     root.mkdir(parents=True, exist_ok=True)
     if p["manifest"] and not (root / "manifest.json").is_file():
