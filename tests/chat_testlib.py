@@ -38,3 +38,12 @@ def tiny_chat_model(tok, heads: int = 4, kv_heads: int = 2):
     with torch.no_grad():  # the default init is near uniform
         model.lm_head.weight.mul_(40.0)
     return model.eval().requires_grad_(False)
+
+
+def save_tiny_chat_target(folder, **model_kw) -> str:
+    """The tiny chat model and its tokenizer saved as a transformers model folder; returns its path."""
+    tok = tiny_tokenizer()
+    model = tiny_chat_model(tok, **model_kw)
+    model.save_pretrained(folder)
+    tok.save_pretrained(folder)
+    return str(folder)

@@ -6,7 +6,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from chat_testlib import tiny_chat_model, tiny_tokenizer
+from chat_testlib import save_tiny_chat_target
 
 from eagle_triton.testing import random_eagle3_head
 
@@ -21,10 +21,7 @@ pytest.importorskip("tokenizers")
 @pytest.fixture(scope="module")
 def target_and_heads(tmp_path_factory):
     root = tmp_path_factory.mktemp("acceptance")
-    tok = tiny_tokenizer()
-    model = tiny_chat_model(tok)
-    model.save_pretrained(root / "target")
-    tok.save_pretrained(root / "target")
+    save_tiny_chat_target(root / "target")
     heads = {}
     for name, seed in (("old", 1), ("new", 2)):
         head = random_eagle3_head(hidden_size=48, intermediate_size=64, num_attention_heads=4, num_key_value_heads=2,

@@ -6,7 +6,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from chat_testlib import tiny_chat_model, tiny_tokenizer
+from chat_testlib import save_tiny_chat_target, tiny_chat_model, tiny_tokenizer
 
 from eagle_triton.train import DataConfig, export_dataset, generate_dataset
 
@@ -21,15 +21,14 @@ pytest.importorskip("tokenizers")
 @pytest.fixture(scope="module")
 def target_and_pack(tmp_path_factory):
     root = tmp_path_factory.mktemp("ablation")
+    target = save_tiny_chat_target(root / "target")
     tok = tiny_tokenizer()
     model = tiny_chat_model(tok)
-    model.save_pretrained(root / "target")
-    tok.save_pretrained(root / "target")
     cfg = DataConfig(num_prompts=40, batch_size=20, prompt_max_tokens=8, max_new_tokens=16,
                      response_temperatures=[0.0, 1.0], seed=4)
     generate_dataset(model, tok, cfg, root / "data", progress=False, log=lambda *_: None)
     export_dataset(root / "data", root / "pack.pt.gz")
-    return str(root / "target"), str(root / "pack.pt.gz")
+    return target, str(root / "pack.pt.gz")
 
 
 def test_variants_from_one_start_on_one_validation_set(tmp_path, target_and_pack, monkeypatch):

@@ -6,7 +6,7 @@ import json
 
 import pytest
 import torch
-from chat_testlib import tiny_chat_model, tiny_tokenizer
+from chat_testlib import save_tiny_chat_target, tiny_chat_model, tiny_tokenizer
 
 from eagle_triton.engine import EagleEngine
 from eagle_triton.train import DataConfig, generate_dataset, load_dataset, sample_user_prompts
@@ -92,12 +92,10 @@ def test_generator_kind_must_match_the_settings(tmp_path, tiny):
         engine_seed(-1, 0)
 
 
-def test_cli_writes_engine_data_and_refuses_a_head_without_the_engine(tmp_path, tiny, capsys):
+def test_cli_writes_engine_data_and_refuses_a_head_without_the_engine(tmp_path, capsys):
     from eagle_triton.cli import main
 
-    model, tok = tiny
-    model.save_pretrained(tmp_path / "target")
-    tok.save_pretrained(tmp_path / "target")
+    save_tiny_chat_target(tmp_path / "target", heads=3, kv_heads=1)
     base = ["train", "--target", str(tmp_path / "target"), "--stage", "data", "--num-prompts", "3",
             "--gen-batch-size", "3", "--prompt-max-tokens", "5", "--max-new-tokens", "6", "--no-progress",
             "--device", "cpu"]
@@ -110,14 +108,12 @@ def test_cli_writes_engine_data_and_refuses_a_head_without_the_engine(tmp_path, 
     assert 1 <= len(load_dataset(tmp_path / "w" / "data")) <= 3
 
 
-def test_cli_extra_data_joins_the_training_set(tmp_path, tiny, monkeypatch):
+def test_cli_extra_data_joins_the_training_set(tmp_path, monkeypatch):
     """--extra-data folders' conversations follow work-dir/data's in the training set; an empty one is refused."""
     import eagle_triton.train as train_pkg
     from eagle_triton.cli import main
 
-    model, tok = tiny
-    model.save_pretrained(tmp_path / "target")
-    tok.save_pretrained(tmp_path / "target")
+    save_tiny_chat_target(tmp_path / "target", heads=3, kv_heads=1)
     base = ["train", "--target", str(tmp_path / "target"), "--num-prompts", "2", "--gen-batch-size", "2",
             "--prompt-max-tokens", "4", "--max-new-tokens", "5", "--no-progress", "--device", "cpu"]
     for w, seed in (("a", "1"), ("b", "2")):
