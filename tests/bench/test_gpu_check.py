@@ -55,3 +55,11 @@ def test_lent_gpu_wrapper_packs_the_results_into_out(tmp_path):
 def test_lent_gpu_wrapper_needs_out():
     r = _run(["bash", "bench/lent_gpu/run.sh", "--", "true"])
     assert r.returncode != 0 and "OUT is not set" in r.stderr
+
+
+def test_heads_part_needs_old_head_and_says_so(tmp_path):
+    out = tmp_path / "set"
+    r = _run(["bash", "bench/gpu_check.sh", "--out", str(out), "heads"])
+    assert r.returncode == 1
+    assert "OLD_HEAD must name a head folder" in (out / "summary.txt").read_text()
+    assert not (out / "heads.log").exists()  # nothing ran
