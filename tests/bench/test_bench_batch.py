@@ -110,3 +110,15 @@ def test_write_batch_trees_records_the_best_tree_per_batch(tmp_path, monkeypatch
     with pytest.raises(SystemExit, match="not the shipped head"):
         bench_batch.main(["--write-batch-trees", str(bad)])
     assert (head / "tuned_trees.json").read_text() == before
+
+
+def test_sampled_smoke_run_records_its_temperature_and_compares_nothing(tmp_path):
+    out = tmp_path / "sampled"
+    with contextlib.redirect_stdout(io.StringIO()):
+        assert bench_batch.main(["--smoke", "--parts", "smollm2", "--batches", "2", "--temperature", "0.7",
+                                 "--top-p", "0.9", "--out", str(out)]) == 0
+    a = json.loads((out / "bench_batch.json").read_text())["parts"]["smollm2"]
+    assert (a["temperature"], a["top_p"], a["greedy"]) == (0.7, 0.9, False)
+    run = a["runs"][0]
+    assert all(r["identical_output"] is None and r["new_tokens"] == 36 for r in run["trees"].values())
+    assert "| sampled |" in bench_batch.table_row(run)
