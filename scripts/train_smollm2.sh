@@ -59,7 +59,19 @@ if [ ! -e "$WORK" ] || [ -z "$(ls -A "$WORK")" ]; then
   mkdir -p "$WORK"
   python3 -c "import sys; from eagle_triton.fileio import mark_owned; mark_owned(sys.argv[1], 'train-work-dir')" "$WORK"
 fi
-mkdir -p "$OUTDIR"
+# OUTDIR holds what this script writes there (`export`, `bench`): new, empty or an earlier export folder of ours
+python3 - "$OUTDIR" <<'EOF' || exit 2
+import sys
+from pathlib import Path
+from eagle_triton.fileio import UnsafeOutputError, check_output_dir, mark_owned
+out = Path(sys.argv[1])
+try:
+    check_output_dir(out, "train-export", False, "OUT")
+except UnsafeOutputError as e:
+    sys.exit(f"train_smollm2: {e}")
+out.mkdir(parents=True, exist_ok=True)
+mark_owned(out, "train-export", ["head", "data.pt.gz", "train_log.txt", "acceptance.json", "acceptance.png"])
+EOF
 LOG="$WORK/train_log.txt"
 COMMON=(--target "$TARGET" --work-dir "$WORK" --seed "${SEED:-0}" --no-progress
         --num-prompts "${NUM_PROMPTS:-16384}" --gen-batch-size "${GEN_BATCH:-512}" --prompt-max-tokens 96
@@ -100,8 +112,10 @@ EOF
       train --stage train --max-steps "$MAXSTEPS" --decay-fraction "$DECAY" \
             --train-time-budget "$(( ${TRAIN2_BUDGET:-240} + 60 ))" "${RESUME[@]}" "${EXTRA[@]}" ;;
     export)  # the trained head, WORK/data's pack (gzip; unless NO_DATA_EXPORT) and the log, to OUTDIR
-      mkdir -p "$OUTDIR/head"
-      cp "$WORK"/run/head/* "$OUTDIR/head/"
+      # (OUTDIR/head: new, or a head an earlier export wrote; a folder with files of someone else's is refused)
+      python3 -c "import sys; from eagle_triton.fileio import check_output_dir, publish_dir
+check_output_dir(sys.argv[2], 'draft-head', False, 'OUT/head'); publish_dir(sys.argv[1], sys.argv[2], 'draft-head')" \
+        "$WORK/run/head" "$OUTDIR/head"
       [ -n "${NO_DATA_EXPORT:-}" ] || python3 -c "from eagle_triton.train import export_dataset; print(export_dataset('$WORK/data', '$OUTDIR/data.pt.gz'), 'conversations packed')"
       cp "$LOG" "$OUTDIR/train_log.txt"; ls -la "$OUTDIR" "$OUTDIR/head" ;;
     bench)
