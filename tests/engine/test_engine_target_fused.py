@@ -414,6 +414,11 @@ def test_gpu_no_compilation_for_new_prompt_lengths(norm_mode):
     t.prefill(torch.randint(0, 512, (1, 70)).cuda())  # a full chunk and a partial one
     t.decode(torch.randint(0, 512, (1, 1)).cuda())
     t.verify(torch.randint(0, 512, (1, 6)).cuda(), depths.cuda(), mask.cuda())
+    # a context past one attention split (256 positions): its decode merges splits (the combine launch), as
+    # EagleEngine.warmup's 256-row prompt and steps do; short contexts never run that launch
+    t.reset()
+    t.prefill(torch.randint(0, 512, (1, 300)).cuda())
+    t.decode(torch.randint(0, 512, (1, 1)).cuda())
     kernels = _jit_kernels()
     before = _compiled_keys(kernels)
     assert sum(len(v) for v in before.values()) > 0
