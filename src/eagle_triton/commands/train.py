@@ -60,9 +60,9 @@ def register(subparsers) -> None:
                    help="user turns per conversation: after each answer the target samples the next user turn and "
                         "answers it (each answer a sample; default: 1)")
     g.add_argument("--data-generator", choices=["transformers", "engine"], default="transformers",
-                   help="who writes the data: transformers' generate (one seed per batch) or the eagle-triton engine "
-                        "(continuous batching with CUDA graphs and speculation, one seed per conversation; much "
-                        "faster on a GPU); the same target distribution")
+                   help="who writes the data: transformers' generate (left-padded batches, one seed per batch) or "
+                        "the eagle-triton engine (continuous batching over 16 slots, CUDA graphs, speculation, one "
+                        "seed per conversation); the same target distribution")
     g.add_argument("--gen-draft", default=None,
                    help="the engine generator's draft head folder, or 'none' for plain decoding (default: the "
                         "shipped head for the embedded SmolLM2, else none)")
