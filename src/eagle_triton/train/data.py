@@ -231,17 +231,6 @@ def _truncate_at_stop(seq: list[int], stop: set[int], keep_stop: bool) -> tuple[
     return seq, False
 
 
-def _left_padded(seqs: list[list[int]], pad: int, device) -> tuple[torch.Tensor, torch.Tensor]:
-    """Token rows left-padded to one width, and their attention mask."""
-    width = max(len(c) for c in seqs)
-    ids = torch.full((len(seqs), width), pad, dtype=torch.long)
-    mask = torch.zeros((len(seqs), width), dtype=torch.long)
-    for i, c in enumerate(seqs):
-        ids[i, width - len(c):] = torch.tensor(c)
-        mask[i, width - len(c):] = 1
-    return ids.to(device), mask.to(device)
-
-
 def _user_prefix_after(tok, messages: list[dict]) -> list[int]:
     """Token ids of ``messages`` rendered by the chat template, then the next user turn's prefix (up to where its
     text begins)."""
@@ -263,38 +252,34 @@ def _sample_user_turns(gen, tok, convs: list[list[dict]], max_tokens: int, tempe
     return turns
 
 
-def _generator(model, tok, kind: str = "transformers"):
-    """``model`` (a transformers model, or an :class:`~eagle_triton.engine.EagleEngine` for ``kind="engine"``)
-    wrapped as a row generator (:mod:`.generation`); one already wrapped passes through."""
+def _generator(model, tok, kind: str | None = None):
+    """``model`` as a row generator (:mod:`.generation`): a transformers model, an
+    :class:`~eagle_triton.engine.EagleEngine`, or a generator already (passed through). ``kind`` (the data settings'
+    ``generator``), when given, must be what ``model`` is."""
     from ..engine import EagleEngine
     from .generation import EngineGenerator, TransformersGenerator
 
     if isinstance(model, (TransformersGenerator, EngineGenerator)):
-        if model.kind != kind:
-            raise ValueError(f"the data settings ask for generator {kind!r} but a {model.kind!r} one was given")
-        return model
-    is_engine = isinstance(model, EagleEngine)  # (transformers models have a generate_batch of their own)
-    if kind == "engine":
-        if not is_engine:
+        gen = model
+    elif isinstance(model, EagleEngine):  # (transformers models have a generate_batch of their own)
+        gen = EngineGenerator(model, _stop_ids(tok))
+    else:
+        gen = TransformersGenerator(model, tok.pad_token_id)
+    if kind is not None and gen.kind != kind:
+        if kind == "engine":
             raise ValueError("generator 'engine' needs an EagleEngine (EagleEngine.from_pretrained(target, head)), "
                              f"got {type(model).__name__}")
-        return EngineGenerator(model, _stop_ids(tok))
-    if kind != "transformers":
-        raise ValueError(f"unknown generator {kind!r} (transformers, engine)")
-    if is_engine:
-        raise ValueError("an EagleEngine writes data only with DataConfig(generator='engine')")
-    return TransformersGenerator(model, tok.pad_token_id)
+        raise ValueError(f"the data settings ask for generator {kind!r} but {type(model).__name__} writes with "
+                         f"{gen.kind!r}: an EagleEngine writes data only with DataConfig(generator='engine')")
+    return gen
 
 
 def sample_user_prompts(model, tok, n: int, max_tokens: int = 96, temperature: float = 1.0, top_p: float = 0.95,
                         seed: int = 0) -> list[str]:
     """``n`` user turns sampled from the target after the empty user prefix of its chat template (``model``: a
     transformers model, an :class:`~eagle_triton.engine.EagleEngine` or a :mod:`.generation` generator)."""
-    from ..engine import EagleEngine
-
-    kind = getattr(model, "kind", "engine" if isinstance(model, EagleEngine) else "transformers")
-    return _sample_user_turns(_generator(model, tok, kind), tok, [[] for _ in range(n)], max_tokens, temperature,
-                              top_p, seed)
+    return _sample_user_turns(_generator(model, tok), tok, [[] for _ in range(n)], max_tokens, temperature, top_p,
+                              seed)
 
 
 # ----------------------------------------------------------------------------------------------------------------

@@ -32,6 +32,17 @@ def engine_seed(call_seed: int, row: int) -> int:
     return (1 << 40) + (call_seed << 20) + row
 
 
+def _left_padded(seqs: list[list[int]], pad: int, device) -> tuple[torch.Tensor, torch.Tensor]:
+    """Token rows left-padded to one width, and their attention mask."""
+    width = max(len(c) for c in seqs)
+    ids = torch.full((len(seqs), width), pad, dtype=torch.long)
+    mask = torch.zeros((len(seqs), width), dtype=torch.long)
+    for i, c in enumerate(seqs):
+        ids[i, width - len(c):] = torch.tensor(c)
+        mask[i, width - len(c):] = 1
+    return ids.to(device), mask.to(device)
+
+
 class TransformersGenerator:
     """``model.generate`` over left-padded rows; temperature 0 is greedy, otherwise sampling with ``top_p``
     (``top_k`` off)."""
@@ -45,8 +56,6 @@ class TransformersGenerator:
     @torch.no_grad()
     def __call__(self, rows: Sequence[Sequence[int]], max_new_tokens: int, temperature: float, top_p: float,
                  seed: int) -> list[list[int]]:
-        from .data import _left_padded
-
         ids, mask = _left_padded([list(r) for r in rows], self.pad_token_id, self.model.device)
         torch.manual_seed(seed)
         kw = (dict(do_sample=True, temperature=temperature, top_p=top_p, top_k=0) if temperature > 0
