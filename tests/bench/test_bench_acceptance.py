@@ -2,18 +2,12 @@
 self-sampled held-out set, with the per-depth acceptance curve (a tiny target and random heads built in code)."""
 
 import json
-import sys
-from pathlib import Path
 
+import bench_acceptance
 import pytest
 from chat_testlib import save_tiny_chat_target
 
 from eagle_triton.testing import random_eagle3_head
-
-ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT / "bench"))
-
-import bench_acceptance  # noqa: E402
 
 pytest.importorskip("tokenizers")
 

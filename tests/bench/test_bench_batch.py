@@ -4,15 +4,12 @@ JSON, the PNG, the headline figures and the README table it writes."""
 import contextlib
 import io
 import json
-import sys
 from pathlib import Path
 
+import bench_batch
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT / "bench"))
-
-import bench_batch  # noqa: E402
 
 
 @pytest.fixture(scope="module")

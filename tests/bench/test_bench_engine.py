@@ -4,18 +4,14 @@ JSON), the headline entries make_headline.py builds from the same cells, and --w
 import json
 import re
 import shutil
-import sys
 from pathlib import Path
 
+import bench_engine
+import engine_table
+import make_headline
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT / "bench"))
-sys.path.insert(0, str(ROOT / "tests"))
-
-import bench_engine  # noqa: E402
-import engine_table  # noqa: E402
-import make_headline  # noqa: E402
 
 
 @pytest.fixture(scope="module")

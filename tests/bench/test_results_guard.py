@@ -1,16 +1,10 @@
 """Benchmarks never overwrite a file they did not write (bench/results_guard.py), checked before measuring."""
 
 import json
-import sys
-from pathlib import Path
 
+import bench_batch
 import pytest
-
-ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT / "bench"))
-
-import bench_batch  # noqa: E402
-from results_guard import refuse_foreign, written_by  # noqa: E402
+from results_guard import refuse_foreign, written_by
 
 
 def test_own_files_are_recognised_and_foreign_ones_refused(tmp_path):

@@ -2,18 +2,12 @@
 the same held-out positions with one validation setting; bad variants are refused before anything loads."""
 
 import json
-import sys
-from pathlib import Path
 
 import pytest
+import train_ablation
 from chat_testlib import save_tiny_chat_target, tiny_chat_model, tiny_tokenizer
 
 from eagle_triton.train import DataConfig, export_dataset, generate_dataset
-
-ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT / "bench"))
-
-import train_ablation  # noqa: E402
 
 pytest.importorskip("tokenizers")
 
