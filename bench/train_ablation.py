@@ -41,6 +41,8 @@ sys.path.insert(0, str(ROOT / "bench"))
 
 from results_guard import refuse_foreign  # noqa: E402
 
+from eagle_triton.train import TrainConfig  # noqa: E402
+
 #: The recipe's settings (scripts/train_smollm2.sh's); a variant overrides some of them.
 BASE = dict(lr=1e-3, ttt_steps=7, max_len=1536, tokens_per_batch=16384, draft_vocab_size=12288, warmup_steps=100)
 #: The settings a variant may change.
@@ -50,7 +52,7 @@ KNOBS = ("lr", "ttt_steps", "max_len", "tokens_per_batch", "draft_vocab_size", "
 
 def parse_variants(text: str, init_head: bool) -> list[tuple[str, dict]]:
     """``"base;lr=5e-4;ttt_steps=5,max_len=1024"`` -> ``[(name, overrides), ...]`` (``base``: no override)."""
-    types = {f.name: f.type for f in dataclasses.fields(_train_config())}
+    types = {f.name: f.type for f in dataclasses.fields(TrainConfig)}
     out, seen = [], set()
     for chunk in (c.strip() for c in text.split(";")):
         if not chunk:
@@ -78,12 +80,6 @@ def parse_variants(text: str, init_head: bool) -> list[tuple[str, dict]]:
     return out
 
 
-def _train_config(**kw):
-    from eagle_triton.train import TrainConfig
-
-    return TrainConfig(**kw)
-
-
 def load_samples(data: str, work: Path):
     from eagle_triton.train import import_dataset, load_dataset
 
@@ -105,7 +101,7 @@ def run_variant(name, over, target, tok, samples, args, work: Path, start_step: 
     total = start_step + args.steps
     # a short run's warm-up is at most a tenth of it; its last 30% decays (decay_fraction is of the absolute steps)
     run = {**settings, "warmup_steps": min(settings["warmup_steps"], max(1, args.steps // 10))}
-    cfg = _train_config(**run, max_steps=total, decay_fraction=0.3 * args.steps / total,
+    cfg = TrainConfig(**run, max_steps=total, decay_fraction=0.3 * args.steps / total,
                         val_fraction=args.val_fraction, save_every=0, seed=args.seed,
                         log_every=max(1, args.steps // 10))
     t0 = time.perf_counter()
@@ -115,7 +111,7 @@ def run_variant(name, over, target, tok, samples, args, work: Path, start_step: 
     _, val = _split(samples, args.val_fraction)
     if not val:
         raise SystemExit("no held-out conversations: more data, or a larger --val-fraction")
-    vcfg = _train_config(**{**BASE, "ttt_steps": args.val_ttt_steps, "max_len": args.val_max_len},
+    vcfg = TrainConfig(**{**BASE, "ttt_steps": args.val_ttt_steps, "max_len": args.val_max_len},
                          val_fraction=args.val_fraction)
     used = head.draft_to_target(torch.arange(head.draft_vocab_size, device=head.d2t.device)).to(args.device)
     pad = tok.pad_token_id if tok.pad_token_id is not None else tok.eos_token_id
