@@ -85,11 +85,16 @@ def part_promptdraft(args) -> list[dict]:
     """A prompt's way into the drafter at the SmolLM2 head shape, per batch and prompt rows: one eager draft over
     every slot's rows (``draft_rows`` with the prompts' row counts: how ``generate_batch`` ingested prompts before
     ``start_rows``), against ``start_rows`` of one slot's rows but the last (what it does now; its first draft is
-    then a step's one-row draft). Median of ``do_bench`` (host and device)."""
+    then a step's one-row draft), and against the engine's way of running ``start_rows`` since session 18: static
+    128-row chunks of ``start_rows_chunk``, each replayed from a CUDA graph (``DeviceSteps._start_in_chunks``).
+    Median of ``do_bench`` (host and device)."""
+    from types import SimpleNamespace
+
     import bench_fused_drafter as bfd
     from triton.testing import do_bench
 
     from eagle_triton import TreeConfig, TreeDrafter
+    from eagle_triton.engine.step import DeviceSteps
 
     head = bfd.make_head("smollm2-135m", False)
     tc = TreeConfig(16, 3, 4)
@@ -111,14 +116,23 @@ def part_promptdraft(args) -> list[dict]:
         def start(d=d, f=feats[0, :S - 1], i=ids[0, :S - 1]):
             d.start_rows(0, f, i)
 
+        # the engine's step runner around this drafter (a stand-in target: the runner reads only these fields)
+        host = SimpleNamespace(device=torch.device("cuda"), device_lengths=True, use_cuda_graphs=True, cache=None,
+                               feature_mode=None)
+        steps = DeviceSteps(host, d, torch.zeros(4, dtype=torch.int64, device="cuda"))
+
+        def chunks(steps=steps, f=feats[0, :S - 1], i=ids[0, :S - 1]):
+            steps._start_in_chunks(0, f, i)
+
         r = {"batch": B, "rows": S}
-        for name, fn in (("eager_draft_ms", eager), ("start_rows_ms", start)):
-            fn()
+        for name, fn in (("eager_draft_ms", eager), ("start_rows_ms", start), ("start_chunk_graphs_ms", chunks)):
+            for _ in range(3):  # (the chunk runner's graph is captured at its third call)
+                fn()
             torch.cuda.synchronize()
             r[name] = do_bench(fn, warmup=5, rep=100, return_mode="median")
         rows.append(r)
         print(f"prompt b{B} x {S} rows: eager draft {r['eager_draft_ms']:.3f} ms, start_rows "
-              f"{r['start_rows_ms']:.3f} ms", flush=True)
+              f"{r['start_rows_ms']:.3f} ms, in graphed chunks {r['start_chunk_graphs_ms']:.3f} ms", flush=True)
         del d
         torch.cuda.empty_cache()
     return rows

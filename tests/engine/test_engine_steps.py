@@ -326,3 +326,39 @@ def test_a_generations_first_draft_is_a_steps_draft(target, monkeypatch):
     assert shapes and all(ids_shape == (1, run.C) for ids_shape, _ in shapes), shapes
     assert shapes[0][1] == [1]  # the first draft ingests the last prompt row (paired with the first token)
     assert out == eng.generate(input_ids=prompt, max_new_tokens=6, eos_token_id=None, speculative=False)[0]
+
+
+def test_a_fused_drafters_sequence_start_runs_in_static_chunks(tiny_model, target, monkeypatch):
+    """With the fused drafter, a generation's prompt rows go into the draft KV as ``START_CHUNK``-row chunks
+    (``start_rows_chunk`` on static buffers: the shapes a CUDA graph replays), never one ``start_rows`` of the
+    prompt's own length: 10 rows in chunks of 4 are (0, 4), (4, 4), (8, 2); the tokens and the accepted lengths
+    step by step equal the reference drafter's host-paced run and plain greedy decoding. A one-token prompt is
+    one empty chunk."""
+    from eagle_triton.engine.step import DeviceSteps
+
+    monkeypatch.setattr(DeviceSteps, "START_CHUNK", 4)
+    tree = TreeConfig(8, 2, 3)
+    head = _head(seed=6)
+    eng = EagleEngine(target, head, tree, max_length=96, drafter_backend="triton")
+    ref = EagleEngine(target, head, tree, max_length=96, drafter_backend="torch")
+    drafter = eng.drafter
+    chunks, shapes = [], set()
+    real_chunk = drafter.start_rows_chunk
+    monkeypatch.setattr(drafter, "start_rows", lambda *a: pytest.fail("start_rows of the whole prompt"))
+
+    def chunk(meta, f, ids):
+        chunks.append(tuple(meta.tolist()))
+        shapes.add((tuple(f.shape), tuple(ids.shape)))
+        return real_chunk(meta, f, ids)
+
+    monkeypatch.setattr(drafter, "start_rows_chunk", chunk)
+    prompt = _prompt(12, 11)
+    a, sa = eng.generate(input_ids=prompt, max_new_tokens=12)
+    b, sb = ref.generate(input_ids=prompt, max_new_tokens=12)
+    assert chunks == [(0, 0, 4), (0, 4, 4), (0, 8, 2)]
+    assert shapes == {((4, head.feature_width), (4,))}
+    assert a == b == hf_greedy(tiny_model, prompt, 12)
+    assert sa.accept_length_histogram == sb.accept_length_histogram and sa.steps == sb.steps
+    chunks.clear()
+    one = eng.generate(input_ids=prompt[:1], max_new_tokens=5)[0]
+    assert chunks == [(0, 0, 0)] and one == hf_greedy(tiny_model, prompt[:1], 5)

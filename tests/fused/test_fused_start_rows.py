@@ -79,6 +79,54 @@ def test_draft_kv_rows_are_the_reference_drafters_rows(bias, fp8):
     torch.testing.assert_close(vr, v[0].transpose(0, 1), atol=1e-5, rtol=1e-5)
 
 
+def _meta(slot, first, n):
+    return torch.tensor([slot, first, n], dtype=torch.int64)
+
+
+def test_start_in_chunks_equals_one_start():
+    """``start_rows_chunk``: a start of 37 rows as 16-row chunks (padding rows of random junk, the last chunk
+    partly padding) writes the same draft KV and length as ``start_rows`` of all 37 at once; the padding rows'
+    cache rows, the rows past the start and the other slot keep their contents; a chunk of no rows sets the
+    length only; padding past the cache end leaves the cache's last row as it was."""
+    head = _head()
+    tc = TreeConfig(8, 2, 3)
+    n, C = 37, 16
+    f, i = _prompt(head, n)
+    feats, ids = f[0], i[0, 1:]
+    one, chunked = (TreeDrafter(head, tc, backend="triton") for _ in range(2))
+    for d in (one, chunked):
+        d.reserve(64, tc.max_levels + 1, batch=2)
+    bufs = chunked._impl.bufs
+    cap = bufs.k_cache.shape[1]
+    junk_k, junk_v = torch.randn_like(bufs.k_cache), torch.randn_like(bufs.v_cache)
+    bufs.k_cache.copy_(junk_k)
+    bufs.v_cache.copy_(junk_v)
+    one.start_rows(1, feats, ids)
+    f_buf, i_buf = torch.randn(C, head.feature_width, dtype=head.dtype), torch.randint(0, 9, (C,))
+    for first in range(0, n, C):
+        m = min(C, n - first)
+        f_buf[:m], i_buf[:m] = feats[first:first + m], ids[first:first + m]
+        chunked.start_rows_chunk(_meta(1, first, m), f_buf, i_buf)
+    ref = one._impl.bufs
+    assert bufs.kv_len.tolist() == [0, n]
+    # the same products on the same rows, in products of other row counts (a library may round those differently)
+    torch.testing.assert_close(bufs.k_cache[1, :n], ref.k_cache[1, :n])
+    torch.testing.assert_close(bufs.v_cache[1, :n], ref.v_cache[1, :n])
+    assert torch.equal(bufs.k_cache[1, n:], junk_k[1, n:]) and torch.equal(bufs.v_cache[1, n:], junk_v[1, n:])
+    assert torch.equal(bufs.k_cache[0], junk_k[0]) and torch.equal(bufs.v_cache[0], junk_v[0])
+    chunked.start_rows_chunk(_meta(0, 0, 0), f_buf, i_buf)  # a one-token prompt: no rows
+    assert bufs.kv_len.tolist() == [0, n] and torch.equal(bufs.k_cache[0], junk_k[0])
+    chunked.start_rows_chunk(_meta(0, cap - 3, 2), f_buf, i_buf)  # 14 padding rows past the cache end
+    assert bufs.kv_len.tolist() == [cap - 1, n]
+    assert torch.equal(bufs.k_cache[0, cap - 1], junk_k[0, cap - 1])
+    assert not torch.equal(bufs.k_cache[0, cap - 3:cap - 1], junk_k[0, cap - 3:cap - 1])
+    assert torch.equal(bufs.k_cache[0, :cap - 3], junk_k[0, :cap - 3])
+    reference = TreeDrafter(head, tc, backend="torch")
+    assert not reference.starts_in_chunks and chunked.starts_in_chunks
+    with pytest.raises(ValueError, match="no start_rows_chunk"):
+        reference.start_rows_chunk(_meta(0, 0, 1), f_buf, i_buf)
+
+
 def test_start_rows_refuses_bad_input():
     head = _head()
     tc = TreeConfig(8, 2, 3)

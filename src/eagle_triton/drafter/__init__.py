@@ -118,6 +118,27 @@ class TreeDrafter:
             raise ValueError(f"the {self.backend!r} drafter back end drafts from host-known lengths only: start_rows "
                              "needs a back end with drafts_rows (the fused 'triton' one, 'stub')")
 
+    @property
+    def starts_in_chunks(self) -> bool:
+        """Whether the back end has :meth:`start_rows_chunk` (the fused ``"triton"`` one): the engine then starts
+        sequences with fixed-size chunks replayed from a CUDA graph instead of :meth:`start_rows`."""
+        return hasattr(self._impl, "start_rows_chunk")
+
+    def check_start(self, slot: int, features: torch.Tensor, new_ids: torch.Tensor) -> None:
+        """The host's checks of :meth:`start_rows` (back end, buffers, shapes, room for the rows plus a draft), for a
+        caller that then runs :meth:`start_rows_chunk`. Back ends with :attr:`starts_in_chunks` only."""
+        if not self.starts_in_chunks:
+            raise ValueError(f"the {self.backend!r} drafter back end has no start_rows_chunk: use start_rows")
+        self._impl.check_start(slot, features, new_ids)
+
+    def start_rows_chunk(self, meta: torch.Tensor, features: torch.Tensor, new_ids: torch.Tensor) -> None:
+        """One fixed-size chunk of :meth:`start_rows` with every length on the device (capturable): ``meta [3]``
+        int64 ``(slot, first row, valid rows)``, ``features [C, W]``, ``new_ids [C]`` (rows past the valid ones are
+        padding). Back ends with :attr:`starts_in_chunks` only."""
+        if not self.starts_in_chunks:
+            raise ValueError(f"the {self.backend!r} drafter back end has no start_rows_chunk: use start_rows")
+        self._impl.start_rows_chunk(meta, features, new_ids)
+
     def keep_rows(self, rows: list[int], batch: int) -> None:
         """Keep only the draft KV of sequences ``rows`` (in that order) in room for ``batch`` sequences (a batch
         moving its last sequences to a smaller batch). A back end without draft KV (``"stub"``) keeps nothing."""

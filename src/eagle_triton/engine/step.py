@@ -12,7 +12,7 @@ a drafter that drafts from device-counted rows, :attr:`TreeDrafter.drafts_rows`)
 synchronisation, and on CUDA each step is replayed from CUDA graphs: a speculative step from two (the draft;
 then verify forward -> accept -> KV compaction -> the next draft's inputs, reading the tree from the drafter's
 buffers; a generation's first draft is one like the others, the prompt's rows but the last being put into the
-draft KV after the prefill), a plain step (forward ->
+draft KV after the prefill, in fixed-size chunks replayed from one more graph), a plain step (forward ->
 pick -> commit) from one. The first two runs of each graph's work are eager (the second with exactly the captured
 shapes, so every Triton kernel is compiled before the capture; a capture executes nothing, so no state needs
 saving). Other combinations (the
@@ -85,6 +85,7 @@ class DeviceSteps:
         self._graphs: dict = {}
         self._eager_runs: dict = {}
         self._tree_ptrs: tuple | None = None  # (buffer owners, the tree's tensor addresses) of the first tree
+        self._start_bufs: dict = {}  # static inputs of the sequence-start chunks (_start_in_chunks)
 
     def _check_tree(self, tree):
         """Under CUDA graphs the rest of a step replays reading the tree at the addresses it was captured with, so a
@@ -142,11 +143,39 @@ class DeviceSteps:
             raise TypeError(f"{type(self.drafter).__name__} drafts from device-counted rows but has no "
                             "start_rows(slot, features, new_ids), which device-paced speculation uses to put a "
                             "prompt's rows into the draft KV")
-        start(slot, None if feats is None else feats[:n - 1], ids[:n - 1])
+        if feats is not None and getattr(self.drafter, "starts_in_chunks", False):
+            self._start_in_chunks(slot, feats[:n - 1], ids[:n - 1])
+        else:
+            start(slot, None if feats is None else feats[:n - 1], ids[:n - 1])
         if feats is not None:
             self.feats[slot, :1].copy_(feats[n - 1:n])
         self.ids[slot, :1].copy_(ids[n - 1:n])
         self.num_new[slot:slot + 1].fill_(1)
+
+    START_CHUNK = 128  # rows per sequence-start chunk (the target's common prefill chunk)
+
+    def _start_in_chunks(self, slot: int, feats: torch.Tensor, ids: torch.Tensor) -> None:
+        """``start_rows(slot, feats [R, W], ids [R])`` as :data:`START_CHUNK`-row chunks of the drafter's
+        ``start_rows_chunk``, each replayed from one CUDA graph (:meth:`_run`) after its rows, the slot and the
+        offsets are copied into static buffers (a few launches per chunk instead of the products' few dozen
+        launched from Python; a batch slot's refill holds the other slots' steps meanwhile). The host checks room
+        first, as ``start_rows`` does."""
+        rows, C = ids.shape[0], self.START_CHUNK
+        self.drafter.check_start(slot, feats, ids)
+        key = ("start", feats.dtype, feats.shape[1])
+        bufs = self._start_bufs.get(key)
+        if bufs is None:
+            bufs = self._start_bufs[key] = (torch.zeros(C, feats.shape[1], dtype=feats.dtype, device=self.device),
+                                            torch.zeros(C, dtype=torch.int64, device=self.device),
+                                            torch.zeros(3, dtype=torch.int64, device=self.device))
+        f_buf, i_buf, meta = bufs
+        for first in range(0, max(rows, 1), C):  # (no rows: one empty chunk sets the length to 0)
+            m = min(C, rows - first)
+            f_buf[:m].copy_(feats[first:first + m])
+            i_buf[:m].copy_(ids[first:first + m])
+            for i, value in enumerate((slot, first, m)):
+                meta[i:i + 1].fill_(value)  # fills: a Python list would be a host-to-device copy
+            self._run(key, lambda: self.drafter.start_rows_chunk(meta, f_buf, i_buf))
 
     def _step_bound(self, kv_bound: int | None) -> int | None:
         """The bound on the cache rows a step reads that it is run with: eager, the engine's own (exact CPU

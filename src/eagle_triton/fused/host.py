@@ -1041,9 +1041,17 @@ class FusedDraftBackend:
         A prompt's rows before its last are rows a draft ingests but never drafts from: only their K/V are kept, so
         they are computed here by a few batched products (:func:`~eagle_triton.fused.multikernel.draft_kv_rows`)
         instead of by an eager draft over the whole prompt, and the sequence's first draft is a graphed
-        :meth:`draft_rows` of its last row like every later one."""
-        from .multikernel import draft_kv_rows
+        :meth:`draft_rows` of its last row like every later one. This is :meth:`start_rows_chunk` over all ``N``
+        rows at once (the engine runs fixed-size chunks of it from a CUDA graph)."""
+        self.check_start(slot, features, new_ids)
+        meta = torch.empty(3, dtype=torch.int64, device=features.device)
+        for i, value in enumerate((slot, 0, features.shape[0])):
+            meta[i:i + 1].fill_(value)  # fills: a Python list would be a host-to-device copy
+        self.start_rows_chunk(meta, features, new_ids)
 
+    def check_start(self, slot: int, features: torch.Tensor, new_ids: torch.Tensor) -> None:
+        """The host's checks of a sequence start of ``N`` rows (``features [N, W]``, ``new_ids [N]``) in ``slot``:
+        the back end, the buffers, the shapes and room for the rows plus a draft."""
         if self._ref is not None:
             raise RuntimeError(f"start_rows needs the fused kernel ({self.fallback_reason})")
         if self.bufs is None:
@@ -1059,11 +1067,34 @@ class FusedDraftBackend:
         if N + bufs.new_rows + tc.depth * tc.top_k > cfg.max_len:
             raise ValueError(f"start_rows: {N} rows plus a draft ({bufs.new_rows} new rows and the tree's "
                              f"{tc.depth * tc.top_k}) exceed the draft KV's {cfg.max_len} rows: reserve() more")
-        if N:
-            k, v = draft_kv_rows(cfg, self.weights, features.to(self.head.dtype), new_ids.long())
-            bufs.k_cache[slot, :N].copy_(k)
-            bufs.v_cache[slot, :N].copy_(v)
-        bufs.kv_len[slot:slot + 1].fill_(N)
+
+    @torch.no_grad()
+    def start_rows_chunk(self, meta: torch.Tensor, features: torch.Tensor, new_ids: torch.Tensor) -> None:
+        """One chunk of a sequence start, with static shapes and every length on the device (capturable):
+        ``meta [3]`` int64 holds ``(slot, first row, valid rows n)``; rows ``j < n`` of ``features [C, W]`` /
+        ``new_ids [C]`` go into draft-KV rows ``first + j`` of the slot (as :meth:`start_rows` puts them), and the
+        slot's length becomes ``first + n`` (so chunks in order leave the whole start's length). Rows ``j >= n``
+        are padding: the cache rows they would reach keep their contents. The caller checks room on the host
+        (:meth:`start_rows` does; a chunk never writes past the cache, and the slot is clamped to the buffers)."""
+        if self.bufs is None:
+            raise RuntimeError("start_rows_chunk() before reserve()")
+        from .multikernel import draft_kv_rows
+
+        bufs, w = self.bufs, self.weights
+        C, dev = features.shape[0], features.device
+        slot = meta[0].clamp(0, bufs.batch - 1)
+        j = torch.arange(C, device=dev)
+        pos = meta[1] + j
+        rows = pos.clamp(max=bufs.k_cache.shape[1] - 1)  # padding rows past the cache end land on its last row
+        k, v = draft_kv_rows(self._cfg, w, features.to(self.head.dtype), new_ids.long(),
+                             pos.clamp(max=w.cos.shape[0] - 1))
+        keep = (j < meta[2]).view(C, 1, 1)
+        slots = slot.expand(C)
+        for cache, new in ((bufs.k_cache, k), (bufs.v_cache, v)):
+            # padding rows write back what they read: a row both a valid and a padding row write is impossible
+            # (valid rows end N + a draft's rows before the cache end), and duplicated padding rows agree
+            cache.index_put_((slots, rows), torch.where(keep, new, cache[slots, rows]))
+        bufs.kv_len.index_put_((slot.view(1),), (meta[1] + meta[2]).view(1).to(bufs.kv_len.dtype))
         self._kv_len = -1  # on the device only, as after draft_rows
 
     def keep_rows(self, rows: list[int], batch: int) -> None:

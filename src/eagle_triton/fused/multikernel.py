@@ -46,16 +46,20 @@ def _rope_at(w: Weights, pos, dt):
     return w.cos[pos].to(dt).unsqueeze(-2), w.sin[pos].to(dt).unsqueeze(-2)
 
 
-def draft_kv_rows(cfg: DrafterConfig, w: Weights, features: torch.Tensor, ids: torch.Tensor):
+def draft_kv_rows(cfg: DrafterConfig, w: Weights, features: torch.Tensor, ids: torch.Tensor,
+                  positions: torch.Tensor | None = None):
     """The draft-KV rows a draft writes for rows ``features [N, W]`` (``ids [N]``: the token after each row) at
-    positions ``0 .. N-1``: ``(k, v)``, each ``[N, nkv, hd]``, K after RoPE. Only K and V: what a draft keeps of
-    a row it ingests but does not draft from (the prompt's rows before the last)."""
+    ``positions [N]`` (default ``0 .. N-1``; within the RoPE tables): ``(k, v)``, each ``[N, nkv, hd]``, K after
+    RoPE. Only K and V: what a draft keeps of a row it ingests but does not draft from (the prompt's rows before
+    the last)."""
     N = features.shape[0]
     h = _lin(w, "fc", features)
     x = _midlayer_input(cfg, w, h, w.embed[ids].to(h.dtype))
     k = _lin(w, "wk", x).view(N, cfg.num_kv_heads, cfg.head_dim)
     v = _lin(w, "wv", x).view(N, cfg.num_kv_heads, cfg.head_dim)
-    cos, sin = _rope_at(w, torch.arange(N, device=features.device), h.dtype)
+    if positions is None:
+        positions = torch.arange(N, device=features.device)
+    cos, sin = _rope_at(w, positions, h.dtype)
     return _rope(k, cos, sin), v
 
 
