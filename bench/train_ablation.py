@@ -80,16 +80,12 @@ def parse_variants(text: str, init_head: bool) -> list[tuple[str, dict]]:
     return out
 
 
-def load_samples(data: str, work: Path):
-    from eagle_triton.train import import_dataset, load_dataset
+def load_samples(data: str):
+    from eagle_triton.train import load_dataset
 
-    p = Path(data)
-    if p.is_dir():
-        return load_dataset(p)
-    if not p.is_file():
+    if not Path(data).exists():
         raise SystemExit(f"--data {data}: no such file or folder")
-    import_dataset(p, work / "data")
-    return load_dataset(work / "data")
+    return load_dataset(data)  # a data folder, or a pack read in place
 
 
 def run_variant(name, over, target, tok, samples, args, work: Path, start_step: int) -> dict:
@@ -185,7 +181,7 @@ def main(argv=None) -> int:
     }
     with tempfile.TemporaryDirectory(prefix="train_ablation_") as tmp:
         work = Path(tmp)
-        samples = load_samples(args.data, work)
+        samples = load_samples(args.data)
         results["conversations"] = len(samples)
         for name, over in variants:
             r = run_variant(name, over, target, tok, samples, args, work, start)

@@ -16,7 +16,8 @@
 # TURNS (user turns per self-distilled conversation; the first head: 1), TEMPS (response temperatures, cycled over
 # batches), SEED, GENERATOR (transformers or engine: who writes the data), MAX_LEN (training sequence cut),
 # GEN_DRAFT (the engine generator's draft head), INIT_HEAD (train1 continues from this head: its weights,
-# vocabulary and step; new data start a new epoch).
+# vocabulary and step; new data start a new epoch), EXTRA_DATA (data folders or packs, read in place, that join the
+# training set).
 #
 # The shipped head is round 3 of this recipe (2026-11-27; the data come out the same on any machine, the training
 # steps depend on its speed: MODEL_CARD.md records them). Data: the engine writes two-turn conversations, several
@@ -81,7 +82,7 @@ COMMON=(--target "$TARGET" --work-dir "$WORK" --seed "${SEED:-0}" --no-progress
         --tokens-per-batch "${TOKENS_PER_BATCH:-16384}" --max-len "${MAX_LEN:-1024}" --val-fraction 0.03
         --save-every 200)
 train() { need_target; python3 -m eagle_triton.commands.train "${COMMON[@]}" "$@" 2>&1 | tee -a "$LOG"; }
-EXTRA=()  # EXTRA_DATA: more data folders for the training stages
+EXTRA=()  # EXTRA_DATA: more data folders, or packs written by `export`, for the training stages
 for d in ${EXTRA_DATA:-}; do EXTRA+=(--extra-data "$d"); done
 
 for stage in "$@"; do

@@ -153,6 +153,10 @@ def test_prompts_from_target_resumable_and_deterministic(tmp_path, tiny):
     assert (tmp_path / "pack.pt.gz").read_bytes()[:2] == b"\x1f\x8b"
     import_dataset(tmp_path / "pack.pt.gz", tmp_path / "d3")
     assert [s.ids.tolist() for s in load_dataset(tmp_path / "d3")] == [s.ids.tolist() for s in full]
+    # a pack read in place: the folder's conversations, in its order, with its response starts
+    for pack in ("pack.pt", "pack.pt.gz"):
+        in_place = load_dataset(tmp_path / pack)
+        assert [(s.ids.tolist(), s.resp_start) for s in in_place] == [(s.ids.tolist(), s.resp_start) for s in full]
 
 
 def test_prompts_jsonl_drops_eval_prompts(tmp_path, tiny):

@@ -9,7 +9,7 @@ import torch
 from chat_testlib import save_tiny_chat_target, tiny_chat_model, tiny_tokenizer
 
 from eagle_triton.engine import EagleEngine
-from eagle_triton.train import DataConfig, generate_dataset, load_dataset, sample_user_prompts
+from eagle_triton.train import DataConfig, export_dataset, generate_dataset, load_dataset, sample_user_prompts
 from eagle_triton.train.data import _stop_ids
 from eagle_triton.train.generation import EngineGenerator, engine_seed
 
@@ -130,6 +130,14 @@ def test_cli_extra_data_joins_the_training_set(tmp_path, monkeypatch):
                      str(tmp_path / "b" / "data")])
     both = load_dataset(tmp_path / "a" / "data") + load_dataset(tmp_path / "b" / "data")
     assert seen["ids"] == [s.ids.tolist() for s in both]
+    # a pack of b's data, read in place, joins the same way (nothing is unpacked into a's work folder)
+    export_dataset(tmp_path / "b" / "data", tmp_path / "b.pt.gz")
+    before = sorted(p.name for p in (tmp_path / "a" / "data").iterdir())
+    seen.clear()
+    with pytest.raises(SystemExit):
+        main(base + ["--work-dir", str(tmp_path / "a"), "--stage", "train", "--extra-data", str(tmp_path / "b.pt.gz")])
+    assert seen["ids"] == [s.ids.tolist() for s in both]
+    assert sorted(p.name for p in (tmp_path / "a" / "data").iterdir()) == before
     (tmp_path / "empty").mkdir()
     assert main(base + ["--work-dir", str(tmp_path / "a"), "--stage", "train", "--extra-data",
                         str(tmp_path / "empty")]) == 2

@@ -68,9 +68,10 @@ def register(subparsers) -> None:
                         "shipped head for the embedded SmolLM2, else none)")
     g.add_argument("--import-data", default=None,
                    help="unpack a file written by --export-data into work-dir/data (default: none)")
-    g.add_argument("--extra-data", action="append", default=[], metavar="DIR",
+    g.add_argument("--extra-data", action="append", default=[], metavar="DIR_OR_PACK",
                    help="another data folder (the data/ of another work folder, e.g. made with another --seed in "
-                        "parallel) whose conversations join the training set after work-dir/data's; repeatable")
+                        "parallel) or a pack written by --export-data, read in place: its conversations join the "
+                        "training set after work-dir/data's; repeatable")
     g.add_argument("--export-data", default=None,
                    help="pack work-dir/data into one file after data generation (default: no export)")
     t = p.add_argument_group("training")
@@ -185,9 +186,9 @@ def check_args(args) -> None:
         if value is not None and not Path(value).is_file():
             raise UsageError(f"{opt} {value} is not a file")
     for d in args.extra_data:
-        if not any(Path(d).glob("shard_*.pt")):
-            raise UsageError(f"--extra-data {d} holds no data shards (shard_*.pt): name the data/ folder of a train "
-                             "work folder")
+        if not Path(d).is_file() and not any(Path(d).glob("shard_*.pt")):
+            raise UsageError(f"--extra-data {d} is neither a data pack nor a folder of data shards (shard_*.pt): "
+                             "name the data/ folder of a train work folder, or a file written by --export-data")
     if args.export_data is not None and Path(args.export_data).exists() and not args.overwrite \
             and str(Path(args.export_data).resolve()) not in _exports(Path(args.work_dir)):
         raise UsageError(f"--export-data {args.export_data} exists: choose another file name, or pass --overwrite "

@@ -460,13 +460,17 @@ def generate_dataset(model, tok, cfg: DataConfig, data_dir: str | os.PathLike, t
     return status
 
 
-def load_dataset(data_dir: str | os.PathLike) -> list[Sample]:
-    """All conversations in a data directory, in batch order."""
-    root = Path(data_dir)
-    files = sorted(root.glob("shard_*.pt"))
-    if not files:
-        raise FileNotFoundError(f"{root} holds no shard_*.pt data shards")
-    shards = [torch.load(f, weights_only=True) for f in files]
+def load_dataset(data: str | os.PathLike) -> list[Sample]:
+    """All conversations of a data directory in batch order, or of a pack written by :func:`export_dataset` (read
+    in memory, nothing unpacked; the same conversations in the same order as the directory it packed)."""
+    root = Path(data)
+    if root.is_file():
+        shards = list(_pack_shards(_read_pack(root)))
+    else:
+        files = sorted(root.glob("shard_*.pt"))
+        if not files:
+            raise FileNotFoundError(f"{root} holds no shard_*.pt data shards")
+        shards = [torch.load(f, weights_only=True) for f in files]
     shards.sort(key=lambda s: min(s["batches"]) if s["batches"] else -1)
     out = []
     for s in shards:
@@ -500,30 +504,42 @@ def export_dataset(data_dir: str | os.PathLike, path: str | os.PathLike) -> int:
     return len(ids)
 
 
-def import_dataset(path: str | os.PathLike, data_dir: str | os.PathLike) -> int:
-    """Unpack :func:`export_dataset`'s file (gzip-compressed or not) into a data directory (shards already there are
-    kept)."""
+def _read_pack(path: str | os.PathLike) -> dict:
+    """The contents of :func:`export_dataset`'s file, gzip-compressed or not."""
     blob = Path(path).read_bytes()
     if blob[:2] == b"\x1f\x8b":  # gzip's magic
         blob = gzip.decompress(blob)
-    p = torch.load(io.BytesIO(blob), weights_only=True)
+    return torch.load(io.BytesIO(blob), weights_only=True)
+
+
+def _pack_shards(p: dict):
+    """The shards a pack holds, as :func:`generate_dataset` wrote them (``batches``, ``ids``, ``resp_start``,
+    ``temperature``, and ``turn`` where the pack has it), in the pack's order."""
+    seqs = torch.split(p["tokens"], p["lengths"].tolist())
+    starts = p["resp_start"].tolist()
+    k = 0
+    turns = p.get("turn") or [None] * len(p["batches"])  # (absent in packs of single-turn data made before it)
+    for batches, count, temp, turn in zip(p["batches"], p["counts"], p["temperature"], turns, strict=True):
+        shard = {"batches": batches, "ids": [s.clone() for s in seqs[k:k + count]],
+                 "resp_start": starts[k:k + count], "temperature": temp}
+        if turn is not None:
+            shard["turn"] = turn
+        yield shard
+        k += count
+
+
+def import_dataset(path: str | os.PathLike, data_dir: str | os.PathLike) -> int:
+    """Unpack :func:`export_dataset`'s file (gzip-compressed or not) into a data directory (shards already there are
+    kept)."""
+    p = _read_pack(path)
     root = Path(data_dir)
     root.mkdir(parents=True, exist_ok=True)
     if p["manifest"] and not (root / "manifest.json").is_file():
         (root / "manifest.json").write_text(p["manifest"])
     if p["prompts"] and not (root / "prompts.jsonl").is_file():
         (root / "prompts.jsonl").write_text(p["prompts"])
-    seqs = list(torch.split(p["tokens"], p["lengths"].tolist()))
-    starts = p["resp_start"].tolist()
-    k = 0
-    turns = p.get("turn") or [None] * len(p["batches"])  # (absent in packs of single-turn data made before it)
-    for batches, count, temp, turn in zip(p["batches"], p["counts"], p["temperature"], turns, strict=True):
-        dest = root / f"shard_{min(batches):05d}.pt"
+    for shard in _pack_shards(p):
+        dest = root / f"shard_{min(shard['batches']):05d}.pt"
         if not dest.exists():
-            shard = {"batches": batches, "ids": [s.clone() for s in seqs[k:k + count]],
-                     "resp_start": starts[k:k + count], "temperature": temp}
-            if turn is not None:
-                shard["turn"] = turn
             torch.save(shard, dest)
-        k += count
-    return len(seqs)
+    return len(p["lengths"])
