@@ -17,7 +17,7 @@
 # batches), SEED, GENERATOR (transformers or engine: who writes the data), MAX_LEN (training sequence cut),
 # GEN_DRAFT (the engine generator's draft head), INIT_HEAD (train1 continues from this head: its weights,
 # vocabulary and step; new data start a new epoch), EXTRA_DATA (data folders or packs, read in place, that join the
-# training set).
+# training set), OPENERS (`builtin` or a file of words each sampled user turn starts with; not used by rounds 1-3).
 #
 # The shipped head is round 3 of this recipe (2026-11-27; the data come out the same on any machine, the training
 # steps depend on its speed: MODEL_CARD.md records them). Data: the engine writes two-turn conversations, several
@@ -81,6 +81,7 @@ COMMON=(--target "$TARGET" --work-dir "$WORK" --seed "${SEED:-0}" --no-progress
         --draft-vocab "${DRAFT_VOCAB:-12288}" --ttt-steps 7 --lr "${LR:-1e-3}" --warmup-steps 100
         --tokens-per-batch "${TOKENS_PER_BATCH:-16384}" --max-len "${MAX_LEN:-1024}" --val-fraction 0.03
         --save-every 200)
+[ -z "${OPENERS:-}" ] || COMMON+=(--prompt-openers "$OPENERS")  # 'builtin' or a file: see --prompt-openers
 train() { need_target; python3 -m eagle_triton.commands.train "${COMMON[@]}" "$@" 2>&1 | tee -a "$LOG"; }
 EXTRA=()  # EXTRA_DATA: more data folders, or packs written by `export`, for the training stages
 for d in ${EXTRA_DATA:-}; do EXTRA+=(--extra-data "$d"); done

@@ -380,3 +380,34 @@ def test_data_folders_from_before_the_turns_setting_resume(tmp_path, tiny):
     with pytest.raises(ValueError, match=r"turns 1 -> 2"):
         generate_dataset(model, tok, DataConfig(num_prompts=4, batch_size=2, prompt_max_tokens=6, max_new_tokens=6,
                                                 seed=2, turns=2), tmp_path / "d", progress=False)
+
+
+def test_prompt_openers_begin_every_sampled_user_turn(tmp_path, tiny):
+    """prompt_openers: every sampled user turn starts with its opener, cycled over the conversations (first turns
+    by prompt index, second turns from the next opener on); the answers are the target's to those turns; a folder
+    started with other openers is refused; bad openers are refused."""
+    model, tok = tiny
+    openers = ["Write", "Solve this"]
+    cfg = DataConfig(num_prompts=5, batch_size=3, prompt_max_tokens=6, max_new_tokens=6, seed=2, turns=2,
+                     prompt_openers=openers)
+    assert generate_dataset(model, tok, cfg, tmp_path / "d", progress=False, log=lambda *_: None)["complete"]
+    recs = [json.loads(line) for line in (tmp_path / "d" / "prompts.jsonl").read_text().splitlines()]
+    assert [r["index"] for r in recs] == list(range(5))
+    assert all(r["prompt"].startswith(openers[r["index"] % 2]) for r in recs), recs
+    shards = [torch.load(f, weights_only=True) for f in sorted((tmp_path / "d").glob("shard_*.pt"))]
+    user = "<|im_start|>user\n"
+    seconds = 0
+    for shard in shards:
+        for ids, start, turn in zip(shard["ids"], shard["resp_start"], shard["turn"], strict=True):
+            text = tok.decode(ids[:start].tolist())
+            last_user = text.split(user)[-1]
+            assert any(last_user.startswith(o) for o in openers), last_user
+            seconds += turn == 1
+    assert seconds > 0
+    with pytest.raises(ValueError, match="prompt_openers"):
+        generate_dataset(model, tok, DataConfig(num_prompts=5, batch_size=3, prompt_max_tokens=6, max_new_tokens=6,
+                                                seed=2, turns=2, prompt_openers=["Write"]),
+                         tmp_path / "d", progress=False, log=lambda *_: None)
+    for bad in ([], ["  "], "Write", [3]):
+        with pytest.raises(ValueError, match="prompt_openers must be"):
+            DataConfig(prompt_openers=bad)

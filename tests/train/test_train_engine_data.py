@@ -141,3 +141,24 @@ def test_cli_extra_data_joins_the_training_set(tmp_path, monkeypatch):
     (tmp_path / "empty").mkdir()
     assert main(base + ["--work-dir", str(tmp_path / "a"), "--stage", "train", "--extra-data",
                         str(tmp_path / "empty")]) == 2
+
+
+def test_cli_prompt_openers(tmp_path):
+    """--prompt-openers builtin / FILE reach the data settings (recorded in the manifest); a missing or empty file
+    is refused before anything runs."""
+    from eagle_triton.cli import main
+    from eagle_triton.train import INSTRUCTION_OPENERS
+
+    save_tiny_chat_target(tmp_path / "target", heads=3, kv_heads=1)
+    base = ["train", "--target", str(tmp_path / "target"), "--num-prompts", "2", "--gen-batch-size", "2",
+            "--prompt-max-tokens", "4", "--max-new-tokens", "4", "--no-progress", "--device", "cpu", "--stage", "data"]
+    (tmp_path / "openers.txt").write_text("Write\n\n  Solve  \n")
+    for work, value, expected in (("a", "builtin", INSTRUCTION_OPENERS), ("b", str(tmp_path / "openers.txt"),
+                                                                          ["Write", "Solve"])):
+        assert main(base + ["--work-dir", str(tmp_path / work), "--prompt-openers", value]) == 0
+        manifest = json.loads((tmp_path / work / "data" / "manifest.json").read_text())
+        assert manifest["config"]["prompt_openers"] == list(expected)
+    (tmp_path / "empty.txt").write_text("\n \n")
+    assert main(base + ["--work-dir", str(tmp_path / "c"), "--prompt-openers", str(tmp_path / "missing.txt")]) == 2
+    assert main(base + ["--work-dir", str(tmp_path / "c"), "--prompt-openers", str(tmp_path / "empty.txt")]) == 2
+    assert not (tmp_path / "c").exists()

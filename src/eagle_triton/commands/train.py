@@ -36,6 +36,18 @@ def _floats(text: str) -> list[float]:
     return values
 
 
+def _prompt_openers(value: str | None) -> list[str] | None:
+    """``--prompt-openers``: ``None``, ``"builtin"`` (:data:`~eagle_triton.train.INSTRUCTION_OPENERS`) or a file's
+    non-blank lines (checked by :func:`check_args`)."""
+    if value is None:
+        return None
+    if value == "builtin":
+        from ..train import INSTRUCTION_OPENERS
+
+        return list(INSTRUCTION_OPENERS)
+    return [line.strip() for line in Path(value).read_text(encoding="utf-8").splitlines() if line.strip()]
+
+
 def register(subparsers) -> None:
     p = subparsers.add_parser(
         "train", help="train an EAGLE-3 draft head for a Llama-family target by self-distillation",
@@ -53,6 +65,10 @@ def register(subparsers) -> None:
     g.add_argument("--num-prompts", type=int, default=1024, help="conversations to generate")
     g.add_argument("--gen-batch-size", type=int, default=256, help="prompts answered per generation batch")
     g.add_argument("--prompt-max-tokens", type=int, default=96, help="longest sampled user prompt, in tokens")
+    g.add_argument("--prompt-openers", default=None, metavar="FILE|builtin",
+                   help="words each sampled user turn starts with, cycled over the conversations, so that the "
+                        "target writes requests of those kinds: a text file with one opener per line, or 'builtin' "
+                        "(eagle_triton.train.INSTRUCTION_OPENERS); default: the target samples whole turns")
     g.add_argument("--max-new-tokens", type=int, default=384, help="longest target response, in tokens")
     g.add_argument("--response-temperatures", type=_floats, default=[0.0, 0.7], metavar="T1,T2,...",
                    help="response sampling temperatures, cycled over batches; 0 = greedy")
@@ -182,6 +198,11 @@ def check_args(args) -> None:
         raise UsageError(f"--val-fraction must be in [0, 1), got {args.val_fraction}")
     if not args.lr > 0:
         raise UsageError(f"--lr must be > 0, got {args.lr}")
+    if args.prompt_openers not in (None, "builtin"):
+        if not Path(args.prompt_openers).is_file():
+            raise UsageError(f"--prompt-openers {args.prompt_openers} is neither a file nor 'builtin'")
+        if not _prompt_openers(args.prompt_openers):
+            raise UsageError(f"--prompt-openers {args.prompt_openers} holds no opener (one per line)")
     for opt, value in (("--prompts", args.prompts), ("--import-data", args.import_data)):
         if value is not None and not Path(value).is_file():
             raise UsageError(f"{opt} {value} is not a file")
@@ -260,7 +281,7 @@ def run(args) -> int:
         num_prompts=args.num_prompts, prompts_path=args.prompts, batch_size=args.gen_batch_size,
         prompt_max_tokens=args.prompt_max_tokens, max_new_tokens=args.max_new_tokens,
         response_temperatures=args.response_temperatures, seed=args.seed, turns=args.turns,
-        generator=args.data_generator,
+        generator=args.data_generator, prompt_openers=_prompt_openers(args.prompt_openers),
     )
     status = {"complete": True}
     if args.stage in ("data", "all"):

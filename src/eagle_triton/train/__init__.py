@@ -13,6 +13,7 @@ from pathlib import Path
 
 from ..engine.default_model import DEFAULT_HEAD_DIR, default_draft_head_path
 from .data import (
+    INSTRUCTION_OPENERS,
     DataConfig,
     EvalPromptFilter,
     Sample,
@@ -34,6 +35,7 @@ __all__ = [
     "DataConfig",
     "DraftVocab",
     "EvalPromptFilter",
+    "INSTRUCTION_OPENERS",
     "Sample",
     "TTTBatch",
     "TrainConfig",

@@ -33,6 +33,7 @@ from ..fileio import atomic_write_bytes, atomic_write_json
 __all__ = [
     "DataConfig",
     "EvalPromptFilter",
+    "INSTRUCTION_OPENERS",
     "Sample",
     "export_dataset",
     "generate_dataset",
@@ -44,6 +45,14 @@ __all__ = [
 ]
 
 _SENTINEL = "\x00EAGLE_TRITON_USER\x00"
+
+#: General-purpose openers of user requests (``DataConfig.prompt_openers``): writing, role play, reasoning, maths,
+#: code, extraction, knowledge and advice, each a few words the target continues into a request of that kind.
+INSTRUCTION_OPENERS = [
+    "Write", "Explain", "Imagine you are", "Solve", "Write a Python function that", "Summarize", "Compare",
+    "Describe", "What is", "How can I", "Why does", "Give me a list of", "Extract", "Rewrite", "Calculate",
+    "Act as", "Suggest", "Tell me about", "Draft", "Create a plan for",
+]
 
 
 @dataclass
@@ -70,6 +79,11 @@ class DataConfig:
     generator: who writes the data: ``"transformers"`` (``model.generate``, one seed per batch) or ``"engine"``
         (:class:`~eagle_triton.engine.EagleEngine`'s continuous batching, one seed per sequence; see
         :mod:`.generation`). The same target distribution, other coins.
+    prompt_openers: words a sampled user turn starts with, cycled over the conversations (``None``: the target
+        samples the whole turn). The target continues the user turn after the opener, so the openers steer the
+        kinds of requests (``"Write"``, ``"Solve"``, ``"Imagine you are"``, ...) without prompts from a data set;
+        :data:`INSTRUCTION_OPENERS` is a general-purpose list. Applies to every sampled user turn (later turns
+        cycle the list from the next opener), not to ``prompts_path``'s prompts.
     """
 
     num_prompts: int = 1024
@@ -83,6 +97,7 @@ class DataConfig:
     seed: int = 0
     turns: int = 1
     generator: str = "transformers"
+    prompt_openers: list[str] | None = None
 
     def __post_init__(self) -> None:
         if (self.num_prompts < 1 or self.batch_size < 1 or self.max_new_tokens < 1 or self.prompt_max_tokens < 1
@@ -92,6 +107,12 @@ class DataConfig:
             raise ValueError(f"response_temperatures must be non-empty and >= 0, got {self.response_temperatures}")
         if self.generator not in ("transformers", "engine"):
             raise ValueError(f"generator must be 'transformers' or 'engine', got {self.generator!r}")
+        if self.prompt_openers is not None:
+            if isinstance(self.prompt_openers, str) or not self.prompt_openers or not all(
+                    isinstance(o, str) and o.strip() for o in self.prompt_openers):
+                raise ValueError("prompt_openers must be a non-empty list of non-blank strings (or None), got "
+                                 f"{self.prompt_openers!r}")
+            self.prompt_openers = [o.strip() for o in self.prompt_openers]
 
 
 @dataclass
@@ -242,14 +263,26 @@ def _user_prefix_after(tok, messages: list[dict]) -> list[int]:
 
 
 def _sample_user_turns(gen, tok, convs: list[list[dict]], max_tokens: int, temperature: float, top_p: float,
-                       seed: int) -> list[str]:
-    """The next user turn of each conversation, sampled from the target after the chat template's user prefix."""
+                       seed: int, openers: list[str] | None = None) -> list[str]:
+    """The next user turn of each conversation, sampled from the target after the chat template's user prefix
+    (and after ``openers[i]``, which begins conversation ``i``'s turn, when given: one per conversation)."""
     stop = _stop_ids(tok)
+    starts = [[] for _ in convs] if openers is None else [tok(o, add_special_tokens=False).input_ids for o in openers]
     turns = []
-    for row in gen([_user_prefix_after(tok, c) for c in convs], max_tokens, temperature, top_p, seed):
+    rows = gen([_user_prefix_after(tok, c) + s for c, s in zip(convs, starts, strict=True)], max_tokens, temperature,
+               top_p, seed)
+    for start, row in zip(starts, rows, strict=True):
         row, _ = _truncate_at_stop(row, stop, keep_stop=False)
-        turns.append(tok.decode(row, skip_special_tokens=True).strip())
+        turns.append(tok.decode(start + row, skip_special_tokens=True).strip())
     return turns
+
+
+def _openers(cfg: DataConfig, first: int, n: int) -> list[str] | None:
+    """The openers of ``n`` user turns, the ``first``-th of the cycle first (``None`` without openers)."""
+    if cfg.prompt_openers is None:
+        return None
+    k = len(cfg.prompt_openers)
+    return [cfg.prompt_openers[(first + i) % k] for i in range(n)]
 
 
 def _generator(model, tok, kind: str | None = None):
@@ -347,7 +380,7 @@ def _conversations(gen, tok, cfg: DataConfig, prompts: list[str], temperature: f
         if t + 1 == cfg.turns or not answered:
             break
         nxt = _sample_user_turns(gen, tok, answered, cfg.prompt_max_tokens, cfg.prompt_temperature,
-                                 cfg.prompt_top_p, seed + 1)
+                                 cfg.prompt_top_p, seed + 1, _openers(cfg, b * cfg.batch_size + t + 1, len(answered)))
         convs = []
         for conv, user in zip(answered, nxt, strict=True):
             if len(user) < 3 or user in filt:
@@ -415,7 +448,8 @@ def generate_dataset(model, tok, cfg: DataConfig, data_dir: str | os.PathLike, t
             if cfg.prompts_path is not None:
                 raise RuntimeError(f"{prompt_file} lacks prompts {lo}..{hi - 1}")
             new = _sample_user_turns(gen, tok, [[] for _ in range(hi - lo)], cfg.prompt_max_tokens,
-                                     cfg.prompt_temperature, cfg.prompt_top_p, seed=cfg.seed * 1_000_003 + 2 * b)
+                                     cfg.prompt_temperature, cfg.prompt_top_p, seed=cfg.seed * 1_000_003 + 2 * b,
+                                     openers=_openers(cfg, lo, hi - lo))
             # Drop empty or evaluation prompts; a placeholder keeps indices aligned (skipped below).
             new_rec = []
             for i, p in zip(range(lo, hi), new, strict=True):
