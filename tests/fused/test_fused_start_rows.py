@@ -121,10 +121,20 @@ def test_start_in_chunks_equals_one_start():
     assert torch.equal(bufs.k_cache[0, cap - 1], junk_k[0, cap - 1])
     assert not torch.equal(bufs.k_cache[0, cap - 3:cap - 1], junk_k[0, cap - 3:cap - 1])
     assert torch.equal(bufs.k_cache[0, :cap - 3], junk_k[0, :cap - 3])
+    # the host's part of a start marks the draft KV length as the device's (chunks replayed from a graph run no
+    # Python): reserving again then needs a reset, as after start_rows or draft_rows
+    again = TreeDrafter(head, tc, backend="triton")
+    again.reserve(64, tc.max_levels + 1, batch=2)
+    again.begin_start(0, feats, ids)
+    assert again.kv_len == -1
+    with pytest.raises(RuntimeError, match="needs a reset"):
+        again.reserve(128, tc.max_levels + 1, batch=2)
     reference = TreeDrafter(head, tc, backend="torch")
     assert not reference.starts_in_chunks and chunked.starts_in_chunks
-    with pytest.raises(ValueError, match="no start_rows_chunk"):
-        reference.start_rows_chunk(_meta(0, 0, 1), f_buf, i_buf)
+    for call in (lambda: reference.start_rows_chunk(_meta(0, 0, 1), f_buf, i_buf),
+                 lambda: reference.begin_start(0, feats, ids)):
+        with pytest.raises(ValueError, match="no start_rows_chunk"):
+            call()
 
 
 def test_start_rows_refuses_bad_input():

@@ -124,12 +124,14 @@ class TreeDrafter:
         sequences with fixed-size chunks replayed from a CUDA graph instead of :meth:`start_rows`."""
         return hasattr(self._impl, "start_rows_chunk")
 
-    def check_start(self, slot: int, features: torch.Tensor, new_ids: torch.Tensor) -> None:
-        """The host's checks of :meth:`start_rows` (back end, buffers, shapes, room for the rows plus a draft), for a
-        caller that then runs :meth:`start_rows_chunk`. Back ends with :attr:`starts_in_chunks` only."""
+    def begin_start(self, slot: int, features: torch.Tensor, new_ids: torch.Tensor) -> None:
+        """The host's part of :meth:`start_rows` (checks of the back end, buffers, shapes and room for the rows plus
+        a draft; the draft KV's length becomes the device's only), for a caller that then runs the start's
+        :meth:`start_rows_chunk` calls, perhaps replayed from a graph. Back ends with :attr:`starts_in_chunks`
+        only."""
         if not self.starts_in_chunks:
             raise ValueError(f"the {self.backend!r} drafter back end has no start_rows_chunk: use start_rows")
-        self._impl.check_start(slot, features, new_ids)
+        self._impl.begin_start(slot, features, new_ids)
 
     def start_rows_chunk(self, meta: torch.Tensor, features: torch.Tensor, new_ids: torch.Tensor) -> None:
         """One fixed-size chunk of :meth:`start_rows` with every length on the device (capturable): ``meta [3]``

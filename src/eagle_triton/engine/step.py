@@ -158,10 +158,10 @@ class DeviceSteps:
         """``start_rows(slot, feats [R, W], ids [R])`` as :data:`START_CHUNK`-row chunks of the drafter's
         ``start_rows_chunk``, each replayed from one CUDA graph (:meth:`_run`) after its rows, the slot and the
         offsets are copied into static buffers (a few launches per chunk instead of the products' few dozen
-        launched from Python; a batch slot's refill holds the other slots' steps meanwhile). The host checks room
-        first, as ``start_rows`` does."""
+        launched from Python; a batch slot's refill holds the other slots' steps meanwhile). The host's part
+        (checks, and the drafter's host mirror of the length) runs first, every time (``begin_start``)."""
         rows, C = ids.shape[0], self.START_CHUNK
-        self.drafter.check_start(slot, feats, ids)
+        self.drafter.begin_start(slot, feats, ids)
         key = ("start", feats.dtype, feats.shape[1])
         bufs = self._start_bufs.get(key)
         if bufs is None:

@@ -1043,15 +1043,16 @@ class FusedDraftBackend:
         instead of by an eager draft over the whole prompt, and the sequence's first draft is a graphed
         :meth:`draft_rows` of its last row like every later one. This is :meth:`start_rows_chunk` over all ``N``
         rows at once (the engine runs fixed-size chunks of it from a CUDA graph)."""
-        self.check_start(slot, features, new_ids)
+        self.begin_start(slot, features, new_ids)
         meta = torch.empty(3, dtype=torch.int64, device=features.device)
         for i, value in enumerate((slot, 0, features.shape[0])):
             meta[i:i + 1].fill_(value)  # fills: a Python list would be a host-to-device copy
         self.start_rows_chunk(meta, features, new_ids)
 
-    def check_start(self, slot: int, features: torch.Tensor, new_ids: torch.Tensor) -> None:
-        """The host's checks of a sequence start of ``N`` rows (``features [N, W]``, ``new_ids [N]``) in ``slot``:
-        the back end, the buffers, the shapes and room for the rows plus a draft."""
+    def begin_start(self, slot: int, features: torch.Tensor, new_ids: torch.Tensor) -> None:
+        """The host's part of a sequence start of ``N`` rows (``features [N, W]``, ``new_ids [N]``) in ``slot``,
+        before its chunks: checks of the back end, the buffers, the shapes and room for the rows plus a draft; then
+        the draft KV's length is the device's only (as after :meth:`draft_rows`; a replayed chunk runs no Python)."""
         if self._ref is not None:
             raise RuntimeError(f"start_rows needs the fused kernel ({self.fallback_reason})")
         if self.bufs is None:
@@ -1067,6 +1068,7 @@ class FusedDraftBackend:
         if N + bufs.new_rows + tc.depth * tc.top_k > cfg.max_len:
             raise ValueError(f"start_rows: {N} rows plus a draft ({bufs.new_rows} new rows and the tree's "
                              f"{tc.depth * tc.top_k}) exceed the draft KV's {cfg.max_len} rows: reserve() more")
+        self._kv_len = -1
 
     @torch.no_grad()
     def start_rows_chunk(self, meta: torch.Tensor, features: torch.Tensor, new_ids: torch.Tensor) -> None:
