@@ -126,7 +126,7 @@ def part_promptdraft(args) -> list[dict]:
 
         r = {"batch": B, "rows": S}
         for name, fn in (("eager_draft_ms", eager), ("start_rows_ms", start), ("start_chunk_graphs_ms", chunks)):
-            for _ in range(3):  # (the chunk runner's graph is captured at its third call)
+            for _ in range(3):  # (the chunk runner captures its graph at its second call)
                 fn()
             torch.cuda.synchronize()
             r[name] = do_bench(fn, warmup=5, rep=100, return_mode="median")

@@ -126,6 +126,10 @@ def test_graph_bookkeeping_captures_after_two_eager_runs_and_again_after_a_reall
         assert run._run(("plain", 0), work) == "out"
     assert log == ["run", "run", "run", "replay", "replay"]  # eager, eager, capture (+ replay), replay
     log.clear()
+    for _ in range(3):  # one eager run asked for (the sequence-start chunks): the second call captures
+        assert run._run(("start", 0), work, eager_runs=1) == "out"
+    assert log == ["run", "run", "replay", "replay"]
+    log.clear()
     target.setup(target.capacity + 64, None)  # a new cache: the graph points into freed memory
     assert run._run(("plain", 0), work) == "out"
     assert log == ["run"] and eng is not None  # eager again, then a new capture

@@ -110,9 +110,10 @@ class DeviceSteps:
         impl = getattr(self.drafter, "_impl", None)
         return getattr(self.target, "cache", None), getattr(impl, "bufs", None), self.target.feature_mode
 
-    def _run(self, kind, fn):
-        """Run ``fn`` (device-paced work) eagerly for its first two calls of this ``kind``, then from a graph;
-        returns ``fn``'s result (the captured one when replaying: its tensors are the graph's static outputs)."""
+    def _run(self, kind, fn, eager_runs: int = 2):
+        """Run ``fn`` (device-paced work) eagerly for its first ``eager_runs`` calls of this ``kind`` (two: every
+        Triton kernel compiled, the second with the captured shapes), then from a graph; returns ``fn``'s result
+        (the captured one when replaying: its tensors are the graph's static outputs)."""
         if not self.use_graphs:
             return fn()
         owners = self._buffers()
@@ -122,7 +123,7 @@ class DeviceSteps:
             self._eager_runs.pop(kind, None)
         if entry is None:
             runs = self._eager_runs.get(kind, 0)
-            if runs < 2:
+            if runs < eager_runs:
                 self._eager_runs[kind] = runs + 1
                 return fn()
             graph = torch.cuda.CUDAGraph()
@@ -175,7 +176,9 @@ class DeviceSteps:
             i_buf[:m].copy_(ids[first:first + m])
             for i, value in enumerate((slot, first, m)):
                 meta[i:i + 1].fill_(value)  # fills: a Python list would be a host-to-device copy
-            self._run(key, lambda: self.drafter.start_rows_chunk(meta, f_buf, i_buf))
+            # one eager run (PyTorch operations only, no Triton kernel to compile): a generation's one start is
+            # captured by the second generation, so warmed-up generations run it from the graph
+            self._run(key, lambda: self.drafter.start_rows_chunk(meta, f_buf, i_buf), eager_runs=1)
 
     def _step_bound(self, kv_bound: int | None) -> int | None:
         """The bound on the cache rows a step reads that it is run with: eager, the engine's own (exact CPU
