@@ -24,6 +24,8 @@
 #   timeline    where a continuous-batching job's time goes (batch_timeline.json, bench/probes/batch_probe.py's job
 #               part): host-timed parts and the device's idle time before each step, prefill and prompt K/V;
 #               TIMELINE_BATCHES (8), TIMELINE_TREES (8/2/3); the real SmolLM2 target when TARGET names its GGUF
+#   starts      how a prompt gets into the drafter's KV at the SmolLM2 head shape, batches 8 and 16 (batch_starts.json,
+#               bench/probes/batch_probe.py's promptdraft part): one eager draft, start_rows, graphed start chunks
 #   heads       the shipped head against OLD_HEAD (a head folder), issue 22's report (acceptance_heads.json, .png):
 #               MT-bench, HumanEval and the self-sampled held-out set, trees 60/7/10, 32/5/6, 16/3/4, greedy and
 #               T=0.7, 40 prompts x 128 tokens each, fused drafter, bf16
@@ -55,6 +57,8 @@ part_batch()      { run batch 590 "$PY" bench/bench_batch.py ${BATCH_ARGS:-} --o
 part_timeline()   { run timeline 420 "$PY" bench/probes/batch_probe.py --parts job --job-batches "${TIMELINE_BATCHES:-8}" \
                       --job-trees "${TIMELINE_TREES:-8/2/3}" ${TARGET:+--target "$TARGET"} \
                       --out "$OUTDIR/batch_timeline.json"; }
+part_starts()     { run starts 240 "$PY" bench/probes/batch_probe.py --parts promptdraft \
+                      --out "$OUTDIR/batch_starts.json"; }
 part_heads()      { [ -d "${OLD_HEAD:-}" ] || { echo "gpu_check heads: OLD_HEAD must name a head folder" | tee -a "$summary";
                                                failed=1; return; }
                     run heads 560 "$PY" bench/bench_acceptance.py \
