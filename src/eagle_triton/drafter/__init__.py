@@ -129,17 +129,19 @@ class TreeDrafter:
         a draft; the draft KV's length becomes the device's only), for a caller that then runs the start's
         :meth:`start_rows_chunk` calls, perhaps replayed from a graph. Back ends with :attr:`starts_in_chunks`
         only."""
-        if not self.starts_in_chunks:
-            raise ValueError(f"the {self.backend!r} drafter back end has no start_rows_chunk: use start_rows")
-        self._impl.begin_start(slot, features, new_ids)
+        self._chunked_starts().begin_start(slot, features, new_ids)
 
     def start_rows_chunk(self, meta: torch.Tensor, features: torch.Tensor, new_ids: torch.Tensor) -> None:
         """One fixed-size chunk of :meth:`start_rows` with every length on the device (capturable): ``meta [3]``
         int64 ``(slot, first row, valid rows)``, ``features [C, W]``, ``new_ids [C]`` (rows past the valid ones are
         padding). Back ends with :attr:`starts_in_chunks` only."""
+        self._chunked_starts().start_rows_chunk(meta, features, new_ids)
+
+    def _chunked_starts(self):
+        """The back end, which must have :attr:`starts_in_chunks`."""
         if not self.starts_in_chunks:
             raise ValueError(f"the {self.backend!r} drafter back end has no start_rows_chunk: use start_rows")
-        self._impl.start_rows_chunk(meta, features, new_ids)
+        return self._impl
 
     def keep_rows(self, rows: list[int], batch: int) -> None:
         """Keep only the draft KV of sequences ``rows`` (in that order) in room for ``batch`` sequences (a batch

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import torch
 
+from ..fused.host import fill_start_meta
 from .accept import accept_greedy_rows, accept_tree, greedy_pick_rows
 from .sampling import DeviceRNG, SamplingParams, probs_from_logits, sample_from_probs
 
@@ -174,8 +175,7 @@ class DeviceSteps:
             m = min(C, rows - first)
             f_buf[:m].copy_(feats[first:first + m])
             i_buf[:m].copy_(ids[first:first + m])
-            for i, value in enumerate((slot, first, m)):
-                meta[i:i + 1].fill_(value)  # fills: a Python list would be a host-to-device copy
+            fill_start_meta(meta, slot, first, m)
             # one eager run (PyTorch operations only, no Triton kernel to compile): a generation's one start is
             # captured by the second generation, so warmed-up generations run it from the graph
             self._run(key, lambda: self.drafter.start_rows_chunk(meta, f_buf, i_buf), eager_runs=1)

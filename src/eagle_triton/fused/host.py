@@ -841,6 +841,14 @@ def launch_drafter_ref(cfg: DrafterConfig, X, weights: Weights, bufs: Buffers) -
 
 
 # ------------------------------------------------------------------------------------------------ backend
+def fill_start_meta(meta: torch.Tensor, slot: int, first: int, n: int) -> torch.Tensor:
+    """``meta [3]`` (int64, on the device) set to a start chunk's ``(slot, first row, valid rows)`` for
+    :meth:`FusedDraftBackend.start_rows_chunk`, by three fills (a Python list would be a host-to-device copy)."""
+    for i, value in enumerate((slot, first, n)):
+        meta[i:i + 1].fill_(value)
+    return meta
+
+
 class FusedDraftBackend:
     """``TreeDrafter(head, tree_config, backend="triton")``: the fused kernel behind the reference's interface.
 
@@ -1045,9 +1053,7 @@ class FusedDraftBackend:
         rows at once (the engine runs fixed-size chunks of it from a CUDA graph)."""
         self.begin_start(slot, features, new_ids)
         meta = torch.empty(3, dtype=torch.int64, device=features.device)
-        for i, value in enumerate((slot, 0, features.shape[0])):
-            meta[i:i + 1].fill_(value)  # fills: a Python list would be a host-to-device copy
-        self.start_rows_chunk(meta, features, new_ids)
+        self.start_rows_chunk(fill_start_meta(meta, slot, 0, features.shape[0]), features, new_ids)
 
     def begin_start(self, slot: int, features: torch.Tensor, new_ids: torch.Tensor) -> None:
         """The host's part of a sequence start of ``N`` rows (``features [N, W]``, ``new_ids [N]``) in ``slot``,
@@ -1076,8 +1082,9 @@ class FusedDraftBackend:
         ``meta [3]`` int64 holds ``(slot, first row, valid rows n)``; rows ``j < n`` of ``features [C, W]`` /
         ``new_ids [C]`` go into draft-KV rows ``first + j`` of the slot (as :meth:`start_rows` puts them), and the
         slot's length becomes ``first + n`` (so chunks in order leave the whole start's length). Rows ``j >= n``
-        are padding: the cache rows they would reach keep their contents. The caller checks room on the host
-        (:meth:`start_rows` does; a chunk never writes past the cache, and the slot is clamped to the buffers)."""
+        are padding: the cache rows they would reach keep their contents. The caller runs :meth:`begin_start` for
+        the whole start first (host checks and state; a chunk never writes past the cache, and the slot is clamped
+        to the buffers)."""
         if self.bufs is None:
             raise RuntimeError("start_rows_chunk() before reserve()")
         from .multikernel import draft_kv_rows
@@ -1097,7 +1104,6 @@ class FusedDraftBackend:
             # (valid rows end N + a draft's rows before the cache end), and duplicated padding rows agree
             cache.index_put_((slots, rows), torch.where(keep, new, cache[slots, rows]))
         bufs.kv_len.index_put_((slot.view(1),), (meta[1] + meta[2]).view(1).to(bufs.kv_len.dtype))
-        self._kv_len = -1  # on the device only, as after draft_rows
 
     def keep_rows(self, rows: list[int], batch: int) -> None:
         """Keep only the draft KV of sequences ``rows`` (in that order) in the first rows of the buffers for

@@ -547,14 +547,14 @@ def _read_pack(path: str | os.PathLike) -> dict:
 
 
 def _pack_shards(p: dict):
-    """The shards a pack holds, as :func:`generate_dataset` wrote them (``batches``, ``ids``, ``resp_start``,
-    ``temperature``, and ``turn`` where the pack has it), in the pack's order."""
+    """The shards a pack holds, as :func:`generate_dataset` wrote them (``batches``, ``ids``: views into the pack's
+    tokens, ``resp_start``, ``temperature``, and ``turn`` where the pack has it), in the pack's order."""
     seqs = torch.split(p["tokens"], p["lengths"].tolist())
     starts = p["resp_start"].tolist()
     k = 0
     turns = p.get("turn") or [None] * len(p["batches"])  # (absent in packs of single-turn data made before it)
     for batches, count, temp, turn in zip(p["batches"], p["counts"], p["temperature"], turns, strict=True):
-        shard = {"batches": batches, "ids": [s.clone() for s in seqs[k:k + count]],
+        shard = {"batches": batches, "ids": list(seqs[k:k + count]),
                  "resp_start": starts[k:k + count], "temperature": temp}
         if turn is not None:
             shard["turn"] = turn
@@ -574,6 +574,6 @@ def import_dataset(path: str | os.PathLike, data_dir: str | os.PathLike) -> int:
         (root / "prompts.jsonl").write_text(p["prompts"])
     for shard in _pack_shards(p):
         dest = root / f"shard_{min(shard['batches']):05d}.pt"
-        if not dest.exists():
-            torch.save(shard, dest)
+        if not dest.exists():  # (each row copied out of the pack: a saved view would carry all its tokens)
+            torch.save({**shard, "ids": [t.clone() for t in shard["ids"]]}, dest)
     return len(p["lengths"])
