@@ -44,8 +44,8 @@ def main(argv=None) -> int:
     p.add_argument("--rows", default="1,60,128")
     p.add_argument("--products", default="qkv_rope,gate_up,o,down")
     p.add_argument("--budget-s", type=float, default=200)
-    p.add_argument("--candidates", default="", help="product=bn:bk:stages:prefetch;... (','-separated products; "
-                   "replaces that product's default list)")
+    p.add_argument("--candidates", default="", help="product=bn:bk:stages:prefetch[:bm[:warps]];... "
+                   "(','-separated products; replaces that product's default list)")
     args = p.parse_args(argv)
     for item in filter(None, args.candidates.split(",")):
         prod, _, cands = item.partition("=")
@@ -83,10 +83,21 @@ def main(argv=None) -> int:
     return 0
 
 
+def _candidate(text: str):
+    """``bn:bk:stages:prefetch[:bm[:warps]]`` as a LinearConfig (``bm`` 64 and 4 warps unless given)."""
+    from eagle_triton.ops.target_linear import LinearConfig
+
+    v = list(map(int, text.split(":")))
+    bn, bk, stages, prefetch = v[:4]
+    bm = v[4] if len(v) > 4 else 64
+    warps = v[5] if len(v) > 5 else 4
+    return LinearConfig(block_m=bm, block_n=bn, block_k=bk, num_warps=warps, num_stages=stages, prefetch=prefetch)
+
+
 def _probe_product(prod, spec, args, heads, cos, sin, rnd, t_end) -> list[dict]:
     """Time ``prod`` chained over the layers at each row count, default and candidate tiles (bits compared)."""
     from eagle_triton.ops.rope_kv import target_qkv_rope
-    from eagle_triton.ops.target_linear import LinearConfig, sumsq_width, target_linear
+    from eagle_triton.ops.target_linear import sumsq_width, target_linear
 
     N, K, silu, base = spec
     hq, hkv, d, layers = heads
@@ -117,9 +128,7 @@ def _probe_product(prod, spec, args, heads, cos, sin, rnd, t_end) -> list[dict]:
             return target_linear(x, ws[i], residual=resid, sumsq_out=ss_out, config=cfg, validate=False)
 
         ref = run(base, 0).clone()
-        cands = [("default", base)] + [
-            (c, LinearConfig(64, *map(int, c.split(":")[:2]), 4, *map(int, c.split(":")[2:])))
-            for c in CANDIDATES[prod]]
+        cands = [("default", base)] + [(c, _candidate(c)) for c in CANDIDATES[prod]]
         for label, cfg in cands:
             if time.time() > t_end:
                 break
