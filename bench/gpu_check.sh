@@ -43,7 +43,7 @@ DEFAULT_PARTS="env tests fusedtest kernels engine acceptance fused"
 
 part_env()        { run env 60 "$PY" -m eagle_triton env --json; }
 # the fused drafter's tests are the test files with "fused" in their path (wherever tests/ puts them)
-part_tests()      { run tests 200 "$PY" -m pytest -q -m gpu -p no:cacheprovider -rs --ignore-glob='*fused*' tests; }
+part_tests()      { run tests 420 "$PY" -m pytest -q -m gpu -p no:cacheprovider -rs --ignore-glob='*fused*' tests; }
 part_fusedtest()  { run fusedtest 300 "$PY" -m pytest -q -m gpu -p no:cacheprovider -rs -s \
                       $(find tests -path '*fused*' -name 'test_*.py' | sort) -k "${FUSED_K:-gpu}"; }
 part_kernels()    { run kernels 240 "$PY" bench/bench_kernels.py --out "$OUTDIR" --budget-s 200; }
