@@ -14,7 +14,11 @@ Parts:
   in for EOS), run four times: cold, warm, warm with the host timing its parts (synchronising around each:
   CUDA graph captures, prefills, bucket moves, the prompts' draft-KV rows), so the whole-job time can be split,
   and warm with CUDA events around the same parts and every step, recorded without synchronising (``timeline``:
-  each kind's device time and the device's idle time before it, i.e. waiting for the host).
+  each kind's device time and the device's idle time before it, i.e. waiting for the host). ``--job-prompt-lens``,
+  ``--job-new-tokens`` and ``--job-temperature`` shape it like the training data's generation (long prompts and
+  answers, sampled).
+- ``hfgen``: transformers' ``generate`` over such prompts (``--hf-batch`` rows, left-padded), the other writer of
+  the training data, for comparison with the engine's job.
 """
 
 from __future__ import annotations
@@ -183,7 +187,7 @@ def part_prefill(args) -> list[dict]:
     return rows
 
 
-def _engines(trees):
+def _engines(trees, max_length: int = 1024):
     from step_probe import smollm2_random
 
     from eagle_triton import TreeConfig
@@ -192,7 +196,8 @@ def _engines(trees):
     model, head = smollm2_random()
     target = LlamaTarget.from_hf(model)
     del model
-    engines = {t: EagleEngine(target, head, TreeConfig(*map(int, t.split("/"))), max_length=1024) for t in trees}
+    engines = {t: EagleEngine(target, head, TreeConfig(*map(int, t.split("/"))), max_length=max_length)
+               for t in trees}
     return target, engines
 
 
@@ -319,9 +324,37 @@ class _GpuTimeline:
         return {"total_ms": total, "parts": parts}
 
 
+def part_hfgen(args) -> dict:
+    """transformers' ``generate`` (the training data's other writer, :class:`TransformersGenerator`) on random
+    weights at SmolLM2's shape: ``--hf-batch`` random prompts of ``--job-prompt-lens`` tokens, left-padded, each
+    writing the largest ``--job-new-tokens`` cap (no stop token), at ``--job-temperature``; generated tokens/s after
+    a short warm-up call."""
+    from step_probe import smollm2_random
+
+    from eagle_triton.train.generation import TransformersGenerator
+
+    model, _ = smollm2_random()
+    g = torch.Generator().manual_seed(1)
+    (p_lo, p_hi), (_, c_hi) = (tuple(map(int, r.split(":"))) for r in (args.job_prompt_lens, args.job_new_tokens))
+    rows = [torch.randint(0, 49152, (int(k),), generator=g).tolist()
+            for k in torch.randint(p_lo, p_hi, (args.hf_batch,), generator=g)]
+    gen = TransformersGenerator(model, pad_token_id=0)
+    gen(rows[:8], 8, args.job_temperature, 1.0, 0)  # warm-up
+    torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    out = gen(rows, c_hi, args.job_temperature, 1.0, 1)
+    torch.cuda.synchronize()
+    dt = time.perf_counter() - t0
+    n = sum(len(r) for r in out)
+    r = {"batch": args.hf_batch, "new_tokens": n, "s": dt, "tok_s": n / dt, "temperature": args.job_temperature}
+    print(f"transformers generate b{args.hf_batch}: {n} tokens in {dt:.2f} s = {n / dt:.0f} tok/s", flush=True)
+    return r
+
+
 def part_job(args, engines, prompts=None) -> list[dict]:
-    """``prompts``: real prompts (``--target``: 128 new tokens each, EOS stops them); else random prompts of 30-250
-    tokens with caps of 32-128 new tokens standing in for EOS."""
+    """``prompts``: real prompts (``--target``: 128 new tokens each, EOS stops them); else random prompts of
+    ``--job-prompt-lens`` tokens (default 30-250) with caps of ``--job-new-tokens`` new tokens (default 32-128)
+    standing in for EOS. ``--job-temperature`` > 0 samples every sequence (seeded) instead of greedy decoding."""
     from eagle_triton.engine import batch as batch_mod
     from eagle_triton.engine import engine as engine_mod
     from eagle_triton.engine import target as target_mod
@@ -330,11 +363,14 @@ def part_job(args, engines, prompts=None) -> list[dict]:
     n = args.job_prompts
     eos = "default" if prompts is not None else None
     if prompts is None:
+        (p_lo, p_hi), (c_lo, c_hi) = (tuple(map(int, r.split(":"))) for r in (args.job_prompt_lens,
+                                                                               args.job_new_tokens))
         prompts = [torch.randint(0, 49152, (int(k),), generator=g).tolist()
-                   for k in torch.randint(30, 250, (n,), generator=g)]
-        caps = [int(k) for k in torch.randint(32, 129, (n,), generator=g)]
+                   for k in torch.randint(p_lo, p_hi, (n,), generator=g)]
+        caps = [int(k) for k in torch.randint(c_lo, c_hi + 1, (n,), generator=g)]
     else:
         caps = 128
+    sampling = dict(temperature=args.job_temperature, seeds=0) if args.job_temperature > 0 else {}
     rows = []
     for b in [int(x) for x in args.job_batches.split(",")]:
         for name, eng, spec in [("plain", next(iter(engines.values())), False)] + [
@@ -344,7 +380,7 @@ def part_job(args, engines, prompts=None) -> list[dict]:
                 torch.cuda.synchronize()
                 t0 = time.perf_counter()
                 res = eng.generate_batch(input_ids=prompts, max_new_tokens=caps, batch_size=b, speculative=spec,
-                                         eos_token_id=eos)
+                                         eos_token_id=eos, **sampling)
                 torch.cuda.synchronize()
                 r[run + "_s"] = time.perf_counter() - t0
                 r["new_tokens"] = sum(len(t) for t, _ in res)
@@ -368,7 +404,7 @@ def part_job(args, engines, prompts=None) -> list[dict]:
                     torch.cuda.synchronize()
                     t0 = time.perf_counter()
                     eng.generate_batch(input_ids=prompts, max_new_tokens=caps, batch_size=b, speculative=spec,
-                                       eos_token_id=eos)
+                                       eos_token_id=eos, **sampling)
                     torch.cuda.synchronize()
                     r["timed_s"] = time.perf_counter() - t0
                 finally:
@@ -379,7 +415,7 @@ def part_job(args, engines, prompts=None) -> list[dict]:
                      (batch_mod.BatchStepRunner, "plain_step", "step")]
             with _wrapped(_GpuTimeline(), parts + steps) as tl:
                 eng.generate_batch(input_ids=prompts, max_new_tokens=caps, batch_size=b, speculative=spec,
-                                   eos_token_id=eos)
+                                   eos_token_id=eos, **sampling)
             r["timeline"] = tl.summary()
             r["captures"] = len(captures)
             r["capture_s"] = sum(captures)
@@ -408,6 +444,11 @@ def main(argv=None) -> int:
     p.add_argument("--job-batches", default="16,4")
     p.add_argument("--job-trees", default="16/3/4")
     p.add_argument("--job-prompts", type=int, default=64)
+    p.add_argument("--job-prompt-lens", default="30:250", help="job, random weights: prompt lengths MIN:MAX")
+    p.add_argument("--job-new-tokens", default="32:128", help="job, random weights: new-token caps MIN:MAX")
+    p.add_argument("--hf-batch", type=int, default=256, help="hfgen: rows per transformers generate call")
+    p.add_argument("--max-length", type=int, default=1024, help="random-weight engines' max_length")
+    p.add_argument("--job-temperature", type=float, default=0.0, help="job: sample at this temperature (0: greedy)")
     p.add_argument("--prefill-lengths", default="16,40,100,200,256,257,600,1000")
     p.add_argument("--profile", action="store_true", help="prefill: the kernels of a 256-row prompt's prefill")
     p.add_argument("--target", default=None,
@@ -431,6 +472,9 @@ def main(argv=None) -> int:
     if "promptdraft" in parts:
         res["promptdraft"] = part_promptdraft(args)
         Path(args.out).write_text(json.dumps(res, indent=1))
+    if "hfgen" in parts:
+        res["hfgen"] = part_hfgen(args)
+        Path(args.out).write_text(json.dumps(res, indent=1))
     if "drafter" in parts:
         res["drafter"] = part_drafter(args)
         Path(args.out).write_text(json.dumps(res, indent=1))
@@ -439,7 +483,7 @@ def main(argv=None) -> int:
         res["weights"] = f"{args.target} with the shipped head, {len(prompts)} MT-bench prompts"
         res["job"] = part_job(args, engines, prompts)
     elif "steady" in parts or "job" in parts:
-        _, engines = _engines(args.trees.split(","))
+        _, engines = _engines(args.trees.split(","), args.max_length)
         if "steady" in parts:
             res["steady"] = part_steady(args, engines)
             Path(args.out).write_text(json.dumps(res, indent=1))
