@@ -9,10 +9,22 @@ Both take token-id rows and return each row's new tokens (the caller cuts them a
   per row, so a row's data do not depend on its batch. Samples are drawn from the same target distribution
   (temperature, top-p), so the data differ only by the coins.
 
-Speed, measured on the H100 (2026-11-27, SmolLM2-135M): the engine wrote about 3.7 k generated tokens/s of two-turn
-data with answers up to 512 tokens (three processes side by side about 1.5 times that); transformers' ``generate`` at
-batch 512 wrote about 8.9 k/s of single-turn data with answers up to 384 tokens (2026-11-22). Not the same settings,
-but the engine is not the faster writer yet.
+Speed, measured on the H100:
+
+- Training runs (SmolLM2-135M, real weights, different settings):
+  - The engine with a draft head wrote about 3.7 k generated tokens/s of two-turn data with answers up to 512
+    tokens (2026-11-27). Three processes side by side wrote about 1.5 times that.
+  - transformers' ``generate`` at batch 512 wrote about 8.9 k/s of single-turn data with answers up to 384 tokens
+    (2026-11-22).
+- Same prompts in one run (2026-11-27, ``bench/results/session19_2026-11-27/datagen_probe.json``; SmolLM2's shape
+  with random weights, so only the writers' speed counts): 64 prompts of 100-700 tokens, answers of 256-512
+  tokens, temperature 0.7.
+  - Plain engine at 16 slots (no draft head): **12.8 k tokens/s**.
+  - Engine drafting 16/3/4 with a random head, which accepts nothing: 4.9 k/s.
+  - transformers' ``generate`` at batch 256: 2.5 k/s.
+
+So the fastest writer measured is the engine without a head (``--gen-draft none``). With a trained head the
+speculative engine has not yet been timed against it at these temperatures.
 """
 
 from __future__ import annotations
