@@ -324,6 +324,16 @@ class _GpuTimeline:
         return {"total_ms": total, "parts": parts}
 
 
+def _random_prompts(args, n: int) -> tuple[list[list[int]], list[int]]:
+    """``n`` random prompts of ``--job-prompt-lens`` tokens and their caps of ``--job-new-tokens`` new tokens (the
+    same prompts for the same ``n``, whichever part draws them)."""
+    g = torch.Generator().manual_seed(1)
+    (p_lo, p_hi), (c_lo, c_hi) = (tuple(map(int, r.split(":"))) for r in (args.job_prompt_lens, args.job_new_tokens))
+    prompts = [torch.randint(0, 49152, (int(k),), generator=g).tolist()
+               for k in torch.randint(p_lo, p_hi, (n,), generator=g)]
+    return prompts, [int(k) for k in torch.randint(c_lo, c_hi + 1, (n,), generator=g)]
+
+
 def part_hfgen(args) -> dict:
     """transformers' ``generate`` (the training data's other writer, :class:`TransformersGenerator`) on random
     weights at SmolLM2's shape: ``--hf-batch`` random prompts of ``--job-prompt-lens`` tokens, left-padded, each
@@ -334,10 +344,8 @@ def part_hfgen(args) -> dict:
     from eagle_triton.train.generation import TransformersGenerator
 
     model, _ = smollm2_random()
-    g = torch.Generator().manual_seed(1)
-    (p_lo, p_hi), (_, c_hi) = (tuple(map(int, r.split(":"))) for r in (args.job_prompt_lens, args.job_new_tokens))
-    rows = [torch.randint(0, 49152, (int(k),), generator=g).tolist()
-            for k in torch.randint(p_lo, p_hi, (args.hf_batch,), generator=g)]
+    rows, _ = _random_prompts(args, args.hf_batch)
+    c_hi = int(args.job_new_tokens.split(":")[1])
     gen = TransformersGenerator(model, pad_token_id=0)
     gen(rows[:8], 8, args.job_temperature, 1.0, 0)  # warm-up
     torch.cuda.synchronize()
@@ -359,15 +367,9 @@ def part_job(args, engines, prompts=None) -> list[dict]:
     from eagle_triton.engine import engine as engine_mod
     from eagle_triton.engine import target as target_mod
 
-    g = torch.Generator().manual_seed(1)
-    n = args.job_prompts
     eos = "default" if prompts is not None else None
     if prompts is None:
-        (p_lo, p_hi), (c_lo, c_hi) = (tuple(map(int, r.split(":"))) for r in (args.job_prompt_lens,
-                                                                               args.job_new_tokens))
-        prompts = [torch.randint(0, 49152, (int(k),), generator=g).tolist()
-                   for k in torch.randint(p_lo, p_hi, (n,), generator=g)]
-        caps = [int(k) for k in torch.randint(c_lo, c_hi + 1, (n,), generator=g)]
+        prompts, caps = _random_prompts(args, args.job_prompts)
     else:
         caps = 128
     sampling = dict(temperature=args.job_temperature, seeds=0) if args.job_temperature > 0 else {}
