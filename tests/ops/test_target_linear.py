@@ -111,15 +111,20 @@ def test_bad_inputs_are_named(device):
 @pytest.mark.parametrize("K", [16, 33, 48, 70])  # one chunk, a partial second, exactly three, more than the prefetch
 def test_weight_prefetch_changes_no_bit(K, flags, device):
     """``prefetch`` (weight chunks loaded before waiting on the previous kernel) reduces the same chunks in the same
-    order: the result is bit-identical to the plain loop, with and without the norm and SiLU·mul."""
+    order, and ``l2_prefetch`` (chunks asked of L2 then; on the GPU only, where launches use PDL) is a hint: the
+    result is bit-identical to the plain loop, with and without the norm and SiLU·mul (21 columns: a partial tile,
+    whose hints are clamped inside the weight)."""
     dtype = torch.float32 if device == "cpu" else torch.bfloat16
     x, w, kw = _inputs(5, 21, K, dtype, device, seed=K, **FLAGS[flags])
     base = target_linear(x, w, config=SMALL, **kw)
-    for pre in (1, 2):
-        cfg = LinearConfig(block_m=16, block_n=16, block_k=16, num_warps=4, num_stages=1, prefetch=pre)
-        assert torch.equal(target_linear(x, w, config=cfg, **kw), base), pre
+    for pre, l2 in ((1, 0), (2, 0), (0, 1), (0, 8), (1, 2)):
+        cfg = LinearConfig(block_m=16, block_n=16, block_k=16, num_warps=4, num_stages=1, prefetch=pre,
+                           l2_prefetch=l2)
+        assert torch.equal(target_linear(x, w, config=cfg, **kw), base), (pre, l2)
     with pytest.raises(ValueError, match="prefetch"):
         LinearConfig(prefetch=3)
+    with pytest.raises(ValueError, match="l2_prefetch"):
+        LinearConfig(l2_prefetch=3)
 
 
 @pytest.mark.gpu

@@ -11,6 +11,7 @@ from ..target_linear.op import (
     LinearConfig,
     _check_norm_inputs,
     _check_norm_mode,
+    _pdl_launch,
     _precision,
     default_config,
     interpreter_tiles,
@@ -238,7 +239,7 @@ def target_qkv_rope(
         NSS_P2=next_power_of_2(max(nss, 1)), NORM_FOLDED=bool(norm_folded), HAS_BIAS=bias is not None,
         BM=cfg.block_m, BN=cfg.block_n, BK=cfg.block_k, PRECISION=_precision(x.dtype), PRE=cfg.prefetch,
         HAS_SLOTS=cache_slots is not None, num_warps=cfg.num_warps, num_stages=cfg.num_stages,
-        **pdl_kwargs(x.device),  # fp fusion as target_linear's launch (the rotation rounds between its steps)
+        **_pdl_launch(x, cfg),  # fp fusion as target_linear's launch (the rotation rounds between its steps)
     )
     return q
 
@@ -264,6 +265,7 @@ def _aot_specs():
     for (hq, hkv, d, nss, bias, slots, cfg) in (
             (32, 8, 128, 128, False, False, LinearConfig(64, 32, 128, 4, 4)),
             (32, 8, 128, 128, False, True, LinearConfig(64, 32, 128, 4, 4)),
+            (32, 8, 128, 128, False, False, LinearConfig(64, 32, 128, 4, 4, l2_prefetch=2)),
             (9, 3, 64, 36, True, False, LinearConfig(64, 16, 64, 4, 5))):
         sig = {n: "i32" for n in _qkv_rope_kernel.arg_names}
         sig.update({p: "*bf16" for p in ("x_ptr", "w_ptr", "b_ptr", "nw_ptr", "q_ptr", "k_ptr", "v_ptr", "cos_ptr",
@@ -272,7 +274,7 @@ def _aot_specs():
                     "eps": "fp32"})
         const = dict(HQ=hq, HKV=hkv, HEAD_DIM=d, HAS_NORM=False, NUM_SS=nss, NSS_P2=next_power_of_2(nss),
                      NORM_FOLDED=True, HAS_BIAS=bias, BM=cfg.block_m, BN=cfg.block_n, BK=cfg.block_k,
-                     PRECISION="tf32", PRE=cfg.prefetch, HAS_SLOTS=slots, PDL=True)
+                     PRECISION="tf32", PRE=cfg.prefetch, HAS_SLOTS=slots, PDL=True, L2_PRE=cfg.l2_prefetch)
         sig.update({k: "constexpr" for k in const})
         div = ["K", "Lmax", "stride_xm", "stride_wn", "stride_sin_m", "stride_qm"] + [
             n for n in _qkv_rope_kernel.arg_names if n.startswith(("stride_k", "stride_v", "stride_cp"))]

@@ -24,6 +24,8 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
+from .._prefetch import l2_prefetch_rows
+
 
 @triton.jit
 def _row_rstd(x_ptr, offs_m, m_mask, stride_xm, K, eps, BM: tl.constexpr, BK: tl.constexpr):
@@ -89,12 +91,23 @@ def _k_chunk(acc, acc_u, x_rows, m_mask, kk, w, wu, rstd, nw_ptr, K, HAS_NORM: t
 def _mainloop(x_ptr, w_rows, u_rows, nw_ptr, sin_ptr, offs_m, m_mask, n_mask, K, stride_xm, stride_sin_m, eps,
               HAS_NORM: tl.constexpr, NUM_SS: tl.constexpr, NSS_P2: tl.constexpr, TWO: tl.constexpr,
               NORM_FOLDED: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr,
-              PRECISION: tl.constexpr, PRE: tl.constexpr, PDL: tl.constexpr, dt: tl.constexpr):
+              PRECISION: tl.constexpr, PRE: tl.constexpr, PDL: tl.constexpr, dt: tl.constexpr,
+              L2_PRE: tl.constexpr = 0, w_safe=None, u_safe=None):
     """The reduction of a ``[BM, BN]`` tile (and, with ``TWO``, of the second weight tile at ``u_rows``):
     weight chunks prefetched (``PRE``), the wait on the previous kernel (``PDL``), the row norms' ``rstd``, then
     ``K`` in fixed ``BK`` chunks. Returns ``(acc, acc_u, rstd)`` (fp32; ``rstd`` not yet applied when
-    ``NORM_FOLDED``). Shared by every kernel whose rows must round as the products' do."""
+    ``NORM_FOLDED``). Shared by every kernel whose rows must round as the products' do.
+
+    ``L2_PRE`` (with ``PDL``): before the wait, ask L2 for the first ``L2_PRE`` chunks of the weight rows at
+    ``w_safe`` / ``u_safe`` (``w_rows`` / ``u_rows`` with every row inside the weight; :mod:`.._prefetch`): no
+    registers, no stage, no bit changed."""
     offs_k = tl.arange(0, BK)
+    if PDL:
+        if L2_PRE > 0:
+            LINE: tl.constexpr = 1024 // w_rows.dtype.element_ty.primitive_bitwidth
+            l2_prefetch_rows(w_safe, K, L2_PRE * BK, LINE)
+            if TWO:
+                l2_prefetch_rows(u_safe, K, L2_PRE * BK, LINE)
     # weights first: they do not depend on the previous kernel
     if PRE >= 1:
         w0 = tl.load(w_rows + offs_k[None, :], mask=n_mask[:, None] & (offs_k < K)[None, :], other=0.0)
@@ -152,7 +165,7 @@ def _bi_linear_kernel(
     HAS_RES: tl.constexpr,
     SILU_MUL: tl.constexpr, WRITE_SS: tl.constexpr,
     BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, PRECISION: tl.constexpr,
-    PRE: tl.constexpr = 0, PDL: tl.constexpr = False, NORM_FOLDED: tl.constexpr = False,
+    PRE: tl.constexpr = 0, PDL: tl.constexpr = False, NORM_FOLDED: tl.constexpr = False, L2_PRE: tl.constexpr = 0,
 ):
     """Grid ``(cdiv(M, BM), cdiv(N, BN))``: the M tiles of one weight tile are neighbours, so they share it in L2.
 
@@ -163,7 +176,8 @@ def _bi_linear_kernel(
     ``PRE`` (0-2): the weight tiles of the first ``PRE`` chunks are loaded before anything that depends on the
     previous kernel; with ``PDL`` (programmatic dependent launch) the program then waits for the previous kernel
     (``gdc_wait``), so those loads overlap its tail and the launch. The chunks are reduced in the same order with
-    the same tiles either way: ``PRE`` and ``PDL`` never change a bit of the result.
+    the same tiles either way: ``PRE`` and ``PDL`` never change a bit of the result. ``L2_PRE`` (0, 1, 2, 4 or 8,
+    with ``PDL``): the first ``L2_PRE`` weight chunks are asked of L2 instead (a hint, see :func:`_mainloop`).
 
     ``NORM_FOLDED`` (with ``NUM_SS`` partials, without ``HAS_NORM``): the RMSNorm weight is folded into W (the
     launcher's caller stores ``W * norm_weight``) and each row's ``rstd`` scales the fp32 accumulator before the
@@ -179,9 +193,11 @@ def _bi_linear_kernel(
 
     w_rows = w_ptr + offs_n[:, None].to(tl.int64) * stride_wn
     u_rows = w_ptr + (offs_n + N)[:, None].to(tl.int64) * stride_wn  # the up half (SILU_MUL)
+    n_safe = tl.minimum(offs_n, N - 1)[:, None].to(tl.int64)  # L2 hints stay inside the weight
     acc, acc_u, rstd = _mainloop(x_ptr, w_rows, u_rows, nw_ptr, sin_ptr, offs_m, m_mask, n_mask, K, stride_xm,
                                  stride_sin_m, eps, HAS_NORM, NUM_SS, NSS_P2, SILU_MUL, NORM_FOLDED, BM, BN, BK,
-                                 PRECISION, PRE, PDL, dt)
+                                 PRECISION, PRE, PDL, dt, L2_PRE, w_ptr + n_safe * stride_wn,
+                                 w_ptr + (n_safe + N) * stride_wn)
 
     if NORM_FOLDED:
         acc = acc * rstd[:, None]

@@ -36,7 +36,9 @@ _FLOATS = (torch.float16, torch.bfloat16, torch.float32)
 class LinearConfig:
     """One fixed tile configuration: ``BM`` rows (a 1-row decode pads to it), ``BN`` output columns per program,
     ``BK`` reduction chunk, the launch's warps/stages, and ``prefetch`` (0-2): weight chunks a program loads before
-    waiting for the previous kernel (see the kernel; it changes timing, never the result)."""
+    waiting for the previous kernel (see the kernel; it changes timing, never the result). ``l2_prefetch`` (0, 1,
+    2, 4, 8): weight chunks a program asks L2 for before that wait (a hint: no registers, no stage, no bit
+    changed; only with programmatic dependent launch)."""
 
     block_m: int = 64
     block_n: int = 32
@@ -44,10 +46,13 @@ class LinearConfig:
     num_warps: int = 4
     num_stages: int = 4
     prefetch: int = 0
+    l2_prefetch: int = 0
 
     def __post_init__(self):
         if self.prefetch not in (0, 1, 2):
             raise ValueError(f"LinearConfig.prefetch must be 0, 1 or 2, got {self.prefetch}")
+        if self.l2_prefetch not in (0, 1, 2, 4, 8):
+            raise ValueError(f"LinearConfig.l2_prefetch must be 0, 1, 2, 4 or 8, got {self.l2_prefetch}")
 
 
 def default_config(N: int, K: int, device: torch.device | str | None = None,
@@ -237,10 +242,18 @@ def target_linear(
         HAS_NORM=norm_weight is not None, NUM_SS=nss, NSS_P2=next_power_of_2(max(nss, 1)), HAS_BIAS=bias is not None,
         HAS_RES=residual is not None, SILU_MUL=bool(silu_mul), WRITE_SS=sumsq_out is not None,
         BM=cfg.block_m, BN=cfg.block_n, BK=cfg.block_k, PRECISION=_precision(x.dtype), PRE=cfg.prefetch,
-        NORM_FOLDED=bool(norm_folded),
-        num_warps=cfg.num_warps, num_stages=cfg.num_stages, **pdl_kwargs(x.device),
+        NORM_FOLDED=bool(norm_folded), **_pdl_launch(x, cfg),
+        num_warps=cfg.num_warps, num_stages=cfg.num_stages,
     )
     return y
+
+
+def _pdl_launch(x: torch.Tensor, cfg: LinearConfig) -> dict:
+    """The PDL launch keywords and, with PDL on a 16-bit product, the config's L2 prefetch (``L2_PRE``)."""
+    kw = pdl_kwargs(x.device)
+    if kw and cfg.l2_prefetch and x.dtype in (torch.float16, torch.bfloat16):
+        kw["L2_PRE"] = cfg.l2_prefetch
+    return kw
 
 
 def fold_norm_weight(weight: torch.Tensor, norm_weight: torch.Tensor) -> torch.Tensor:
@@ -342,7 +355,13 @@ def _aot_specs():
              [(None, 128, False, False, False, False)]),
             ("bf16", "tf32", LinearConfig(block_n=64, block_k=128), [(None, 128, True, False, True, False)]),
             ("bf16", "tf32", LinearConfig(64, 16, 64, 4, 6),
-             [(None, 36, False, False, False, False), (None, 36, False, False, True, False)])):
+             [(None, 36, False, False, False, False), (None, 36, False, False, True, False)]),
+            # weight chunks asked of L2 before the PDL wait: the 8B folded q/k/v, gate/up (two tiles) and down
+            ("bf16", "tf32", LinearConfig(block_n=64, block_k=256, num_stages=3, l2_prefetch=2),
+             [(None, 128, False, False, False, False)]),
+            ("bf16", "tf32", LinearConfig(block_n=64, block_k=128, l2_prefetch=2),
+             [(None, 128, False, False, True, False)]),
+            ("bf16", "tf32", LinearConfig(block_n=32, block_k=256, l2_prefetch=1), flags[3:4])):
         for norm, nss, bias, res, silu, wss in cases:
             folded, norm = norm is None, bool(norm)
             sig = {n: "i32" for n in _bi_linear_kernel.arg_names}
@@ -350,7 +369,8 @@ def _aot_specs():
             sig.update({"sin_ptr": "*fp32", "sout_ptr": "*fp32", "eps": "fp32"})
             const = dict(HAS_NORM=norm, NUM_SS=nss, NSS_P2=next_power_of_2(max(nss, 1)), HAS_BIAS=bias,
                          HAS_RES=res, SILU_MUL=silu, WRITE_SS=wss, BM=cfg.block_m, BN=cfg.block_n, BK=cfg.block_k,
-                         PRECISION=prec, PRE=cfg.prefetch, PDL=dt == "bf16", NORM_FOLDED=folded)
+                         PRECISION=prec, PRE=cfg.prefetch, PDL=dt == "bf16", NORM_FOLDED=folded,
+                         L2_PRE=cfg.l2_prefetch)
             sig.update({k: "constexpr" for k in const})
             # the partials' row stride: their count (a multiple of 16 at 8B, not at SmolLM2's 18), or padded to 16
             row_div = ["stride_sin_m"] if nss % 16 == 0 or folded else []
