@@ -43,7 +43,6 @@ def main(argv=None) -> int:
                    help="';'-separated target-attention config changes to time, each 'field=value[,field=value]' "
                         "(e.g. 'split_blocks=1;num_stages=2'; probe only: patches the module's GPU config, the "
                         "library default is unchanged)")
-    p.add_argument("--o-prefetch", default="off", help="comma-separated on/off: LlamaTarget.l2_prefetch_o")
     p.add_argument("--linear-variants", default="",
                    help="';'-separated weight-product config changes, each 'field=value[,field=value]' applied to "
                         "every product of the target (e.g. 'l2_prefetch=0;l2_prefetch=2'); crossed with "
@@ -78,19 +77,16 @@ def main(argv=None) -> int:
                 for v in spec.split(";")] if spec else [{}]
 
     variants, lin_variants = parse(args.attn_variants), parse(args.linear_variants)
-    for var, lvar, opf, mode, fr, pl in [(var, lvar, opf, mode, fr, pl) for var in variants
-                                         for lvar in lin_variants for opf in args.o_prefetch.split(",")
-                                         for mode in args.norm_modes.split(",") for fr in args.fuse_rope.split(",")
-                                         for pl in prompt_lens]:
+    for var, lvar, mode, fr, pl in [(var, lvar, mode, fr, pl) for var in variants for lvar in lin_variants
+                                    for mode in args.norm_modes.split(",") for fr in args.fuse_rope.split(",")
+                                    for pl in prompt_lens]:
         attn_op.GPU_CONFIG = dataclasses.replace(default_attn, **var)
         target = LlamaTarget.from_hf(model, norm_mode=mode, fuse_rope=fr == "on")
-        target.l2_prefetch_o = opf == "on"
         # every product's tiles with the variant's fields (before anything is captured)
         target._linear_configs = {k: c if c is None else dataclasses.replace(c, **lvar)
                                   for k, c in target._linear_configs.items()}
         r = {"norm_mode": mode, "fuse_rope": fr == "on", "qkv_rope_config": str(target._linear_configs["qkv_rope"]),
-             "linear_variant": lvar, "l2_prefetch_o": opf == "on",
-             "linear_configs": {k: str(c) for k, c in target._linear_configs.items()},
+             "linear_variant": lvar, "linear_configs": {k: str(c) for k, c in target._linear_configs.items()},
              "attn_config": dataclasses.asdict(attn_op.GPU_CONFIG)}
         r.update(bt.time_steps(target, pl, 60, 8))
         r["attention_bucket_of_the_verify"] = target.attention_bucket(pl + 60)

@@ -248,8 +248,6 @@ class LlamaTarget(TargetModel):
                 L.w_qkv = fold_norm_weight(L.w_qkv, L.ln_in)
                 L.w_gate_up = fold_norm_weight(L.w_gate_up, L.ln_post)
         self._linear_configs = self._make_linear_configs() if self.fused_forward else {}
-        #: fused forward: the attention asks L2 for the o_proj weight while it runs (a hint; no bit changes)
-        self.l2_prefetch_o = False
         self.cache: StaticKVCache | None = None  # the slots stepped now: a view of the first slots of _store
         self._store: StaticKVCache | None = None  # every allocated slot
         self._buckets: dict[int, StaticKVCache] = {}
@@ -670,8 +668,7 @@ class LlamaTarget(TargetModel):
                 q = target_rope_kv(qkv, k_cache, v_cache, seqlens, pos, self.cos, self.sin, c.num_heads,
                                    c.num_kv_heads, L.q_norm, L.k_norm, eps, validate=False, cache_slots=cache_slots)
             o = attention(q.view(B, S, c.num_heads, hd), k_cache, v_cache, seqlens, tree_mask,
-                          softmax_scale=scale, validate=False, cache_slots=cache_slots, max_seqlen=kv_limit,
-                          l2_prefetch=L.w_o if self.l2_prefetch_o else None)
+                          softmax_scale=scale, validate=False, cache_slots=cache_slots, max_seqlen=kv_limit)
             x = target_linear(o.view(M, c.num_heads * hd), L.w_o, L.b_o, residual=x, sumsq_out=ss_attn,
                               config=cfg["o"], validate=False)
             h = self._normed_linear(x, ss_attn, L.ln_post, L.w_gate_up, L.b_gate_up, cfg["gate_up"], silu_mul=True)

@@ -31,15 +31,3 @@ def l2_prefetch_rows(rows, n_cols, SPAN: tl.constexpr, LINE: tl.constexpr):
     NL: tl.constexpr = (SPAN + LINE - 1) // LINE
     cols = tl.minimum(tl.arange(0, NL) * LINE, n_cols - 1)
     l2_prefetch(rows + cols[None, :])
-
-
-@triton.jit
-def l2_prefetch_share(base, n_lines, pid, nprog, CHUNK: tl.constexpr):
-    """This program's share (program ``pid`` of ``nprog``) of the ``n_lines`` 128-byte lines of the tensor at
-    ``base`` (one hint per line, ``CHUNK`` lines at a time; the last ones clamped inside the tensor)."""
-    LINE: tl.constexpr = 1024 // base.dtype.element_ty.primitive_bitwidth
-    per = tl.cdiv(n_lines, nprog)
-    lo = pid.to(tl.int64) * per
-    for i in range(0, per, CHUNK):
-        lines = tl.minimum(lo + i + tl.arange(0, CHUNK), n_lines - 1)
-        l2_prefetch(base + lines * LINE)

@@ -50,7 +50,7 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from .._prefetch import l2_prefetch_rows, l2_prefetch_share
+from .._prefetch import l2_prefetch_rows
 
 LOG2E = 1.4426950408889634
 
@@ -117,17 +117,6 @@ def _l2_committed_rows(k_ptr, v_ptr, seqlens_ptr, slots_ptr, pid_bh, split, Hq, 
 
 
 @triton.jit
-def _l2_next_weight(pf_ptr, pf_lines):
-    """Ask L2 for this program's share of the ``pf_lines`` 128-byte lines at ``pf_ptr`` (the launcher passes the
-    weight of the product that follows the attention): the attention waits on a few dependent loads and leaves HBM
-    idle, so the next product's bytes can stream meanwhile and that product then reads them from L2. A hint: no
-    value changes (see :mod:`.._prefetch`)."""
-    pid = tl.program_id(0) + tl.num_programs(0) * (tl.program_id(1) + tl.num_programs(1) * tl.program_id(2))
-    nprog = tl.num_programs(0) * tl.num_programs(1) * tl.num_programs(2)
-    l2_prefetch_share(pf_ptr, pf_lines, pid, nprog, 1024)
-
-
-@triton.jit
 def _store_state(acc_ptr, ml_ptr, acc, m_i, l_i, part_row, split, row_ok, offs_d, NSPLIT, BLOCK_D: tl.constexpr):
     """Write a split's raw state: ``acc`` to ``acc_ptr[part_row, split, :]``, ``(m, l)`` to ``ml_ptr[.., 0:2]``."""
     idx = part_row * NSPLIT + split
@@ -179,27 +168,24 @@ def _merge_splits(acc_ptr, ml_ptr, first, n_split, k_max, offs_d, qk_scale, BLOC
 
 @triton.jit(do_not_specialize=["S", "NB"])
 def _shared_kernel(
-    q_ptr, k_ptr, v_ptr, seqlens_ptr, slots_ptr, acc_ptr, ml_ptr, o_ptr, pf_ptr,
+    q_ptr, k_ptr, v_ptr, seqlens_ptr, slots_ptr, acc_ptr, ml_ptr, o_ptr,
     stride_qb, stride_qt, stride_qh,
     stride_kb, stride_kl, stride_kh,
     stride_vb, stride_vl, stride_vh,
     stride_ob, stride_ot, stride_oh,
-    S, Hq, Lmax, NSPLIT, qk_scale, NB, pf_lines,
+    S, Hq, Lmax, NSPLIT, qk_scale, NB,
     HEAD_DIM: tl.constexpr, GROUP: tl.constexpr, CAUSAL: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, SPLIT_BLOCKS: tl.constexpr,
     PRECISION: tl.constexpr, HAS_SLOTS: tl.constexpr = False, PDL: tl.constexpr = False,
-    L2_KV: tl.constexpr = False, PF: tl.constexpr = False,
+    L2_KV: tl.constexpr = False,
 ):
     """Splits over key blocks shared by a tile of tokens; grid ``(cdiv(S, BLOCK_M // GROUP), B * Hkv, Z)``.
 
     Program ``z`` of a (tile, KV head) handles splits ``z, z + Z, ...`` (which program runs a split does not
     change its arithmetic). ``L2_KV`` (with ``PDL``): the first tile's programs ask L2 for their first split's
-    committed K/V rows before the wait (:func:`_l2_committed_rows`). ``PF``: first, the programs share the
-    ``pf_lines`` lines at ``pf_ptr`` among them and ask L2 for them (:func:`_l2_next_weight`).
+    committed K/V rows before the wait (:func:`_l2_committed_rows`).
     """
     TPT: tl.constexpr = BLOCK_M // GROUP
-    if PF:
-        _l2_next_weight(pf_ptr, pf_lines)
     if PDL:  # programmatic dependent launch: wait for the kernels that wrote q and the cache
         if L2_KV:
             if tl.program_id(0) == 0:
@@ -268,18 +254,17 @@ def _shared_kernel(
 
 @triton.jit(do_not_specialize=["S", "NB"])
 def _tree_kernel(
-    q_ptr, k_ptr, v_ptr, seqlens_ptr, slots_ptr, mask_ptr, acc_ptr, ml_ptr, o_ptr, pf_ptr,
+    q_ptr, k_ptr, v_ptr, seqlens_ptr, slots_ptr, mask_ptr, acc_ptr, ml_ptr, o_ptr,
     stride_qb, stride_qt, stride_qh,
     stride_kb, stride_kl, stride_kh,
     stride_vb, stride_vl, stride_vh,
     stride_mb, stride_mi, stride_mj,
     stride_ob, stride_ot, stride_oh,
-    S, Hq, Lmax, NSPLIT, qk_scale, NB, pf_lines,
+    S, Hq, Lmax, NSPLIT, qk_scale, NB,
     HEAD_DIM: tl.constexpr, GROUP: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_S: tl.constexpr,
     SPLIT_BLOCKS: tl.constexpr, PRECISION: tl.constexpr, TT: tl.constexpr = 1, HAS_SLOTS: tl.constexpr = False,
     PDL: tl.constexpr = False, MASK_FLOAT: tl.constexpr = False, L2_KV: tl.constexpr = False,
-    PF: tl.constexpr = False,
 ):
     """Blocks from ``L // BLOCK_N`` to each row's own position, ``TT`` tokens per program; grid
     ``(cdiv(S, TT), B * Hkv)``. ``MASK_FLOAT``: ``mask_ptr`` points at a float mask whose cells ``> 0.5`` are true
@@ -291,11 +276,9 @@ def _tree_kernel(
     only those rows visible, which leaves the other rows' states as they were (:func:`_block_update`), so a row's
     arithmetic is the same for any ``TT`` (``TT`` sets how many gathers one program has in flight).
     ``L2_KV`` (with ``PDL``): each KV head's first program asks L2 for the committed K/V rows of the split holding
-    position ``L`` before the wait (:func:`_l2_committed_rows`). ``PF``: as in :func:`_shared_kernel`.
+    position ``L`` before the wait (:func:`_l2_committed_rows`).
     """
     pid_t = tl.program_id(0)
-    if PF:
-        _l2_next_weight(pf_ptr, pf_lines)
     if PDL:  # programmatic dependent launch: wait for the kernels that wrote q and the cache
         if L2_KV:
             if pid_t == 0:

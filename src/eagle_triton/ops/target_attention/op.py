@@ -128,7 +128,6 @@ def target_attention(
     cache_slots: torch.Tensor | None = None,
     config: TargetAttentionConfig | None = None,
     max_seqlen: int | None = None,
-    l2_prefetch: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """Batch-invariant attention of ``S`` new rows over a KV cache: decode, prefill chunks and tree verification.
 
@@ -164,20 +163,12 @@ def target_attention(
         leaves out the launch that merges splits (causal: the combine; tree: the shared kernel, whose one split
         the tree kernel runs itself). The same bits as without it; a bound below the real lengths is an error when
         ``validate`` checks them, and wrong rows when it does not (lengths live on the device).
-    l2_prefetch : contiguous Tensor on ``q``'s device, or None. On the GPU the attention's programs ask L2 for its
-        bytes while they run (typically the weight of the product that follows: the attention leaves HBM idle
-        while it waits on its loads, and that product then finds its first bytes in L2). A hint: the output is
-        the same bits with or without it; ignored under the interpreter and on the CPU.
 
     Returns
     -------
     out : Tensor ``[B, S, Hq, D]``, dtype of ``q``. A row with no visible key gets zeros.
     """
     B, S, Hq, Hkv, D = _check(q, k_cache, v_cache, cache_seqlens, tree_mask, softmax_scale, cache_slots)
-    if l2_prefetch is not None:
-        check_tensor("l2_prefetch", l2_prefetch, device=q.device)
-        if not l2_prefetch.is_contiguous():
-            raise ValueError("l2_prefetch must be a contiguous tensor (its bytes are hinted as one range)")
     if max_seqlen is not None and (isinstance(max_seqlen, bool) or not isinstance(max_seqlen, int)
                                    or max_seqlen < S):
         raise ValueError(f"max_seqlen must be an int >= S={S} (an upper bound on L_b + S), got {max_seqlen!r}")
@@ -218,12 +209,6 @@ def target_attention(
     common = dict(HEAD_DIM=D, GROUP=G, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, BLOCK_D=block_d,
                   SPLIT_BLOCKS=cfg.split_blocks, PRECISION=_precision(q.dtype), HAS_SLOTS=slotted,
                   **({"L2_KV": True} if pdl and cfg.l2_prefetch else {}))
-    # the next product's bytes, asked of L2 while the attention runs (PTX: never in the interpreter)
-    pf = l2_prefetch if (l2_prefetch is not None and dev.type == "cuda" and not is_interpreter()
-                         and l2_prefetch.numel() > 0) else None
-    pf_args = (pf if pf is not None else q, 0 if pf is None else cdiv(pf.numel() * pf.element_size(), 128))
-    if pf is not None:
-        common["PF"] = True
 
     # Which program runs which split does not change any result: spread the splits to fill the GPU.
     tiles = cdiv(S, cfg.block_m // G)
@@ -234,14 +219,13 @@ def target_attention(
     skip_combine = causal and live == 1  # every row finishes in place (single-split rows, see the kernel module)
     if not skip_shared:
         _shared_kernel[(tiles, B * Hkv, z)](
-            q, k_cache, v_cache, cache_seqlens, slots, acc_part, ml_part, out, pf_args[0],
+            q, k_cache, v_cache, cache_seqlens, slots, acc_part, ml_part, out,
             q.stride(0), q.stride(1), q.stride(2),
             k_cache.stride(0), k_cache.stride(1), k_cache.stride(2),
             v_cache.stride(0), v_cache.stride(1), v_cache.stride(2),
             out.stride(0), out.stride(1), out.stride(2),
-            S, Hq, Lmax, nsplit, qk_scale, NB, pf_args[1], CAUSAL=causal, **common, **opts,
+            S, Hq, Lmax, nsplit, qk_scale, NB, CAUSAL=causal, **common, **opts,
         )
-        common.pop("PF", None)  # hinted once per call
     if not causal:
         mask_float = tree_mask.is_floating_point()
         mask = tree_mask if mask_float else tree_mask.view(torch.uint8)
@@ -250,13 +234,13 @@ def target_attention(
         tt = cfg.tree_tokens if config is not None or (D >= 128 and B * S * Hkv > 2 * num_sms(dev)) else 1
         tt = min(tt, S)  # a program's token loop is unrolled: no iterations for tokens past the tree
         _tree_kernel[(cdiv(S, tt), B * Hkv)](
-            q, k_cache, v_cache, cache_seqlens, slots, mask, acc_part, ml_part, out, pf_args[0],
+            q, k_cache, v_cache, cache_seqlens, slots, mask, acc_part, ml_part, out,
             q.stride(0), q.stride(1), q.stride(2),
             k_cache.stride(0), k_cache.stride(1), k_cache.stride(2),
             v_cache.stride(0), v_cache.stride(1), v_cache.stride(2),
             ms[0], ms[1], ms[2],
             out.stride(0), out.stride(1), out.stride(2),
-            S, Hq, Lmax, nsplit, qk_scale, NB, pf_args[1], BLOCK_S=block_s, TT=tt, MASK_FLOAT=mask_float, **common,
+            S, Hq, Lmax, nsplit, qk_scale, NB, BLOCK_S=block_s, TT=tt, MASK_FLOAT=mask_float, **common,
             **dict(opts, num_stages=cfg.tree_stages),
         )
     elif not skip_combine:  # causal rows of several splits (a context longer than one split): merged here
@@ -294,9 +278,9 @@ def _aot_specs():
                 "launch_pdl": pdl}
         common = dict(HEAD_DIM=128, GROUP=4, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, BLOCK_D=128,
                       SPLIT_BLOCKS=cfg.split_blocks, PRECISION=prec, HAS_SLOTS=slots, PDL=pdl,
-                      **({"L2_KV": True, "PF": True} if l2 else {}))
+                      **({"L2_KV": True} if l2 else {}))
         ptrs = {"q_ptr": f"*{dt}", "k_ptr": f"*{dt}", "v_ptr": f"*{dt}", "seqlens_ptr": "*i32", "slots_ptr": "*i32",
-                "acc_ptr": "*fp32", "ml_ptr": "*fp32", "o_ptr": f"*{dt}", "pf_ptr": f"*{dt}", "qk_scale": "fp32"}
+                "acc_ptr": "*fp32", "ml_ptr": "*fp32", "o_ptr": f"*{dt}", "qk_scale": "fp32"}
         for causal in ((True, False) if dt == "bf16" else (False,)):
             sig = {n: "i32" for n in _shared_kernel.arg_names}
             const = dict(common, CAUSAL=causal)
