@@ -575,25 +575,3 @@ def test_target_attention_no_recompile_across_lengths_gpu():
     target_attention(q[:, :60], k, v, _lens((3001,), dev), mask)
     torch.cuda.synchronize()
     assert n_compiled() == before
-
-
-@pytest.mark.gpu
-@pytest.mark.parametrize("shape", [(32, 8, 128), (9, 3, 64)], ids=["8b", "smollm2"])
-def test_target_attention_l2_hints_change_no_bit_gpu(shape):
-    """``l2_prefetch`` (the committed K/V rows asked of L2 before the PDL wait) gives the bits of the same config
-    without it: verify and decode, contexts within one split, across a split boundary and over several splits."""
-    import dataclasses
-
-    Hq, Hkv, D = shape
-    seed = secrets.randbelow(1 << 30)
-    gen = torch.Generator().manual_seed(seed)
-    cfg = target_attention_config(torch.bfloat16, D, Hq // Hkv)
-    hinted = dataclasses.replace(cfg, l2_prefetch=True)
-    q, k, v = _inputs(1, 60, Hq, Hkv, D, 2200, torch.bfloat16, "cuda", gen)
-    mask = _ancestor_mask(_random_parents(60, gen, 8))[None].to("cuda")
-    for L in (0, 5, cfg.split - 30, cfg.split + 1, 2100):
-        lens = _lens((L,), "cuda")
-        for m in (mask, None):
-            qq = q if m is not None else q[:, :1].contiguous()
-            want = target_attention(qq, k, v, lens, m, config=cfg)
-            assert torch.equal(target_attention(qq, k, v, lens, m, config=hinted), want), (L, m is None, seed)

@@ -50,8 +50,6 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from .._prefetch import l2_prefetch_rows
-
 LOG2E = 1.4426950408889634
 
 
@@ -91,29 +89,6 @@ def _cache_index(slots_ptr, b, b64, NB, HAS_SLOTS: tl.constexpr):
         return c, c.to(tl.int64)
     else:
         return b, b64
-
-
-@triton.jit
-def _l2_committed_rows(k_ptr, v_ptr, seqlens_ptr, slots_ptr, pid_bh, split, Hq, Lmax, S, NB,
-                       stride_kb, stride_kl, stride_kh, stride_vb, stride_vl, stride_vh,
-                       GROUP: tl.constexpr, BLOCK_D: tl.constexpr, HEAD_DIM: tl.constexpr, SPLIT: tl.constexpr,
-                       HAS_SLOTS: tl.constexpr):
-    """L2 hints (before the PDL wait) for the committed K and V rows of one split of the KV head ``pid_bh``:
-    positions ``split * SPLIT ..`` up to the length ``L``, or, with ``split < 0``, the split holding position ``L``
-    (the tree kernel's). The length and slot are read here for addresses only (clamped inside the cache, as the
-    kernels clamp them); a hint changes no value, so a length the previous kernel is still writing costs nothing
-    but time."""
-    n_kv = Hq // GROUP
-    b = pid_bh // n_kv
-    kvh = pid_bh % n_kv
-    c, c64 = _cache_index(slots_ptr, b, b.to(tl.int64), NB, HAS_SLOTS)
-    L = tl.minimum(tl.maximum(tl.load(seqlens_ptr + c).to(tl.int32), 0), Lmax - S)
-    lo = tl.where(split < 0, (L // SPLIT) * SPLIT, split * SPLIT)
-    rows = lo + tl.arange(0, SPLIT)
-    rows = tl.where(rows < L, rows, tl.minimum(lo, Lmax - 1)).to(tl.int64)[:, None]
-    LINE: tl.constexpr = 1024 // k_ptr.dtype.element_ty.primitive_bitwidth
-    l2_prefetch_rows(k_ptr + c64 * stride_kb + kvh * stride_kh + rows * stride_kl, HEAD_DIM, BLOCK_D, LINE)
-    l2_prefetch_rows(v_ptr + c64 * stride_vb + kvh * stride_vh + rows * stride_vl, HEAD_DIM, BLOCK_D, LINE)
 
 
 @triton.jit
@@ -177,21 +152,14 @@ def _shared_kernel(
     HEAD_DIM: tl.constexpr, GROUP: tl.constexpr, CAUSAL: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, SPLIT_BLOCKS: tl.constexpr,
     PRECISION: tl.constexpr, HAS_SLOTS: tl.constexpr = False, PDL: tl.constexpr = False,
-    L2_KV: tl.constexpr = False,
 ):
     """Splits over key blocks shared by a tile of tokens; grid ``(cdiv(S, BLOCK_M // GROUP), B * Hkv, Z)``.
 
     Program ``z`` of a (tile, KV head) handles splits ``z, z + Z, ...`` (which program runs a split does not
-    change its arithmetic). ``L2_KV`` (with ``PDL``): the first tile's programs ask L2 for their first split's
-    committed K/V rows before the wait (:func:`_l2_committed_rows`).
+    change its arithmetic).
     """
     TPT: tl.constexpr = BLOCK_M // GROUP
     if PDL:  # programmatic dependent launch: wait for the kernels that wrote q and the cache
-        if L2_KV:
-            if tl.program_id(0) == 0:
-                _l2_committed_rows(k_ptr, v_ptr, seqlens_ptr, slots_ptr, tl.program_id(1), tl.program_id(2), Hq,
-                                   Lmax, S, NB, stride_kb, stride_kl, stride_kh, stride_vb, stride_vl, stride_vh,
-                                   GROUP, BLOCK_D, HEAD_DIM, BLOCK_N * SPLIT_BLOCKS, HAS_SLOTS)
         tl.extra.cuda.gdc_wait()
         tl.extra.cuda.gdc_launch_dependents()
     pid_t = tl.program_id(0)
@@ -264,7 +232,7 @@ def _tree_kernel(
     HEAD_DIM: tl.constexpr, GROUP: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_S: tl.constexpr,
     SPLIT_BLOCKS: tl.constexpr, PRECISION: tl.constexpr, TT: tl.constexpr = 1, HAS_SLOTS: tl.constexpr = False,
-    PDL: tl.constexpr = False, MASK_FLOAT: tl.constexpr = False, L2_KV: tl.constexpr = False,
+    PDL: tl.constexpr = False, MASK_FLOAT: tl.constexpr = False,
 ):
     """Blocks from ``L // BLOCK_N`` to each row's own position, ``TT`` tokens per program; grid
     ``(cdiv(S, TT), B * Hkv)``. ``MASK_FLOAT``: ``mask_ptr`` points at a float mask whose cells ``> 0.5`` are true
@@ -275,16 +243,9 @@ def _tree_kernel(
     ``t * GROUP ..`` (its query heads) and gets its own gathered key block; the update runs on the whole tile with
     only those rows visible, which leaves the other rows' states as they were (:func:`_block_update`), so a row's
     arithmetic is the same for any ``TT`` (``TT`` sets how many gathers one program has in flight).
-    ``L2_KV`` (with ``PDL``): each KV head's first program asks L2 for the committed K/V rows of the split holding
-    position ``L`` before the wait (:func:`_l2_committed_rows`).
     """
     pid_t = tl.program_id(0)
     if PDL:  # programmatic dependent launch: wait for the kernels that wrote q and the cache
-        if L2_KV:
-            if pid_t == 0:
-                _l2_committed_rows(k_ptr, v_ptr, seqlens_ptr, slots_ptr, tl.program_id(1), -1, Hq, Lmax, S, NB,
-                                   stride_kb, stride_kl, stride_kh, stride_vb, stride_vl, stride_vh,
-                                   GROUP, BLOCK_D, HEAD_DIM, BLOCK_N * SPLIT_BLOCKS, HAS_SLOTS)
         tl.extra.cuda.gdc_wait()
         tl.extra.cuda.gdc_launch_dependents()
     pid_bh = tl.program_id(1)

@@ -46,9 +46,8 @@ class TargetAttentionConfig:
     pipeline buffers it needs 48 KiB of shared memory instead of 144 KiB at D = 128 (sm_90), so several of its
     programs share an SM. ``tree_tokens``: tokens per tree-kernel program (each with its own key gather, one after
     the other; capped at ``block_m // group``) when a verify with heads of 128 has more (token, KV head) pairs than
-    two programs per SM can hold, else 1 (an explicit ``config=`` is used as given). ``l2_prefetch``: with
-    programmatic dependent launch, the shared and tree kernels ask L2 for their committed K/V rows before waiting
-    for the previous kernel (a hint). Stages, ``tree_tokens`` and ``l2_prefetch`` change no result.
+    two programs per SM can hold, else 1 (an explicit ``config=`` is used as given). Stages and ``tree_tokens``
+    change no result.
     """
 
     block_m: int
@@ -58,7 +57,6 @@ class TargetAttentionConfig:
     num_stages: int
     tree_stages: int = 1
     tree_tokens: int = 1
-    l2_prefetch: bool = False
 
     @property
     def split(self) -> int:
@@ -207,8 +205,7 @@ def target_attention(
     pdl = pdl_kwargs(dev)
     opts = dict(num_warps=cfg.num_warps, num_stages=cfg.num_stages, enable_fp_fusion=False, **pdl)
     common = dict(HEAD_DIM=D, GROUP=G, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, BLOCK_D=block_d,
-                  SPLIT_BLOCKS=cfg.split_blocks, PRECISION=_precision(q.dtype), HAS_SLOTS=slotted,
-                  **({"L2_KV": True} if pdl and cfg.l2_prefetch else {}))
+                  SPLIT_BLOCKS=cfg.split_blocks, PRECISION=_precision(q.dtype), HAS_SLOTS=slotted)
 
     # Which program runs which split does not change any result: spread the splits to fill the GPU.
     tiles = cdiv(S, cfg.block_m // G)
@@ -267,18 +264,16 @@ def _div16(fn) -> list[str]:
 
 def _aot_specs():
     """Compile-only specs at the Llama-3.1-8B shape (D=128, 32/8 heads) for tests/test_compile_targets.py; bf16 also
-    with cache slots (the one-graph prefill) and with the committed rows' L2 hints."""
+    with cache slots (the one-graph prefill)."""
     specs = []
-    for dt, slots, l2 in (("bf16", False, False), ("fp16", False, False), ("fp32", False, False),
-                          ("bf16", True, False), ("bf16", False, True)):
+    for dt, slots in (("bf16", False), ("fp16", False), ("fp32", False), ("bf16", True)):
         cfg = GPU_FP32_CONFIG if dt == "fp32" else GPU_CONFIG
         prec = "ieee" if dt == "fp32" else "tf32"
         pdl = dt == "bf16"  # the launch the GPU runs (programmatic dependent launch on sm_90)
         opts = {"num_warps": cfg.num_warps, "num_stages": cfg.num_stages, "enable_fp_fusion": False,
                 "launch_pdl": pdl}
         common = dict(HEAD_DIM=128, GROUP=4, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, BLOCK_D=128,
-                      SPLIT_BLOCKS=cfg.split_blocks, PRECISION=prec, HAS_SLOTS=slots, PDL=pdl,
-                      **({"L2_KV": True} if l2 else {}))
+                      SPLIT_BLOCKS=cfg.split_blocks, PRECISION=prec, HAS_SLOTS=slots, PDL=pdl)
         ptrs = {"q_ptr": f"*{dt}", "k_ptr": f"*{dt}", "v_ptr": f"*{dt}", "seqlens_ptr": "*i32", "slots_ptr": "*i32",
                 "acc_ptr": "*fp32", "ml_ptr": "*fp32", "o_ptr": f"*{dt}", "qk_scale": "fp32"}
         for causal in ((True, False) if dt == "bf16" else (False,)):
@@ -296,8 +291,6 @@ def _aot_specs():
             sig.update({k: "constexpr" for k in const})
             specs.append((_tree_kernel, sig, const,
                           {**opts, "num_stages": cfg.tree_stages, "div16": _div16(_tree_kernel)}))
-        if l2:  # the L2 hints change only the shared and tree kernels
-            continue
         sig = {n: "i32" for n in _combine_kernel.arg_names}
         sig.update({"seqlens_ptr": "*i32", "slots_ptr": "*i32", "acc_ptr": "*fp32", "ml_ptr": "*fp32",
                     "o_ptr": f"*{dt}", "qk_scale": "fp32"})

@@ -66,7 +66,11 @@ def default_config(N: int, K: int, device: torch.device | str | None = None,
     - ``N <= 4096`` (o, down): ``BN = 32``, ``BK = 256``, 4 stages (21.8 / 56.1 us at M = 1, cuBLAS 23.2 / 56.3);
     - ``N <= 8192`` (q/k/v): ``BN = 64``, ``BK = 256``, 3 stages (29.3 us, cuBLAS 30.3);
     - ``N < 65536`` (gate/up): ``BN = 64``, ``BK = 128``, 4 stages (94.6 us, cuBLAS 95.4);
-    - larger (lm_head): ``BN = 128``, ``BK = 128``, 3 stages (355.8 us, 2.95 TB/s; cuBLAS 389.1).
+    - larger (lm_head): ``BN = 128``, ``BK = 128``, 3 stages (355.8 us, 2.95 TB/s; cuBLAS 389.1);
+    - each asks L2 for its first two weight chunks before the PDL wait (``l2_prefetch=2``: the 8B step probe,
+      ``bench/results/session20_2026-11-27/step_l2_8b*.json``, H100: decode 5.637 -> 5.556-5.575 ms, 60-row
+      verify 6.113 -> 6.061-6.065, speculative 60/7/10 step 8.636 -> 8.550-8.577; one chunk gains half of
+      that, four no more, eight lose it).
 
     Small models (``K <= 2048``; SmolLM2-135M, products chained in one CUDA graph with programmatic dependent
     launch, ``bench/probes/wide_tiles.py``, ``bench/results/session13_2026-11-26/wide_smollm2_b.json``): ``BN = 16``;
@@ -106,7 +110,7 @@ def default_config(N: int, K: int, device: torch.device | str | None = None,
         bn, bk, stages = 128, 128, 3
     stage_bytes = (64 + (2 if silu_mul else 1) * bn) * bk * torch.tensor([], dtype=dtype).element_size()
     stages = max(2, min(stages, _SMEM_BUDGET // stage_bytes))
-    return LinearConfig(block_m=64, block_n=bn, block_k=bk, num_warps=4, num_stages=stages)
+    return LinearConfig(block_m=64, block_n=bn, block_k=bk, num_warps=4, num_stages=stages, l2_prefetch=2)
 
 
 def interpreter_tiles(device: torch.device | str | None) -> bool:
