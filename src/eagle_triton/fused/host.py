@@ -109,7 +109,6 @@ class DrafterConfig:
     block_k: int | None = None
     block_kv: int | None = None
     stages: int = 4
-    stages_linear: int | None = None
     num_warps: int | None = None
     lm_warp_rank: bool | None = None
     weight_dtype: torch.dtype | None = None
@@ -233,26 +232,23 @@ class DrafterConfig:
         elem = self.dtype.itemsize
         welem = 1 if self.fp8 else elem  # FP8 weights: one byte per weight in the pipeline buffers
 
-        stages_l = self.stages_linear or self.stages  # fc, o and down (whole-tile products)
+        def smem(bk: int, width: int, rows: int, we: int = welem) -> int:  # a pipelined loop's activation + weight
+            return self.stages * bk * (elem * rows + we * width + elem)  # buffers
 
-        def smem(bk: int, width: int, rows: int, we: int = welem, st: int = self.stages) -> int:
-            return st * bk * (elem * rows + we * width + elem)  # a pipelined loop's activation + weight buffers
-
-        def fit(bk: int, width: int, rows: int = bm, st: int = self.stages) -> int:  # the tiles must fit in smem
+        def fit(bk: int, width: int, rows: int = bm) -> int:  # the pipelined K loop's tiles must fit in smem
             if not interp:
                 # the chunk is chosen as for 16-bit weights (FP8 keeps the tiling measured best in bf16; its buffers
                 # are smaller), the budget checked with the real weight size
-                while bk > 32 and smem(bk, width, rows, elem, st) > _SMEM_BUDGET:
+                while bk > 32 and smem(bk, width, rows, elem) > _SMEM_BUDGET:
                     bk //= 2
-                if smem(bk, width, rows, welem, st) > _SMEM_BUDGET:
-                    raise ValueError(f"a {rows}-row x {width}-wide product tile needs "
-                                     f"{smem(bk, width, rows, welem, st)} bytes of pipeline buffers at the smallest "
-                                     f"reduction chunk ({bk}), over the {_SMEM_BUDGET}-byte shared-memory budget: "
-                                     f"use fewer stages or narrower tiles")
+                if smem(bk, width, rows) > _SMEM_BUDGET:
+                    raise ValueError(f"a {rows}-row x {width}-wide product tile needs {smem(bk, width, rows)} bytes "
+                                     f"of pipeline buffers at the smallest reduction chunk ({bk}), over the "
+                                     f"{_SMEM_BUDGET}-byte shared-memory budget: use fewer stages or narrower tiles")
             return bk
 
-        def chunk(width: int, rows: int = bm, st: int = self.stages) -> int:  # block_k or the largest that fits
-            return min(self.block_k or fit(32 if interp else 128 if small else 256, width, rows, st), _pow2(H))
+        def chunk(width: int, rows: int = bm) -> int:  # a product's reduction chunk: block_k or the largest that fits
+            return min(self.block_k or fit(32 if interp else 128 if small else 256, width, rows), _pow2(H))
 
         def bkq_of(bk_: int) -> int:  # the q/k/v reduction chunk divides H: chunks split the 2H input at H
             while H % bk_:
@@ -261,7 +257,7 @@ class DrafterConfig:
 
         # the root step of a prompt longer than bm rows: 128-row tiles for fc and q/k/v (32 under the interpreter)
         bmr = max(bm, 32 if interp else 128)
-        bk, bkg, bkl, bkr = chunk(bnv), chunk(2 * bng), chunk(bn, bm, stages_l), chunk(bn, bmr)
+        bk, bkg, bkl, bkr = chunk(bnv), chunk(2 * bng), chunk(bn), chunk(bn, bmr)
         bkq, bkqr = bkq_of(chunk(bnq)), bkq_of(chunk(bnqr, bmr))
         nth = -(-H // bn)
         # the most programs sharing one stream-K q/k/v tile at either chunking (sizes the partial-sum buffer)
@@ -288,7 +284,6 @@ class DrafterConfig:
             BM=bm, BN=bn, BNQ=bnq, BNQR=bnqr, BNG=bng, BNV=bnv, BKL=bkl, BKG=bkg, BK=bk, num_warps=warps, BKV=bkv,
             BQ=max(16, _pow2(K * gq)), NTH=nth, NTHP=_pow2(nth), BKQ=bkq, NSEG=nseg, BMR=bmr, BKR=bkr, BKQR=bkqr,
             IEEE=self.dtype == torch.float32, STAGES=1 if interp else self.stages,
-            **({"STAGES_L": stages_l} if self.stages_linear and not interp else {}),
             LMW=lmw, W8=self.fp8, HAS_BIAS=bool(self.attention_bias),
         )
 

@@ -1073,12 +1073,9 @@ def fused_drafter_kernel(
     NTH: tl.constexpr, NTHP: tl.constexpr,
     NSEG: tl.constexpr, BMR: tl.constexpr, BKR: tl.constexpr, BKQR: tl.constexpr,
     IEEE: tl.constexpr, STAGES: tl.constexpr, LMW: tl.constexpr, W8: tl.constexpr = False,
-    HAS_BIAS: tl.constexpr = False, PROFILE: tl.constexpr = False, STAGES_L: tl.constexpr = 0,
+    HAS_BIAS: tl.constexpr = False, PROFILE: tl.constexpr = False,
 ):
     pid = tl.program_id(0)
-    # pipeline stages of the whole-tile products (fc, o, down: 64 tiles at 8B, fewer programs than SMs, so more
-    # bytes in flight per program); STAGES unless set
-    SL: tl.constexpr = STAGES if STAGES_L == 0 else STAGES_L
     DT: tl.constexpr = hbuf.dtype.element_ty
     QW: tl.constexpr = NH * HD
     KVW: tl.constexpr = NKV * HD
@@ -1093,7 +1090,7 @@ def fused_drafter_kernel(
     if B * S > BM:
         _fc_phase(X, fc_w, hbuf, hss, wsc, B, S, pid, H, W, NTH, BMR, BN, BKR, IEEE, STAGES, NPROG, W8)
     else:
-        _fc_phase(X, fc_w, hbuf, hss, wsc, B, S, pid, H, W, NTH, BM, BN, BKL, IEEE, SL, NPROG, W8)
+        _fc_phase(X, fc_w, hbuf, hss, wsc, B, S, pid, H, W, NTH, BM, BN, BKL, IEEE, STAGES, NPROG, W8)
     bt += NPROG
     _grid_sync(bar, bt, NPROG, prof, PROFILE)
     for s in range(0, D + 1):
@@ -1115,7 +1112,7 @@ def fused_drafter_kernel(
         bt += NPROG
         _grid_sync(bar, bt, NPROG, prof, PROFILE)
         _o_phase(s, attn, wo, hbuf, src, nnew, h1, h1ss, wsc, wb, B, S, MCAP, pid, H, QW, KVW, K, NTH, BM, BN, BKL,
-                 IEEE, SL, NPROG, W8, HAS_BIAS)
+                 IEEE, STAGES, NPROG, W8, HAS_BIAS)
         bt += NPROG
         _grid_sync(bar, bt, NPROG, prof, PROFILE)
         _gu_phase(s, h1, h1ss, g_post, wg, wu, act, wsc + SC_G, B, eps, pid, H, INTER, K, NTH, NTHP, BM, BNG, BKG,
@@ -1123,7 +1120,7 @@ def fused_drafter_kernel(
         bt += NPROG
         _grid_sync(bar, bt, NPROG, prof, PROFILE)
         _down_phase(s, act, wd, h1, hbuf, hss, wsc + SC_D, B, MCAP, pid, H, INTER, K, NTH, BM, BN, BKL, IEEE,
-                    SL, NPROG, W8)
+                    STAGES, NPROG, W8)
         bt += NPROG
         _grid_sync(bar, bt, NPROG, prof, PROFILE)
         _lm_phase(s, hbuf, hss, g_norm, wlm, lm_key, lm_ms, lm_scr, wsc + SC_LM, B, MCAP, eps, pid, H, VD, K, KP,
