@@ -109,7 +109,6 @@ class DrafterConfig:
     block_k: int | None = None
     block_kv: int | None = None
     stages: int = 4
-    l2_hints: bool = False
     num_warps: int | None = None
     lm_warp_rank: bool | None = None
     weight_dtype: torch.dtype | None = None
@@ -285,7 +284,7 @@ class DrafterConfig:
             BM=bm, BN=bn, BNQ=bnq, BNQR=bnqr, BNG=bng, BNV=bnv, BKL=bkl, BKG=bkg, BK=bk, num_warps=warps, BKV=bkv,
             BQ=max(16, _pow2(K * gq)), NTH=nth, NTHP=_pow2(nth), BKQ=bkq, NSEG=nseg, BMR=bmr, BKR=bkr, BKQR=bkqr,
             IEEE=self.dtype == torch.float32, STAGES=1 if interp else self.stages,
-            LMW=lmw, W8=self.fp8, HAS_BIAS=bool(self.attention_bias), **({"L2H": True} if self.l2_hints else {}),
+            LMW=lmw, W8=self.fp8, HAS_BIAS=bool(self.attention_bias),
         )
 
 

@@ -62,8 +62,6 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from ..ops._prefetch import l2_prefetch_rows
-
 from ..ops._utils import is_interpreter
 
 __all__ = ["fused_drafter_kernel"]
@@ -1038,18 +1036,6 @@ def _tree_phase(ids, nnew, kvlen, cand_sc, cand_tok, par_list, node_of, selg, pn
 
 
 # ---------------------------------------------------------------------------------------------------------- kernel
-@triton.jit
-def _l2_next_tile(w, first_row, n_rows, KDIM: tl.constexpr, ROWS: tl.constexpr, SPAN: tl.constexpr):
-    """Before a grid barrier: ask L2 for the first ``SPAN`` columns of this program's first tile of the next weight
-    phase (``ROWS`` rows of the ``[n_rows, KDIM]`` matrix ``w`` from ``first_row``), so that the phase's first loads
-    after the barrier find them there (a hint: :mod:`eagle_triton.ops._prefetch`). A program without a tile asks
-    nothing."""
-    if first_row < n_rows:
-        LINE: tl.constexpr = 1024 // w.dtype.element_ty.primitive_bitwidth
-        rows = tl.minimum(first_row + tl.arange(0, ROWS), n_rows - 1).to(tl.int64)
-        l2_prefetch_rows(w + rows[:, None] * KDIM, KDIM, SPAN, LINE)
-
-
 # sizes that vary from call to call are not specialised (no recompilation when a step accepts 1 or 16 tokens)
 @triton.jit(do_not_specialize=["S", "LMAX", "MCAP"])
 def fused_drafter_kernel(
@@ -1087,10 +1073,9 @@ def fused_drafter_kernel(
     NTH: tl.constexpr, NTHP: tl.constexpr,
     NSEG: tl.constexpr, BMR: tl.constexpr, BKR: tl.constexpr, BKQR: tl.constexpr,
     IEEE: tl.constexpr, STAGES: tl.constexpr, LMW: tl.constexpr, W8: tl.constexpr = False,
-    HAS_BIAS: tl.constexpr = False, PROFILE: tl.constexpr = False, L2H: tl.constexpr = False,
+    HAS_BIAS: tl.constexpr = False, PROFILE: tl.constexpr = False,
 ):
     pid = tl.program_id(0)
-    L2N: tl.constexpr = L2H and _PTX  # L2 hints for the next weight phase before each barrier into one
     DT: tl.constexpr = hbuf.dtype.element_ty
     QW: tl.constexpr = NH * HD
     KVW: tl.constexpr = NKV * HD
@@ -1124,27 +1109,18 @@ def fused_drafter_kernel(
         bt += NPROG
         _grid_sync(bar, bt, NPROG, prof, PROFILE)
         _comb_phase(s, att_o, att_ml, attn, B, pid, NH, HD, K, NSPLIT, NPROG)
-        if L2N:
-            _l2_next_tile(wo, pid * BN, H, QW, BN, 2 * BKL)
         bt += NPROG
         _grid_sync(bar, bt, NPROG, prof, PROFILE)
         _o_phase(s, attn, wo, hbuf, src, nnew, h1, h1ss, wsc, wb, B, S, MCAP, pid, H, QW, KVW, K, NTH, BM, BN, BKL,
                  IEEE, STAGES, NPROG, W8, HAS_BIAS)
-        if L2N:
-            _l2_next_tile(wg, pid * BNG, INTER, H, BNG, 2 * BKG)
-            _l2_next_tile(wu, pid * BNG, INTER, H, BNG, 2 * BKG)
         bt += NPROG
         _grid_sync(bar, bt, NPROG, prof, PROFILE)
         _gu_phase(s, h1, h1ss, g_post, wg, wu, act, wsc + SC_G, B, eps, pid, H, INTER, K, NTH, NTHP, BM, BNG, BKG,
                   IEEE, STAGES, NPROG, W8)
-        if L2N:
-            _l2_next_tile(wd, pid * BN, H, INTER, BN, 2 * BKL)
         bt += NPROG
         _grid_sync(bar, bt, NPROG, prof, PROFILE)
         _down_phase(s, act, wd, h1, hbuf, hss, wsc + SC_D, B, MCAP, pid, H, INTER, K, NTH, BM, BN, BKL, IEEE,
                     STAGES, NPROG, W8)
-        if L2N:
-            _l2_next_tile(wlm, pid * BNV, VD, H, BNV, 2 * BK)
         bt += NPROG
         _grid_sync(bar, bt, NPROG, prof, PROFILE)
         _lm_phase(s, hbuf, hss, g_norm, wlm, lm_key, lm_ms, lm_scr, wsc + SC_LM, B, MCAP, eps, pid, H, VD, K, KP,
