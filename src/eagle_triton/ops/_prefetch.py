@@ -6,8 +6,7 @@ at the Llama-8B tiles, ``bench/results/pdl_2026-11-25/chain_8b.json``); asking L
 reads start during the previous kernel's tail and the first loads after the wait find their lines in L2.
 
 A prefetch never changes a value. L2 is the GPU's point of coherence for global memory, so a line prefetched before
-another kernel writes it is updated by that write, and the loads after ``gdc_wait`` read the written bytes. That is
-why the callers may prefetch any line of their inputs, not only the weights: a stale address costs time, never bits.
+another kernel writes it is updated by that write, and the loads after ``gdc_wait`` read the written bytes.
 Pointers must lie inside an allocation (callers clamp their indices). sm_90 PTX (``prefetch.global.L2``): the
 callers use it only on the PDL path, which the interpreter never takes.
 """
@@ -19,15 +18,11 @@ import triton.language as tl
 
 
 @triton.jit
-def l2_prefetch(ptrs):
-    """Ask L2 for the 128-byte line holding each pointer of ``ptrs`` (a tensor of pointers, any shape)."""
-    tl.inline_asm_elementwise("prefetch.global.L2 [$1];", "=r,l", [ptrs], dtype=tl.int32, is_pure=False, pack=1)
-
-
-@triton.jit
 def l2_prefetch_rows(rows, n_cols, SPAN: tl.constexpr, LINE: tl.constexpr):
-    """The first ``SPAN`` elements (clamped to the row's ``n_cols``) of each row at ``rows`` (``[R, 1]`` pointers),
-    one hint per ``LINE`` elements (a 128-byte line: 64 for 16-bit elements); ``SPAN`` and ``LINE`` powers of 2."""
+    """Ask L2 for the first ``SPAN`` elements (clamped to the row's ``n_cols``) of each row at ``rows`` (``[R, 1]``
+    pointers): one hint per ``LINE`` elements (a 128-byte line: 64 for 16-bit elements); ``SPAN`` and ``LINE``
+    powers of 2."""
     NL: tl.constexpr = (SPAN + LINE - 1) // LINE
     cols = tl.minimum(tl.arange(0, NL) * LINE, n_cols - 1)
-    l2_prefetch(rows + cols[None, :])
+    tl.inline_asm_elementwise("prefetch.global.L2 [$1];", "=r,l", [rows + cols[None, :]], dtype=tl.int32,
+                              is_pure=False, pack=1)

@@ -137,7 +137,7 @@ def _qkv_rope_kernel(
     u_rows = w_ptr + n2[:, None].to(tl.int64) * stride_wn
     acc, acc_u, rstd = _mainloop(x_ptr, w_rows, u_rows, nw_ptr, sin_ptr, offs_m, m_mask, n_mask, K, stride_xm,
                                  stride_sin_m, eps, HAS_NORM, NUM_SS, NSS_P2, True, NORM_FOLDED, BM, BN, BK,
-                                 PRECISION, PRE, PDL, dt, L2_PRE, w_rows, u_rows)
+                                 PRECISION, PRE, PDL, dt, L2_PRE)
     if NORM_FOLDED:
         acc = acc * rstd[:, None]
         acc_u = acc_u * rstd[:, None]

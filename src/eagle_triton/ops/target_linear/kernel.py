@@ -92,22 +92,22 @@ def _mainloop(x_ptr, w_rows, u_rows, nw_ptr, sin_ptr, offs_m, m_mask, n_mask, K,
               HAS_NORM: tl.constexpr, NUM_SS: tl.constexpr, NSS_P2: tl.constexpr, TWO: tl.constexpr,
               NORM_FOLDED: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr,
               PRECISION: tl.constexpr, PRE: tl.constexpr, PDL: tl.constexpr, dt: tl.constexpr,
-              L2_PRE: tl.constexpr = 0, w_safe=None, u_safe=None):
+              L2_PRE: tl.constexpr = 0):
     """The reduction of a ``[BM, BN]`` tile (and, with ``TWO``, of the second weight tile at ``u_rows``):
     weight chunks prefetched (``PRE``), the wait on the previous kernel (``PDL``), the row norms' ``rstd``, then
     ``K`` in fixed ``BK`` chunks. Returns ``(acc, acc_u, rstd)`` (fp32; ``rstd`` not yet applied when
     ``NORM_FOLDED``). Shared by every kernel whose rows must round as the products' do.
 
-    ``L2_PRE`` (with ``PDL``): before the wait, ask L2 for the first ``L2_PRE`` chunks of the weight rows at
-    ``w_safe`` / ``u_safe`` (``w_rows`` / ``u_rows`` with every row inside the weight; :mod:`.._prefetch`): no
-    registers, no stage, no bit changed."""
+    ``L2_PRE`` (with ``PDL``): before the wait, ask L2 for the first ``L2_PRE`` chunks of the weight rows
+    (:mod:`.._prefetch`; every row pointer must lie inside the weight, masked rows included): no registers, no
+    stage, no bit changed."""
     offs_k = tl.arange(0, BK)
     if PDL:
         if L2_PRE > 0:
             LINE: tl.constexpr = 1024 // w_rows.dtype.element_ty.primitive_bitwidth
-            l2_prefetch_rows(w_safe, K, L2_PRE * BK, LINE)
+            l2_prefetch_rows(w_rows, K, L2_PRE * BK, LINE)
             if TWO:
-                l2_prefetch_rows(u_safe, K, L2_PRE * BK, LINE)
+                l2_prefetch_rows(u_rows, K, L2_PRE * BK, LINE)
     # weights first: they do not depend on the previous kernel
     if PRE >= 1:
         w0 = tl.load(w_rows + offs_k[None, :], mask=n_mask[:, None] & (offs_k < K)[None, :], other=0.0)
@@ -191,13 +191,13 @@ def _bi_linear_kernel(
     n_mask = offs_n < N
     dt = y_ptr.dtype.element_ty
 
-    w_rows = w_ptr + offs_n[:, None].to(tl.int64) * stride_wn
-    u_rows = w_ptr + (offs_n + N)[:, None].to(tl.int64) * stride_wn  # the up half (SILU_MUL)
-    n_safe = tl.minimum(offs_n, N - 1)[:, None].to(tl.int64)  # L2 hints stay inside the weight
+    # rows past N (masked: never loaded) point at row N - 1, so that the L2 hints stay inside the weight
+    n_in = tl.minimum(offs_n, N - 1)[:, None].to(tl.int64)
+    w_rows = w_ptr + n_in * stride_wn
+    u_rows = w_ptr + (n_in + N) * stride_wn  # the up half (SILU_MUL)
     acc, acc_u, rstd = _mainloop(x_ptr, w_rows, u_rows, nw_ptr, sin_ptr, offs_m, m_mask, n_mask, K, stride_xm,
                                  stride_sin_m, eps, HAS_NORM, NUM_SS, NSS_P2, SILU_MUL, NORM_FOLDED, BM, BN, BK,
-                                 PRECISION, PRE, PDL, dt, L2_PRE, w_ptr + n_safe * stride_wn,
-                                 w_ptr + (n_safe + N) * stride_wn)
+                                 PRECISION, PRE, PDL, dt, L2_PRE)
 
     if NORM_FOLDED:
         acc = acc * rstd[:, None]

@@ -253,9 +253,9 @@ def target_linear(
 
 
 def _pdl_launch(x: torch.Tensor, cfg: LinearConfig) -> dict:
-    """The PDL launch keywords and, with PDL on a 16-bit product, the config's L2 prefetch (``L2_PRE``)."""
+    """The PDL launch keywords and, with PDL, the config's L2 prefetch (``L2_PRE``)."""
     kw = pdl_kwargs(x.device)
-    if kw and cfg.l2_prefetch and x.dtype in (torch.float16, torch.bfloat16):
+    if kw and cfg.l2_prefetch:
         kw["L2_PRE"] = cfg.l2_prefetch
     return kw
 
