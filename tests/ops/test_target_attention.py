@@ -19,6 +19,8 @@ from eagle_triton.ops.target_attention import (
     target_attention,
     target_attention_config,
     target_attention_ref,
+    tree_ancestors,
+    tree_ancestors_ref,
 )
 
 CPU_DTYPES = [torch.float32, torch.float16]
@@ -161,6 +163,59 @@ def test_float_tree_mask_is_read_as_its_cells_above_half(mask_dtype, device):
         assert torch.equal(target_attention(q, k, v, lens, fmask), want), f"{mask_dtype} seed={seed}"
         assert torch.equal(target_attention_ref(q, k, v, lens, fmask), target_attention_ref(q, k, v, lens, bool_mask))
         assert torch.equal(key_positions_ref(lens, fmask, S), key_positions_ref(lens, bool_mask, S))
+
+
+@pytest.mark.parametrize("B,S", [(1, 1), (2, 7), (3, 33), (1, 60)])
+@pytest.mark.parametrize("mask_dtype", [torch.bool, torch.float32])
+def test_tree_ancestors_match_reference(B, S, mask_dtype, device):
+    """The ancestor table equals its reference exactly, for random trees (a strided float view too), and every
+    row is the token's true columns then -1s."""
+    seed = secrets.randbelow(1 << 30)
+    gen = torch.Generator().manual_seed(seed)
+    masks = torch.stack([_ancestor_mask(_random_parents(S, gen, reach=int(torch.randint(1, 6, (1,),
+                                                                                        generator=gen))))
+                         for _ in range(B)])
+    mask = masks.to(device) if mask_dtype == torch.bool else masks.float()[:, None].to(device)[:, 0]
+    got = tree_ancestors(mask)
+    want = tree_ancestors_ref(mask)
+    assert got.dtype == torch.int32 and got.shape == (B, S, S)
+    assert torch.equal(got.cpu(), want.cpu()), f"seed={seed}"
+    for b in range(B):
+        for i in range(S):
+            cols = masks[b, i].nonzero().flatten().tolist()
+            assert want[b, i].tolist() == cols + [-1] * (S - len(cols)), f"seed={seed}"
+
+
+def test_given_ancestors_give_the_same_bits(device):
+    """A table made once (a forward's layers share it) gives the bits of the table target_attention makes."""
+    seed = secrets.randbelow(1 << 30)
+    gen = torch.Generator().manual_seed(seed)
+    B, S, Hq, Hkv, D, Lmax = 2, 9, 4, 2, 16, 80
+    q, k, v = _inputs(B, S, Hq, Hkv, D, Lmax, torch.float32, device, gen)
+    lens = _lens((45, 3), device)
+    mask = torch.stack([_ancestor_mask(_random_parents(S, gen)) for _ in range(B)]).to(device)
+    anc = tree_ancestors(mask)
+    assert torch.equal(target_attention(q, k, v, lens, mask, tree_ancestors=anc),
+                       target_attention(q, k, v, lens, mask)), f"seed={seed}"
+
+
+def test_tree_ancestors_errors(device):
+    q = torch.randn(1, 4, 2, 16, device=device)
+    k = torch.randn(1, 10, 2, 16, device=device)
+    lens = _lens((3,), device)
+    mask = torch.ones(1, 4, 4, dtype=torch.bool, device=device).tril()
+    with pytest.raises(ValueError, match="tree_mask"):
+        tree_ancestors(torch.ones(1, 4, 5, dtype=torch.bool, device=device))
+    with pytest.raises(TypeError, match="tree_mask"):
+        tree_ancestors(torch.ones(1, 4, 4, dtype=torch.int32, device=device))
+    with pytest.raises(ValueError, match="pass the mask"):
+        target_attention(q, k, k, lens, None, tree_ancestors=tree_ancestors(mask))
+    with pytest.raises(ValueError, match="tree_ancestors"):
+        target_attention(q, k, k, lens, mask, tree_ancestors=tree_ancestors(mask)[:, :3])
+    with pytest.raises(TypeError, match="tree_ancestors"):
+        target_attention(q, k, k, lens, mask, tree_ancestors=tree_ancestors(mask).long())
+    with pytest.raises(ValueError, match="contiguous"):
+        target_attention(q, k, k, lens, mask, tree_ancestors=tree_ancestors(mask).transpose(1, 2))
 
 
 # ----------------------------------------------------------------------------------------------------------------

@@ -656,6 +656,8 @@ class LlamaTarget(TargetModel):
         eagle3 = want_features and self.feature_mode == "eagle3"
         feats = torch.empty(M, len(self.taps) * H, device=self.device, dtype=self.dtype) if eagle3 else None
         tap_out = [feats[:, j * H:(j + 1) * H] for j in range(len(self.taps))] if eagle3 else []
+        # the tree's ancestor table, made once and read by every layer's attention instead of the mask
+        ancestors = None if tree_mask is None else tops.tree_ancestors(tree_mask, validate=False)
         for i, L in enumerate(self.layers):
             for j, t in enumerate(self.taps if eagle3 else ()):
                 if t == i and tap_out[j].data_ptr() != x.data_ptr():
@@ -668,7 +670,8 @@ class LlamaTarget(TargetModel):
                 q = target_rope_kv(qkv, k_cache, v_cache, seqlens, pos, self.cos, self.sin, c.num_heads,
                                    c.num_kv_heads, L.q_norm, L.k_norm, eps, validate=False, cache_slots=cache_slots)
             o = attention(q.view(B, S, c.num_heads, hd), k_cache, v_cache, seqlens, tree_mask,
-                          softmax_scale=scale, validate=False, cache_slots=cache_slots, max_seqlen=kv_limit)
+                          softmax_scale=scale, validate=False, cache_slots=cache_slots, max_seqlen=kv_limit,
+                          tree_ancestors=ancestors)
             x = target_linear(o.view(M, c.num_heads * hd), L.w_o, L.b_o, residual=x, sumsq_out=ss_attn,
                               config=cfg["o"], validate=False)
             h = self._normed_linear(x, ss_attn, L.ln_post, L.w_gate_up, L.b_gate_up, cfg["gate_up"], silu_mul=True)

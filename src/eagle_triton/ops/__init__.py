@@ -25,7 +25,7 @@ from .sampling import (
     top_p_renorm_probs,
     top_p_renorm_probs_ref,
 )
-from .target_attention import target_attention, target_attention_ref
+from .target_attention import target_attention, target_attention_ref, tree_ancestors, tree_ancestors_ref
 from .target_linear import (
     target_embedding,
     target_embedding_ref,
@@ -95,6 +95,8 @@ __all__ = [
     "target_qkv_rope_ref",
     "target_attention",
     "target_attention_ref",
+    "tree_ancestors",
+    "tree_ancestors_ref",
     # experimental (no production caller yet)
     "draft_tree_attention",
     "draft_tree_attention_ref",

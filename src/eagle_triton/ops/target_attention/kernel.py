@@ -25,10 +25,13 @@ Kernels:
 * :func:`_tree_kernel` (tree mode): ``TT`` tokens per program x one KV head, each token's group of heads in its
   own rows of the tile; runs the split holding block ``L // BLOCK_N`` from its start (its committed blocks once
   for all the program's rows, at most ``SPLIT_BLOCKS - 1`` of them) and the remaining blocks, gathering for each
-  slot the cache row of its position (committed row, or the tree row of the ancestor at that depth).
+  slot the cache row of its position (committed row, or the tree row of the ancestor at that depth, read from the
+  tree's ancestor table).
+* :func:`_ancestors_kernel`: the ancestor table of a tree mask, made once per tree (a forward passes it to every
+  layer) instead of every tree-kernel program ranking its mask rows.
 * :func:`_combine_kernel` (causal mode): ``out = sum_k 2^(c (m_k - M)) acc_k / sum_k 2^(c (m_k - M)) l_k`` over the
   row's splits, one split at a time (:func:`_merge_splits`); in tree mode the tree kernel merges its rows itself
-  (the same function), so a verify is two launches.
+  (the same function), so a verify is two launches (three with the table).
 
 **Rows of one split** (``n_keys <= BLOCK_N * SPLIT_BLOCKS``: every row of a context shorter than one split) are
 finished by the kernel that runs their last block (the causal shared kernel, or the tree kernel), as ``acc / l``
@@ -220,34 +223,55 @@ def _shared_kernel(
             _store_state(acc_ptr, ml_ptr, acc, m_i, l_i, part_row, split, row_ok, offs_d, NSPLIT, BLOCK_D)
 
 
+@triton.jit(do_not_specialize=["S"])
+def _ancestors_kernel(mask_ptr, anc_ptr, S, stride_mb, stride_mi, stride_mj, BLOCK_S: tl.constexpr,
+                      MASK_FLOAT: tl.constexpr, PDL: tl.constexpr = False):
+    """``anc[b, i, d]``: the ``d``-th true column of ``tree_mask[b, i]`` (the token's ancestors and itself, in index
+    order), -1 past them; grid ``(B * S,)``, one mask row per program. ``MASK_FLOAT``: cells ``> 0.5`` are true."""
+    bi = tl.program_id(0)
+    if PDL:  # programmatic dependent launch: wait for the kernel that wrote the mask
+        tl.extra.cuda.gdc_wait()
+        tl.extra.cuda.gdc_launch_dependents()
+    b = bi // S
+    i = bi % S
+    offs = tl.arange(0, BLOCK_S)
+    m = tl.load(mask_ptr + b.to(tl.int64) * stride_mb + i * stride_mi + offs * stride_mj, mask=offs < S, other=0)
+    m = _mask_true(m, MASK_FLOAT).to(tl.int32)
+    rank = tl.cumsum(m, 0) - 1  # depth of each visible column
+    hit = (m[None, :] != 0) & (rank[None, :] == offs[:, None])  # [depth, column]
+    col = tl.sum(tl.where(hit, offs[None, :], 0), 1)
+    anc = tl.where(offs < tl.sum(m, 0), col, -1)
+    tl.store(anc_ptr + bi.to(tl.int64) * S + offs, anc, mask=offs < S)
+
+
 @triton.jit(do_not_specialize=["S", "NB"])
 def _tree_kernel(
-    q_ptr, k_ptr, v_ptr, seqlens_ptr, slots_ptr, mask_ptr, acc_ptr, ml_ptr, o_ptr,
+    q_ptr, k_ptr, v_ptr, seqlens_ptr, slots_ptr, anc_ptr, acc_ptr, ml_ptr, o_ptr,
     stride_qb, stride_qt, stride_qh,
     stride_kb, stride_kl, stride_kh,
     stride_vb, stride_vl, stride_vh,
-    stride_mb, stride_mi, stride_mj,
     stride_ob, stride_ot, stride_oh,
     S, Hq, Lmax, NSPLIT, qk_scale, NB,
     HEAD_DIM: tl.constexpr, GROUP: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_S: tl.constexpr,
     SPLIT_BLOCKS: tl.constexpr, PRECISION: tl.constexpr, TT: tl.constexpr = 1, HAS_SLOTS: tl.constexpr = False,
-    PDL: tl.constexpr = False, MASK_FLOAT: tl.constexpr = False,
+    PDL: tl.constexpr = False,
 ):
     """Blocks from ``L // BLOCK_N`` to each row's own position, ``TT`` tokens per program; grid
-    ``(cdiv(S, TT), B * Hkv)``. ``MASK_FLOAT``: ``mask_ptr`` points at a float mask whose cells ``> 0.5`` are true
-    (the drafter's own buffer, read as it is), else at a bool mask's bytes.
+    ``(cdiv(S, TT), B * Hkv)``. ``anc_ptr``: the tree's ancestor table ``[B, S, S]`` int32
+    (:func:`_ancestors_kernel`, made once per tree and read by every layer).
 
-    Slot of position ``p``: cache row ``p`` if ``p < L``, else tree row ``L + anc[p - L]`` where ``anc[d]`` is the
-    index of the ``d``-th true column of ``tree_mask[b, i]``. Token ``t`` of the program owns tile rows
-    ``t * GROUP ..`` (its query heads) and gets its own gathered key block; the update runs on the whole tile with
-    only those rows visible, which leaves the other rows' states as they were (:func:`_block_update`), so a row's
-    arithmetic is the same for any ``TT`` (``TT`` sets how many gathers one program has in flight).
+    Slot of position ``p``: cache row ``p`` if ``p < L``, else tree row ``L + anc[b, i, p - L]`` (-1: past the
+    token's position). Token ``t`` of the program owns tile rows ``t * GROUP ..`` (its query heads) and gets its
+    own gathered key block; the update runs on the whole tile with only those rows visible, which leaves the other
+    rows' states as they were (:func:`_block_update`), so a row's arithmetic is the same for any ``TT`` (``TT`` sets
+    how many gathers one program has in flight).
+
+    Programmatic dependent launch: everything up to the committed rows' first key block is read before waiting
+    for the previous kernel (the lengths, the ancestor table and the rows below ``L`` are older than it: only q and
+    the tree rows are its output).
     """
     pid_t = tl.program_id(0)
-    if PDL:  # programmatic dependent launch: wait for the kernels that wrote q and the cache
-        tl.extra.cuda.gdc_wait()
-        tl.extra.cuda.gdc_launch_dependents()
     pid_bh = tl.program_id(1)
     n_kv = Hq // GROUP
     b = pid_bh // n_kv
@@ -263,16 +287,14 @@ def _tree_kernel(
     h = kvh * GROUP + offs_r % GROUP
     offs_d = tl.arange(0, BLOCK_D)
     d_mask = offs_d < HEAD_DIM
-    q_off = b64 * stride_qb + tok.to(tl.int64) * stride_qt + h * stride_qh
-    q = tl.load(q_ptr + q_off[:, None] + offs_d[None, :], mask=row_ok[:, None] & d_mask[None, :], other=0.0)
 
     L = tl.minimum(tl.maximum(tl.load(seqlens_ptr + c).to(tl.int32), 0), Lmax - S)
     offs_s = tl.arange(0, BLOCK_S)
-    m_base = mask_ptr + b64 * stride_mb
+    a_base = anc_ptr + b64 * S * S
     # each row's position (its token's visible tree rows) and one past its last block
-    mrows = tl.load(m_base + tok[:, None] * stride_mi + offs_s[None, :] * stride_mj,
-                    mask=row_ok[:, None] & (offs_s < S)[None, :], other=0)
-    pos_r = L + tl.sum(_mask_true(mrows, MASK_FLOAT).to(tl.int32), 1) - 1
+    arows = tl.load(a_base + tok[:, None] * S + offs_s[None, :], mask=row_ok[:, None] & (offs_s < S)[None, :],
+                    other=-1)
+    pos_r = L + tl.sum((arows >= 0).to(tl.int32), 1) - 1
     j_lo = L // BLOCK_N
     # one past the row's last block (pos >= -1: no negative division); at least block j_lo, so that a row seeing
     # no tree row still ends in this kernel (its keys in j_lo are all masked: the state is unchanged)
@@ -283,11 +305,26 @@ def _tree_kernel(
     k_base = k_ptr + c64 * stride_kb + kvh * stride_kh
     v_base = v_ptr + c64 * stride_vb + kvh * stride_vh
     # The split holding block j_lo, from its start: its whole committed blocks are visible to every row (one update
-    # for all the program's tokens, as the shared kernel would run them), then each token's gathered blocks.
+    # for all the program's tokens, as the shared kernel would run them), then each token's gathered blocks. The
+    # first committed block (if any) is loaded before the wait.
+    j_first = (j_lo // SPLIT_BLOCKS) * SPLIT_BLOCKS
+    offs_n = j_first * BLOCK_N + tl.arange(0, BLOCK_N)
+    vis0 = tl.where(j_first < j_lo, offs_n < L, False)
+    kv_mask = vis0[:, None] & d_mask[None, :]
+    k = tl.load(k_base + offs_n[:, None].to(tl.int64) * stride_kl + offs_d[None, :], mask=kv_mask, other=0.0)
+    v = tl.load(v_base + offs_n[:, None].to(tl.int64) * stride_vl + offs_d[None, :], mask=kv_mask, other=0.0)
+    if PDL:  # programmatic dependent launch: wait for the kernels that wrote q and the tree rows
+        tl.extra.cuda.gdc_wait()
+        tl.extra.cuda.gdc_launch_dependents()
+    q_off = b64 * stride_qb + tok.to(tl.int64) * stride_qt + h * stride_qh
+    q = tl.load(q_ptr + q_off[:, None] + offs_d[None, :], mask=row_ok[:, None] & d_mask[None, :], other=0.0)
     m_i = tl.full([BLOCK_M], float("-inf"), tl.float32)
     l_i = tl.zeros([BLOCK_M], tl.float32)
     acc = tl.zeros([BLOCK_M, BLOCK_D], tl.float32)
-    for j in range((j_lo // SPLIT_BLOCKS) * SPLIT_BLOCKS, j_lo):
+    # a block no row sees leaves every state as it was (no committed block: j_first == j_lo)
+    acc, m_i, l_i = _block_update(acc, m_i, l_i, q, k, v, vis0[None, :] & (offs_r >= 0)[:, None], qk_scale,
+                                  PRECISION)
+    for j in range(j_first + 1, j_lo):
         offs_n = j * BLOCK_N + tl.arange(0, BLOCK_N)
         k = tl.load(k_base + offs_n[:, None].to(tl.int64) * stride_kl + offs_d[None, :], mask=d_mask[None, :],
                     other=0.0)
@@ -307,14 +344,11 @@ def _tree_kernel(
         depth = offs_n - L
         for t in tl.static_range(TT):
             i = pid_t * TT + t
-            mrow = tl.load(m_base + i * stride_mi + offs_s * stride_mj, mask=offs_s < tl.where(i < S, S, 0), other=0)
-            mrow = _mask_true(mrow, MASK_FLOAT).to(tl.int32)
-            rank = tl.cumsum(mrow, 0) - 1  # depth of each visible tree column
-            pos = L + tl.sum(mrow, 0) - 1
-            hit = (mrow[None, :] != 0) & (rank[None, :] == depth[:, None])  # [BLOCK_N, BLOCK_S]: the ancestor
-            tree_col = tl.sum(tl.where(hit, offs_s[None, :], 0), 1)
+            # the token's ancestor at each tree position of the block (-1 past its own position)
+            tree_col = tl.load(a_base + i * S + depth, mask=(depth >= 0) & (depth < tl.where(i < S, S, 0)),
+                               other=-1)
             krow = tl.where(offs_n < L, offs_n, L + tree_col).to(tl.int64)
-            n_ok = offs_n <= pos
+            n_ok = (offs_n < L) | (tree_col >= 0)
             kv_mask = n_ok[:, None] & d_mask[None, :]
             k = tl.load(k_base + krow[:, None] * stride_kl + offs_d[None, :], mask=kv_mask, other=0.0)
             v = tl.load(v_base + krow[:, None] * stride_vl + offs_d[None, :], mask=kv_mask, other=0.0)

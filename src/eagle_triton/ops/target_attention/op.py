@@ -25,9 +25,9 @@ from .._utils import (
     num_sms,
     pdl_kwargs,
 )
-from .kernel import LOG2E, _combine_kernel, _shared_kernel, _tree_kernel
+from .kernel import LOG2E, _ancestors_kernel, _combine_kernel, _shared_kernel, _tree_kernel
 
-__all__ = ["target_attention", "TargetAttentionConfig", "target_attention_config", "AOT_SPECS"]
+__all__ = ["target_attention", "tree_ancestors", "TargetAttentionConfig", "target_attention_config", "AOT_SPECS"]
 
 _FLOATS = (torch.float16, torch.bfloat16, torch.float32)
 _INTS = (torch.int32, torch.int64)
@@ -95,7 +95,35 @@ def _precision(dtype: torch.dtype) -> str:
     return "ieee" if dtype == torch.float32 else "tf32"
 
 
-def _check(q, k_cache, v_cache, cache_seqlens, tree_mask, softmax_scale, cache_slots):
+def tree_ancestors(tree_mask: torch.Tensor, validate: bool = True) -> torch.Tensor:
+    """The ancestor table of a verify tree, ``[B, S, S]`` int32: ``anc[b, i, d]`` is the ``d``-th true column of
+    ``tree_mask[b, i]`` (token ``i``'s ancestors and itself in index order: the tree row at depth ``d`` of its
+    path), -1 past its depth. :func:`target_attention` reads it instead of the mask; a forward makes it once and
+    passes it to every layer (``tree_ancestors=``). One launch, no host sync.
+
+    tree_mask : Tensor ``[B, S, S]``, bool or float (cells ``> 0.5`` true), any strides.
+    """
+    if validate:
+        if not isinstance(tree_mask, torch.Tensor) or tree_mask.dim() != 3 or tree_mask.shape[1] != tree_mask.shape[2]:
+            raise ValueError(f"tree_mask must be a [B, S, S] tensor, got "
+                             f"{tuple(tree_mask.shape) if isinstance(tree_mask, torch.Tensor) else type(tree_mask)}")
+        if tree_mask.dtype not in _MASKS:
+            raise TypeError(f"tree_mask must be bool or a float dtype, got {tree_mask.dtype}")
+    B, S = tree_mask.shape[0], tree_mask.shape[1]
+    anc = torch.empty(B, S, S, device=tree_mask.device, dtype=torch.int32)
+    if B * S == 0:
+        return anc
+    mask_float = tree_mask.is_floating_point()
+    mask = tree_mask if mask_float else tree_mask.view(torch.uint8)
+    _ancestors_kernel[(B * S,)](mask, anc, S, *mask.stride(), BLOCK_S=max(2, next_power_of_2(S)),
+                                MASK_FLOAT=mask_float, num_warps=4, **pdl_kwargs(tree_mask.device))
+    return anc
+
+
+_ancestor_table = tree_ancestors  # for target_attention, whose argument of that name shadows the function
+
+
+def _check(q, k_cache, v_cache, cache_seqlens, tree_mask, softmax_scale, cache_slots, ancestors):
     slotted = cache_slots is not None
     B, Hq, Hkv, D = check_attention_cache(q, k_cache, v_cache, _FLOATS, any_cache_batch=slotted)
     dev, S = q.device, q.shape[1]
@@ -106,6 +134,12 @@ def _check(q, k_cache, v_cache, cache_seqlens, tree_mask, softmax_scale, cache_s
     check_tensor("cache_seqlens", cache_seqlens, shape=(k_cache.shape[0],), dtypes=_INTS, device=dev)
     if tree_mask is not None:
         check_tensor("tree_mask", tree_mask, shape=(B, S, S), dtypes=_MASKS, device=dev)
+    if ancestors is not None:
+        if tree_mask is None:
+            raise ValueError("tree_ancestors is the table of a tree_mask: pass the mask too")
+        check_tensor("tree_ancestors", ancestors, shape=(B, S, S), dtypes=(torch.int32,), device=dev)
+        if not ancestors.is_contiguous():
+            raise ValueError("tree_ancestors must be contiguous (as tree_ancestors() makes it)")
     if S < 1:
         raise ValueError("q must hold at least one query row (S >= 1)")
     if S > k_cache.shape[1]:
@@ -126,6 +160,7 @@ def target_attention(
     cache_slots: torch.Tensor | None = None,
     config: TargetAttentionConfig | None = None,
     max_seqlen: int | None = None,
+    tree_ancestors: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """Batch-invariant attention of ``S`` new rows over a KV cache: decode, prefill chunks and tree verification.
 
@@ -161,12 +196,16 @@ def target_attention(
         leaves out the launch that merges splits (causal: the combine; tree: the shared kernel, whose one split
         the tree kernel runs itself). The same bits as without it; a bound below the real lengths is an error when
         ``validate`` checks them, and wrong rows when it does not (lengths live on the device).
+    tree_ancestors : Tensor ``[B, S, S]`` int32 or None: :func:`tree_ancestors` of ``tree_mask``, made once by a
+        caller that runs several attentions over one tree (a forward's layers); the kernel reads it instead of the
+        mask. None: made here (one more launch). A table of another mask gives that mask's rows.
 
     Returns
     -------
     out : Tensor ``[B, S, Hq, D]``, dtype of ``q``. A row with no visible key gets zeros.
     """
-    B, S, Hq, Hkv, D = _check(q, k_cache, v_cache, cache_seqlens, tree_mask, softmax_scale, cache_slots)
+    B, S, Hq, Hkv, D = _check(q, k_cache, v_cache, cache_seqlens, tree_mask, softmax_scale, cache_slots,
+                              tree_ancestors)
     if max_seqlen is not None and (isinstance(max_seqlen, bool) or not isinstance(max_seqlen, int)
                                    or max_seqlen < S):
         raise ValueError(f"max_seqlen must be an int >= S={S} (an upper bound on L_b + S), got {max_seqlen!r}")
@@ -224,20 +263,18 @@ def target_attention(
             S, Hq, Lmax, nsplit, qk_scale, NB, CAUSAL=causal, **common, **opts,
         )
     if not causal:
-        mask_float = tree_mask.is_floating_point()
-        mask = tree_mask if mask_float else tree_mask.view(torch.uint8)
-        ms, block_s = tree_mask.stride(), max(2, next_power_of_2(S))
+        anc = tree_ancestors if tree_ancestors is not None else _ancestor_table(tree_mask, validate=False)
+        block_s = max(2, next_power_of_2(S))
         # measured gain at heads of 128 only (see GPU_CONFIG); SmolLM2's 64-wide heads fit more programs per SM
         tt = cfg.tree_tokens if config is not None or (D >= 128 and B * S * Hkv > 2 * num_sms(dev)) else 1
         tt = min(tt, S)  # a program's token loop is unrolled: no iterations for tokens past the tree
         _tree_kernel[(cdiv(S, tt), B * Hkv)](
-            q, k_cache, v_cache, cache_seqlens, slots, mask, acc_part, ml_part, out,
+            q, k_cache, v_cache, cache_seqlens, slots, anc, acc_part, ml_part, out,
             q.stride(0), q.stride(1), q.stride(2),
             k_cache.stride(0), k_cache.stride(1), k_cache.stride(2),
             v_cache.stride(0), v_cache.stride(1), v_cache.stride(2),
-            ms[0], ms[1], ms[2],
             out.stride(0), out.stride(1), out.stride(2),
-            S, Hq, Lmax, nsplit, qk_scale, NB, BLOCK_S=block_s, TT=tt, MASK_FLOAT=mask_float, **common,
+            S, Hq, Lmax, nsplit, qk_scale, NB, BLOCK_S=block_s, TT=tt, **common,
             **dict(opts, num_stages=cfg.tree_stages),
         )
     elif not skip_combine:  # causal rows of several splits (a context longer than one split): merged here
@@ -282,15 +319,12 @@ def _aot_specs():
             sig.update(ptrs)
             sig.update({k: "constexpr" for k in const})
             specs.append((_shared_kernel, sig, const, {**opts, "div16": _div16(_shared_kernel)}))
-        # the bool mask's bytes; in bf16 also the drafters' fp32 mask read as it is (the engine's verify)
-        for mask_dt in (("u8", "fp32") if dt == "bf16" else ("u8",)):
-            sig = {n: "i32" for n in _tree_kernel.arg_names}
-            const = dict(common, BLOCK_S=64, TT=cfg.tree_tokens, MASK_FLOAT=mask_dt != "u8")
-            sig.update(ptrs)
-            sig["mask_ptr"] = f"*{mask_dt}"
-            sig.update({k: "constexpr" for k in const})
-            specs.append((_tree_kernel, sig, const,
-                          {**opts, "num_stages": cfg.tree_stages, "div16": _div16(_tree_kernel)}))
+        sig = {n: "i32" for n in _tree_kernel.arg_names}
+        const = dict(common, BLOCK_S=64, TT=cfg.tree_tokens)
+        sig.update(ptrs)
+        sig["anc_ptr"] = "*i32"
+        sig.update({k: "constexpr" for k in const})
+        specs.append((_tree_kernel, sig, const, {**opts, "num_stages": cfg.tree_stages, "div16": _div16(_tree_kernel)}))
         sig = {n: "i32" for n in _combine_kernel.arg_names}
         sig.update({"seqlens_ptr": "*i32", "slots_ptr": "*i32", "acc_ptr": "*fp32", "ml_ptr": "*fp32",
                     "o_ptr": f"*{dt}", "qk_scale": "fp32"})
@@ -299,8 +333,16 @@ def _aot_specs():
         sig.update({k: "constexpr" for k in const})
         specs.append((_combine_kernel, sig, const,
                       {"num_warps": 4, "enable_fp_fusion": False, "launch_pdl": pdl, "div16": _div16(_combine_kernel)}))
+    # the ancestor table of a bool mask's bytes and of the drafters' fp32 mask read as it is (the engine's verify)
+    for mask_dt in ("u8", "fp32"):
+        sig = {n: "i32" for n in _ancestors_kernel.arg_names}
+        const = dict(BLOCK_S=64, MASK_FLOAT=mask_dt != "u8", PDL=True)
+        sig.update({"mask_ptr": f"*{mask_dt}", "anc_ptr": "*i32"})
+        sig.update({k: "constexpr" for k in const})
+        specs.append((_ancestors_kernel, sig, const, {"num_warps": 4, "launch_pdl": True, "div16": []}))
     return specs
 
 
 #: ``(kernel, signature, constexprs, options)`` tuples compiled for sm_90 by tests/test_compile_targets.py.
 AOT_SPECS = _aot_specs()
+

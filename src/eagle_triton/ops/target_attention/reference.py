@@ -11,7 +11,7 @@ import torch
 
 from ..attention.reference import tree_attention_ref
 
-__all__ = ["target_attention_ref", "key_positions_ref"]
+__all__ = ["target_attention_ref", "key_positions_ref", "tree_ancestors_ref"]
 
 
 def _as_bool_mask(tree_mask: torch.Tensor | None) -> torch.Tensor | None:
@@ -45,6 +45,16 @@ def target_attention_ref(
         idx = cache_slots.to(k_cache.device).long()
         k_cache, v_cache, cache_seqlens = k_cache[idx], v_cache[idx], cache_seqlens.to(idx.device)[idx]
     return tree_attention_ref(q, k_cache, v_cache, cache_seqlens, tree_mask, softmax_scale)
+
+
+def tree_ancestors_ref(tree_mask: torch.Tensor) -> torch.Tensor:
+    """Reference of :func:`~eagle_triton.ops.target_attention.tree_ancestors`: ``[B, S, S]`` int32, entry
+    ``[b, i, d]`` the ``d``-th true column of ``tree_mask[b, i]`` (a float mask's cells ``> 0.5``), -1 past them."""
+    m = _as_bool_mask(tree_mask)
+    S = m.shape[-1]
+    cols = torch.arange(S, device=m.device)
+    first = torch.where(m, cols, S + cols).sort(-1).values  # true columns first, in index order
+    return torch.where(first < S, first, -1).to(torch.int32)
 
 
 def key_positions_ref(cache_seqlens: torch.Tensor, tree_mask: torch.Tensor | None, S: int) -> torch.Tensor:
