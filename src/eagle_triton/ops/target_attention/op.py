@@ -67,6 +67,8 @@ class TargetAttentionConfig:
 #: per program once a verify has more than two programs per SM (H100, 60-row verify, 32 layers, in
 #: bench/results/session12_2026-11-26/attn_8b_b.json: 8B shape, 480 pairs, 19.5 -> 17.3 us per layer; SmolLM2's 180
 #: pairs stay at one token, 10.4 us, against 13.5 with two; more tokens per program are slower: 24.9 us with 4).
+#: With the ancestor table (session21_2026-11-27/attn_table_tree_tokens.json, prefix 64): 1 / 2 / 4 tokens take
+#: 15.06 / 11.75 / 16.35 us per layer.
 GPU_CONFIG = TargetAttentionConfig(block_m=64, block_n=64, split_blocks=4, num_warps=4, num_stages=3, tree_tokens=2)
 #: GPU, fp32 inputs (IEEE products on FMA units, 4-byte tiles): half the tiles, the same 256-position splits.
 GPU_FP32_CONFIG = TargetAttentionConfig(block_m=32, block_n=32, split_blocks=8, num_warps=4, num_stages=2)
