@@ -67,6 +67,10 @@ def main(argv=None) -> int:
     p.add_argument("--out", required=True)
     p.add_argument("--rows", default="1,60")
     p.add_argument("--budget-s", type=float, default=250)
+    p.add_argument("--shapes", default=None, help="comma-separated product names (default: all of the model's)")
+    p.add_argument("--widths", default=None,
+                   help="8b: comma-separated output-tile widths BN to time besides the default (BK 256 then 128, "
+                        "stages as fit 200 KiB, two chunks asked of L2), e.g. 64,128")
     args = p.parse_args(argv)
     from eagle_triton.ops.target_linear import LinearConfig, default_config, target_linear
 
@@ -79,7 +83,10 @@ def main(argv=None) -> int:
            "torch": torch.__version__, "triton": __import__("triton").__version__,
            "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "command": " ".join(sys.argv), "runs": []}
     t_end = time.time() + args.budget_s
+    todo = args.shapes.split(",") if args.shapes else list(SHAPES[args.model])
     for name, (N, K, silu, resid) in SHAPES[args.model].items():
+        if name not in todo:
+            continue
         rows_w = 2 * N if silu else N
         wbytes = rows_w * K * 2
         n_w = max(1, min(32, (256 << 20) // wbytes))  # distinct weights: more than L2 holds
@@ -90,6 +97,12 @@ def main(argv=None) -> int:
         if args.model == "smollm2":
             cands += [(f"{bn}x{bk}/pre{pre}/w{nw}/s{st}", LinearConfig(64, bn, bk, nw, st, pre))
                       for bn, bk, pre, nw, st in SMALL_CANDIDATES]
+        elif args.widths:
+            for bn in map(int, args.widths.split(",")):
+                for bk in (256, 128):
+                    stage = (64 + (2 if silu else 1) * bn) * bk * 2
+                    st = max(2, min(4, (200 * 1024) // stage))
+                    cands.append((f"{bn}x{bk}/s{st}", LinearConfig(64, bn, bk, 4, st, 0, 2)))
         else:
             for pre in (1, 2):
                 c = default
