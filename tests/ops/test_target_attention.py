@@ -199,6 +199,22 @@ def test_given_ancestors_give_the_same_bits(device):
                        target_attention(q, k, v, lens, mask)), f"seed={seed}"
 
 
+def test_corrupt_ancestor_table_reads_inside_the_cache(device):
+    """Entries past S - 1 (a caller's corrupt table, unchecked on the host) are clamped to the last new row: the cache
+    is a view of a larger buffer whose rows past it hold NaN, which an unclamped entry would read."""
+    gen = torch.Generator().manual_seed(secrets.randbelow(1 << 30))
+    S, Hq, Hkv, D, L = 6, 2, 1, 16, 40
+    Lmax = L + S
+    q, k_buf, v_buf = _inputs(1, S, Hq, Hkv, D, Lmax + S, torch.float32, device, gen)
+    k_buf[:, Lmax:], v_buf[:, Lmax:] = float("nan"), float("nan")
+    k, v = k_buf[:, :Lmax], v_buf[:, :Lmax]  # batch 1: contiguous views; the NaN rows follow them in memory
+    mask = _ancestor_mask(_random_parents(S, gen))[None].to(device)
+    bad = tree_ancestors(mask)
+    bad[bad >= 0] += S  # rows L + S .. L + 2S - 1: past the cache, inside the NaN rows
+    out = target_attention(q, k, v, _lens((L,), device), mask, tree_ancestors=bad)
+    assert torch.isfinite(out).all()
+
+
 def test_tree_ancestors_errors(device):
     q = torch.randn(1, 4, 2, 16, device=device)
     k = torch.randn(1, 10, 2, 16, device=device)

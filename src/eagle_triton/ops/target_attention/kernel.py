@@ -347,7 +347,8 @@ def _tree_kernel(
             # the token's ancestor at each tree position of the block (-1 past its own position)
             tree_col = tl.load(a_base + i * S + depth, mask=(depth >= 0) & (depth < tl.where(i < S, S, 0)),
                                other=-1)
-            krow = tl.where(offs_n < L, offs_n, L + tree_col).to(tl.int64)
+            # clamped: a corrupt table passed by a caller still reads inside the new rows
+            krow = tl.where(offs_n < L, offs_n, L + tl.minimum(tree_col, S - 1)).to(tl.int64)
             n_ok = (offs_n < L) | (tree_col >= 0)
             kv_mask = n_ok[:, None] & d_mask[None, :]
             k = tl.load(k_base + krow[:, None] * stride_kl + offs_d[None, :], mask=kv_mask, other=0.0)

@@ -200,7 +200,8 @@ def target_attention(
         ``validate`` checks them, and wrong rows when it does not (lengths live on the device).
     tree_ancestors : Tensor ``[B, S, S]`` int32 or None: :func:`tree_ancestors` of ``tree_mask``, made once by a
         caller that runs several attentions over one tree (a forward's layers); the kernel reads it instead of the
-        mask. None: made here (one more launch). A table of another mask gives that mask's rows.
+        mask. None: made here (one more launch). A table of another mask gives that mask's rows; entries past
+        ``S - 1`` are clamped, so even a corrupt table reads only the cache's new rows.
 
     Returns
     -------
