@@ -106,11 +106,8 @@ def tree_ancestors(tree_mask: torch.Tensor, validate: bool = True) -> torch.Tens
     tree_mask : Tensor ``[B, S, S]``, bool or float (cells ``> 0.5`` true), any strides.
     """
     if validate:
-        if not isinstance(tree_mask, torch.Tensor) or tree_mask.dim() != 3 or tree_mask.shape[1] != tree_mask.shape[2]:
-            raise ValueError(f"tree_mask must be a [B, S, S] tensor, got "
-                             f"{tuple(tree_mask.shape) if isinstance(tree_mask, torch.Tensor) else type(tree_mask)}")
-        if tree_mask.dtype not in _MASKS:
-            raise TypeError(f"tree_mask must be bool or a float dtype, got {tree_mask.dtype}")
+        check_tensor("tree_mask", tree_mask, ndim=3, dtypes=_MASKS)
+        check_tensor("tree_mask", tree_mask, shape=(None, tree_mask.shape[1], tree_mask.shape[1]))
     B, S = tree_mask.shape[0], tree_mask.shape[1]
     anc = torch.empty(B, S, S, device=tree_mask.device, dtype=torch.int32)
     if B * S == 0:
@@ -294,8 +291,8 @@ def target_attention(
 
 
 # Integer arguments that are multiples of 16 at real shapes (the JIT specialises them so; the AOT gate must be
-# told, or it compiles scalar loads that the GPU never runs). S and the mask strides are not.
-_NOT_DIV16 = {"S", "stride_mb", "stride_mi", "stride_mj", "NSPLIT"}
+# told, or it compiles scalar loads that the GPU never runs). S and NSPLIT are not.
+_NOT_DIV16 = {"S", "NSPLIT"}
 
 
 def _div16(fn) -> list[str]:

@@ -70,8 +70,7 @@ def key_positions_ref(cache_seqlens: torch.Tensor, tree_mask: torch.Tensor | Non
     dev = lens.device
     if tree_mask is None:
         tree_mask = torch.ones(S, S, dtype=torch.bool, device=dev).tril().expand(B, S, S)
-    cols = torch.arange(S, device=dev)
-    anc = torch.where(tree_mask, cols, S + cols).sort(-1).values  # true columns first, in index order
+    anc = tree_ancestors_ref(tree_mask).long()  # -1 past each row's depth (masked below by cnt)
     cnt = tree_mask.sum(-1)  # [B, S]
     width = int(lens.max()) + S if B else 0
     p = torch.arange(width, device=dev)[None, None, :]
