@@ -11,7 +11,8 @@ share of the step is the difference. Norm modes are compared with ``--norm-modes
 
 ``--shape smollm2``: SmolLM2-135M-Instruct's architecture with random weights and the shipped head (step times do not
 depend on the weights). ``--profile``: the kernels of 5 replays of each step graph (torch.profiler), top 30 by
-device time.
+device time, and the last replay's launches in order (run with ``EAGLE_TRITON_PDL=0`` for durations that do not
+overlap).
 """
 
 from __future__ import annotations
@@ -172,7 +173,13 @@ def profile_kernels(fn, reps: int = 5, top: int = 30) -> list[dict]:
             rows.append({"kernel": e.key[:120], "calls_per_step": e.count / reps, "us_per_step": t / reps})
     rows.sort(key=lambda r: -r["us_per_step"])
     total = sum(r["us_per_step"] for r in rows)
-    return [{"total_us_per_step": total, "kernels_per_step": sum(r["calls_per_step"] for r in rows)}] + rows[:top]
+    per_step = round(sum(r["calls_per_step"] for r in rows))
+    # the last replay's launches in order (name, device us): with EAGLE_TRITON_PDL=0 the durations do not
+    # overlap, so each product and attention of a layer can be told apart by its place in the step
+    kernels = sorted((e for e in prof.events() if getattr(e, "device_type", None) is not None
+                      and str(e.device_type).endswith("CUDA")), key=lambda e: e.time_range.start)
+    seq = [[e.name[:48], round(e.time_range.elapsed_us(), 2)] for e in kernels[-per_step:]] if per_step else []
+    return [{"total_us_per_step": total, "kernels_per_step": per_step, "sequence": seq}] + rows[:top]
 
 
 if __name__ == "__main__":

@@ -71,6 +71,10 @@ def main(argv=None) -> int:
     p.add_argument("--widths", default=None,
                    help="8b: comma-separated output-tile widths BN to time besides the default (BK 256 then 128, "
                         "stages as fit 200 KiB, two chunks asked of L2), e.g. 64,128")
+    p.add_argument("--candidates", default=None,
+                   help="explicit tiles to time besides the default, ';'-separated 'BN:BK:warps:stages[:prefetch]' "
+                        "(two chunks asked of L2), e.g. '128:64:4:4;64:128:8:4'")
+    p.add_argument("--pdl", default="0,1", help="programmatic dependent launch settings to time (0 off, 1 on)")
     args = p.parse_args(argv)
     from eagle_triton.ops.target_linear import LinearConfig, default_config, target_linear
 
@@ -97,6 +101,11 @@ def main(argv=None) -> int:
         if args.model == "smollm2":
             cands += [(f"{bn}x{bk}/pre{pre}/w{nw}/s{st}", LinearConfig(64, bn, bk, nw, st, pre))
                       for bn, bk, pre, nw, st in SMALL_CANDIDATES]
+        elif args.candidates:
+            for spec in args.candidates.split(";"):
+                bn, bk, nw, st, *pre = map(int, spec.split(":"))
+                cands.append((f"{bn}x{bk}/w{nw}/s{st}/pre{pre[0] if pre else 0}",
+                              LinearConfig(64, bn, bk, nw, st, pre[0] if pre else 0, 2)))
         elif args.widths:
             for bn in map(int, args.widths.split(",")):
                 for bk in (256, 128):
@@ -113,7 +122,7 @@ def main(argv=None) -> int:
             r_in = x0[: M * N].view(M, N) if resid else None
             outs = [torch.empty(M, N, device=dev, dtype=dt) for _ in range(2)]
             for label, cfg in cands:
-                for pdl in ("0", "1"):
+                for pdl in args.pdl.split(","):
                     if time.time() > t_end:
                         break
                     os.environ["EAGLE_TRITON_PDL"] = pdl
