@@ -34,7 +34,7 @@ S13 = "session13_2026-11-26/"  # session 13's set (bench/results/session13_2026-
 S14 = "session14_2026-11-27/"  # session 14's set (bench/results/session14_2026-11-27/README.md)
 S15 = "session15_2026-11-27/"  # session 15's set (bench/results/session15_2026-11-27/README.md)
 S16 = "session16_2026-11-27/"  # session 16's set (bench/results/session16_2026-11-27/README.md)
-S17 = "session17_2026-11-27/"  # session 17's set: the round-3 SmolLM2 head (bench/results/session17_2026-11-27/)
+S22 = "session22_2026-11-27/"  # session 22's set: the round-5 SmolLM2 head (bench/results/session22_2026-11-27/)
 # The engine benchmark of issue 18 (a bench_engine.json with "parts": bench/bench_engine.py since schema 2). Its README
 # tables are printed by bench/engine_table.py, and every figure they print is an entry (engine_parts_entries).
 # None: the newest such file committed under bench/results/ (by its "date"); name one ("<set>/bench_engine.json") to
@@ -457,20 +457,20 @@ def session16_entries() -> list[dict]:
             for name, key, decimals, text, printed, note in figures]
 
 
-def session17_entries() -> list[dict]:
-    """Session 17's figures: the shipped SmolLM2 head's mean accepted length (round 3) against round 1's, same
-    prompts, same run (issue 22's headline names)."""
-    src = S17 + "acceptance_r3.json"
+def shipped_head_entries() -> list[dict]:
+    """The shipped SmolLM2 head's mean accepted length (round 5, session 22) against round 3's, same prompts, same
+    run (issue 22's headline names; round 3's own entries came from session 17's acceptance_r3.json)."""
+    src = S22 + "acceptance_heads.json"
     commit = _adding_commit(ROOT / RESULTS / src) or "uncommitted"
     measured = "bench/bench_acceptance.py, 40 prompts x 128 tokens, greedy, 60/7/10, bf16 engine, fused drafter"
     out = []
     for name, key, text, printed, ref_printed in (
-            ("smollm2_tau_mtbench", "mtbench", "accepts 3.45 tokens per step on MT-bench (round 1: 3.14)", "3.45",
-             "3.14"),
-            ("smollm2_tau_humaneval", "humaneval", "and 4.45 on HumanEval (round 1: 3.57)", "4.45", "3.57")):
+            ("smollm2_tau_mtbench", "mtbench", "accepts 3.73 tokens per step on MT-bench (round 3: 3.45)", "3.73",
+             "3.45"),
+            ("smollm2_tau_humaneval", "humaneval", "and 5.16 on HumanEval (round 3: 4.45)", "5.16", "4.45")):
         run = ["engine", "tau_by_head", f"{key}/60/7/10/T=0", "tau"]
-        out.append(prose_entry(name, "tokens per step", src, run + ["r3"], 2, commit, text, printed,
-                               measured + "; baseline: the round-1 head", ref_path=run + ["old"], ref_kind="baseline",
+        out.append(prose_entry(name, "tokens per step", src, run + ["new"], 2, commit, text, printed,
+                               measured + "; baseline: the round-3 head", ref_path=run + ["old"], ref_kind="baseline",
                                ref_printed=ref_printed, date="2026-11-27"))
     return out
 
@@ -597,7 +597,7 @@ def main() -> None:
            "entries": _latest(drafter_entries() + engine_entries() + session7_entries() + session8_entries()
                               + session9_entries() + session10_entries() + session12_entries()
                               + session13_entries() + session14_entries() + session15_entries() + session16_entries()
-                              + session17_entries() + engine_parts_entries()
+                              + shipped_head_entries() + engine_parts_entries()
                               + batch_entries())}
     path = ROOT / RESULTS / "headline.json"
     path.write_text(json.dumps(doc, indent=1) + "\n")

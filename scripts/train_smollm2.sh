@@ -19,7 +19,7 @@
 # vocabulary and step; new data start a new epoch), EXTRA_DATA (data folders or packs, read in place, that join the
 # training set), OPENERS (`builtin` or a file of words each sampled user turn starts with; not used by rounds 1-3).
 #
-# The shipped head is round 3 of this recipe (2026-11-27; the data come out the same on any machine, the training
+# The shipped head is round 5 of this recipe (2026-11-27; the data come out the same on any machine, the training
 # steps depend on its speed: MODEL_CARD.md records them). Data: the engine writes two-turn conversations, several
 # seeds in parallel on one GPU (three processes keep it busier than one); NUM_PROMPTS = whole batches of 512.
 #
@@ -34,6 +34,16 @@
 #   env $G WORK=runs/r3 SEED=3 LR=6e-4 INIT_HEAD=runs/r2/run/head \
 #     EXTRA_DATA="runs/s1/data runs/s2/data runs/s3/data runs/s4/data runs/s5/data runs/s6/data" \
 #     TRAIN1_BUDGET=210 TRAIN2_BUDGET=140 bash scripts/train_smollm2.sh train1 train2 ship
+#   # round 5 (shipped; round 4 was not): new data only, written by the plain engine (no draft head: the fastest
+#   # writer) with every sampled user turn started by a builtin opener; seeds 10-12 (the 6 + 5 + 5 batches that
+#   # three such writers finished in 420 s on an H100); train from round 3 (the assets of commit 583a78a) at the
+#   # ablation's learning rate
+#   G5="TURNS=2 MAX_NEW=512 TEMPS=0,0.7,0,1.0 GENERATOR=engine GEN_DRAFT=none OPENERS=builtin MAX_LEN=1536 DATA_BUDGET=100000"
+#   env $G5 WORK=runs/s10 SEED=10 NUM_PROMPTS=3072 bash scripts/train_smollm2.sh data &
+#   for s in 11 12; do env $G5 WORK=runs/s$s SEED=$s NUM_PROMPTS=2560 bash scripts/train_smollm2.sh data & done; wait
+#   env WORK=runs/r5 SEED=10 MAX_LEN=1536 LR=5e-4 INIT_HEAD=runs/r3/run/head \
+#     EXTRA_DATA="runs/s10/data runs/s11/data runs/s12/data" TRAIN1_BUDGET=230 TRAIN2_BUDGET=130 \
+#     bash scripts/train_smollm2.sh train1 train2 ship
 #
 # (A sampled answer's coins depend on the drafting head, so GEN_DRAFT is part of the recipe; the distribution is the
 # target's whatever the head.)
