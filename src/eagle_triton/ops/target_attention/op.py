@@ -108,6 +108,11 @@ def tree_ancestors(tree_mask: torch.Tensor, validate: bool = True) -> torch.Tens
     if validate:
         check_tensor("tree_mask", tree_mask, ndim=3, dtypes=_MASKS)
         check_tensor("tree_mask", tree_mask, shape=(None, tree_mask.shape[1], tree_mask.shape[1]))
+    return _launch_ancestors(tree_mask)
+
+
+def _launch_ancestors(tree_mask: torch.Tensor) -> torch.Tensor:
+    """:func:`tree_ancestors` without the checks (``target_attention`` has checked the mask already)."""
     B, S = tree_mask.shape[0], tree_mask.shape[1]
     anc = torch.empty(B, S, S, device=tree_mask.device, dtype=torch.int32)
     if B * S == 0:
@@ -117,9 +122,6 @@ def tree_ancestors(tree_mask: torch.Tensor, validate: bool = True) -> torch.Tens
     _ancestors_kernel[(B * S,)](mask, anc, S, *mask.stride(), BLOCK_S=max(2, next_power_of_2(S)),
                                 MASK_FLOAT=mask_float, num_warps=4, **pdl_kwargs(tree_mask.device))
     return anc
-
-
-_ancestor_table = tree_ancestors  # for target_attention, whose argument of that name shadows the function
 
 
 def _check(q, k_cache, v_cache, cache_seqlens, tree_mask, softmax_scale, cache_slots, ancestors):
@@ -263,7 +265,7 @@ def target_attention(
             S, Hq, Lmax, nsplit, qk_scale, NB, CAUSAL=causal, **common, **opts,
         )
     if not causal:
-        anc = tree_ancestors if tree_ancestors is not None else _ancestor_table(tree_mask, validate=False)
+        anc = tree_ancestors if tree_ancestors is not None else _launch_ancestors(tree_mask)
         block_s = max(2, next_power_of_2(S))
         # measured gain at heads of 128 only (see GPU_CONFIG); SmolLM2's 64-wide heads fit more programs per SM
         tt = cfg.tree_tokens if config is not None or (D >= 128 and B * S * Hkv > 2 * num_sms(dev)) else 1
@@ -345,4 +347,3 @@ def _aot_specs():
 
 #: ``(kernel, signature, constexprs, options)`` tuples compiled for sm_90 by tests/test_compile_targets.py.
 AOT_SPECS = _aot_specs()
-
