@@ -101,17 +101,15 @@ def main(argv=None) -> int:
         if args.model == "smollm2":
             cands += [(f"{bn}x{bk}/pre{pre}/w{nw}/s{st}", LinearConfig(64, bn, bk, nw, st, pre))
                       for bn, bk, pre, nw, st in SMALL_CANDIDATES]
-        elif args.candidates:
-            for spec in args.candidates.split(";"):
+        elif args.candidates or args.widths:
+            specs = args.candidates.split(";") if args.candidates else [
+                # each width in BK 256 then 128 chunks, 4 warps, as many stages (2-4) as fit 200 KiB
+                f"{bn}:{bk}:4:{max(2, min(4, (200 * 1024) // ((64 + (2 if silu else 1) * bn) * bk * 2)))}"
+                for bn in map(int, args.widths.split(",")) for bk in (256, 128)]
+            for spec in specs:
                 bn, bk, nw, st, *pre = map(int, spec.split(":"))
-                cands.append((f"{bn}x{bk}/w{nw}/s{st}/pre{pre[0] if pre else 0}",
-                              LinearConfig(64, bn, bk, nw, st, pre[0] if pre else 0, 2)))
-        elif args.widths:
-            for bn in map(int, args.widths.split(",")):
-                for bk in (256, 128):
-                    stage = (64 + (2 if silu else 1) * bn) * bk * 2
-                    st = max(2, min(4, (200 * 1024) // stage))
-                    cands.append((f"{bn}x{bk}/s{st}", LinearConfig(64, bn, bk, 4, st, 0, 2)))
+                pre = pre[0] if pre else 0
+                cands.append((f"{bn}x{bk}/w{nw}/s{st}/pre{pre}", LinearConfig(64, bn, bk, nw, st, pre, 2)))
         else:
             for pre in (1, 2):
                 c = default
