@@ -35,6 +35,8 @@ S14 = "session14_2026-11-27/"  # session 14's set (bench/results/session14_2026-
 S15 = "session15_2026-11-27/"  # session 15's set (bench/results/session15_2026-11-27/README.md)
 S16 = "session16_2026-11-27/"  # session 16's set (bench/results/session16_2026-11-27/README.md)
 S22 = "session22_2026-11-27/"  # session 22's set: the round-5 SmolLM2 head (bench/results/session22_2026-11-27/)
+S23 = "session23_2026-11-27/"  # session 23's set: the round-6 SmolLM2 head, measured on an H200
+H200 = "NVIDIA H200"
 # The engine benchmark of issue 18 (a bench_engine.json with "parts": bench/bench_engine.py since schema 2). Its README
 # tables are printed by bench/engine_table.py, and every figure they print is an entry (engine_parts_entries).
 # None: the newest such file committed under bench/results/ (by its "date"); name one ("<set>/bench_engine.json") to
@@ -458,20 +460,21 @@ def session16_entries() -> list[dict]:
 
 
 def shipped_head_entries() -> list[dict]:
-    """The shipped SmolLM2 head's mean accepted length (round 5, session 22) against round 3's, same prompts, same
-    run (issue 22's headline names; round 3's own entries came from session 17's acceptance_r3.json)."""
-    src = S22 + "acceptance_heads.json"
+    """The shipped SmolLM2 head's mean accepted length (round 6, session 23) against round 5's, same prompts, same
+    run (issue 22's headline names). Measured on an H200: a mean accepted length counts tokens, not time (greedy
+    outputs equal plain decoding's on either card)."""
+    src = S23 + "acceptance_heads.json"
     commit = _adding_commit(ROOT / RESULTS / src) or "uncommitted"
     measured = "bench/bench_acceptance.py, 40 prompts x 128 tokens, greedy, 60/7/10, bf16 engine, fused drafter"
     out = []
     for name, key, text, printed, ref_printed in (
-            ("smollm2_tau_mtbench", "mtbench", "accepts 3.73 tokens per step on MT-bench (round 3: 3.45)", "3.73",
-             "3.45"),
-            ("smollm2_tau_humaneval", "humaneval", "and 5.16 on HumanEval (round 3: 4.45)", "5.16", "4.45")):
+            ("smollm2_tau_mtbench", "mtbench", "accepts 3.91 tokens per step on MT-bench (round 5: 3.73)", "3.91",
+             "3.73"),
+            ("smollm2_tau_humaneval", "humaneval", "and 5.30 on HumanEval (round 5: 5.16)", "5.30", "5.16")):
         run = ["engine", "tau_by_head", f"{key}/60/7/10/T=0", "tau"]
-        out.append(prose_entry(name, "tokens per step", src, run + ["new"], 2, commit, text, printed,
-                               measured + "; baseline: the round-3 head", ref_path=run + ["old"], ref_kind="baseline",
-                               ref_printed=ref_printed, date="2026-11-27"))
+        readme = [{"text": text, "printed": printed}, {"text": text, "printed": ref_printed, "field": "baseline"}]
+        out.append(entry(name, "tokens per step", src, run + ["new"], 2, H200, commit, readme, run + ["old"],
+                         "baseline", measured + "; baseline: the round-5 head", date="2026-11-27"))
     return out
 
 

@@ -19,7 +19,7 @@
 # vocabulary and step; new data start a new epoch), EXTRA_DATA (data folders or packs, read in place, that join the
 # training set), OPENERS (`builtin` or a file of words each sampled user turn starts with; not used by rounds 1-3).
 #
-# The shipped head is round 5 of this recipe (2026-11-27; the data come out the same on any machine, the training
+# The shipped head is round 6 of this recipe (2026-11-27; the data come out the same on any machine, the training
 # steps depend on its speed: MODEL_CARD.md records them). Data: the engine writes two-turn conversations, several
 # seeds in parallel on one GPU (three processes keep it busier than one); NUM_PROMPTS = whole batches of 512.
 #
@@ -43,6 +43,14 @@
 #   for s in 11 12; do env $G5 WORK=runs/s$s SEED=$s NUM_PROMPTS=2560 bash scripts/train_smollm2.sh data & done; wait
 #   env WORK=runs/r5 SEED=10 MAX_LEN=1536 LR=5e-4 INIT_HEAD=runs/r3/run/head \
 #     EXTRA_DATA="runs/s10/data runs/s11/data runs/s12/data" TRAIN1_BUDGET=230 TRAIN2_BUDGET=130 \
+#     bash scripts/train_smollm2.sh train1 train2 ship
+#   # round 6 (shipped): new data only, as round 5's with 55 openers (scripts/openers_round6.txt); seeds 13-16, the
+#   # 4 batches each that four writers finished in about 470 s on an H100; train from round 5 (commit 5b56a90's assets)
+#   # (the run itself: NUM_PROMPTS=8192 DATA_BUDGET=370, which stopped each writer after its 4th batch)
+#   G6="TURNS=2 MAX_NEW=512 TEMPS=0,0.7,0,1.0 GENERATOR=engine GEN_DRAFT=none OPENERS=scripts/openers_round6.txt MAX_LEN=1536"
+#   for s in 13 14 15 16; do env $G6 WORK=runs/s$s SEED=$s NUM_PROMPTS=2048 DATA_BUDGET=100000 bash scripts/train_smollm2.sh data & done; wait
+#   env WORK=runs/r6 SEED=13 MAX_LEN=1536 LR=5e-4 INIT_HEAD=runs/r5/run/head \
+#     EXTRA_DATA="runs/s13/data runs/s14/data runs/s15/data runs/s16/data" TRAIN1_BUDGET=260 TRAIN2_BUDGET=150 \
 #     bash scripts/train_smollm2.sh train1 train2 ship
 #
 # (A sampled answer's coins depend on the drafting head, so GEN_DRAFT is part of the recipe; the distribution is the
