@@ -3,6 +3,9 @@ validated on the same held-out conversations with the same validation settings.
 
     python bench/train_ablation.py --data runs/pack.pt.gz --init-head src/eagle_triton/assets/smollm2-eagle3 \
         --steps 300 --variants "base;lr=5e-4;ttt_steps=5;max_len=1024" --out $OUT
+    # a trained head's vocabulary grown (its ids kept, the data's most frequent others added):
+    python bench/train_ablation.py --data runs/pack.pt.gz --init-head src/eagle_triton/assets/smollm2-eagle3 \
+        --steps 300 --variants "lr=5e-4;lr=5e-4,grow_draft_vocab=16384;lr=5e-4,grow_draft_vocab=24576" --out $OUT
     # the draft vocabulary needs heads trained from scratch (a head's vocabulary is part of it):
     python bench/train_ablation.py --data runs/pack.pt.gz --steps 600 \
         --variants "draft_vocab_size=12288;draft_vocab_size=8192;draft_vocab_size=16384" --out $OUT
@@ -46,8 +49,8 @@ from eagle_triton.train import TrainConfig  # noqa: E402
 #: The recipe's settings (scripts/train_smollm2.sh's); a variant overrides some of them.
 BASE = dict(lr=1e-3, ttt_steps=7, max_len=1536, tokens_per_batch=16384, draft_vocab_size=12288, warmup_steps=100)
 #: The settings a variant may change.
-KNOBS = ("lr", "ttt_steps", "max_len", "tokens_per_batch", "draft_vocab_size", "warmup_steps", "step_decay",
-         "intermediate_size", "grad_clip")
+KNOBS = ("lr", "ttt_steps", "max_len", "tokens_per_batch", "draft_vocab_size", "grow_draft_vocab", "warmup_steps",
+         "step_decay", "intermediate_size", "grad_clip")
 
 
 def parse_variants(text: str, init_head: bool) -> list[tuple[str, dict]]:
@@ -71,6 +74,8 @@ def parse_variants(text: str, init_head: bool) -> list[tuple[str, dict]]:
         if init_head and "draft_vocab_size" in over:
             raise SystemExit(f"variant {chunk!r}: the draft vocabulary is part of --init-head's head; measure it "
                              "from scratch (no --init-head)")
+        if not init_head and "grow_draft_vocab" in over:
+            raise SystemExit(f"variant {chunk!r}: grow_draft_vocab grows --init-head's vocabulary; pass --init-head")
         if chunk in seen:
             raise SystemExit(f"variant {chunk!r} is given twice")
         seen.add(chunk)

@@ -16,7 +16,8 @@
 # TURNS (user turns per self-distilled conversation; the first head: 1), TEMPS (response temperatures, cycled over
 # batches), SEED, GENERATOR (transformers or engine: who writes the data), MAX_LEN (training sequence cut),
 # GEN_DRAFT (the engine generator's draft head), INIT_HEAD (train1 continues from this head: its weights,
-# vocabulary and step; new data start a new epoch), EXTRA_DATA (data folders or packs, read in place, that join the
+# vocabulary and step; new data start a new epoch), GROW_VOCAB (with INIT_HEAD: train1 grows the head's draft
+# vocabulary to this many ids, adding the data's most frequent other response tokens), EXTRA_DATA (data folders or packs, read in place, that join the
 # training set), OPENERS (`builtin` or a file of words each sampled user turn starts with; not used by rounds 1-3).
 #
 # The shipped head is round 6 of this recipe (2026-11-27; the data come out the same on any machine, the training
@@ -111,7 +112,7 @@ for stage in "$@"; do
       train --stage data --data-time-budget "${DATA_BUDGET:-270}" ${GEN_DRAFT:+--gen-draft "$GEN_DRAFT"} ;;
     train1)  # warm-up + constant learning rate (the stable phase of warmup-stable-decay)
       train --stage train --max-steps 1000000 --decay-fraction 0 --train-time-budget "${TRAIN1_BUDGET:-180}" \
-            ${INIT_HEAD:+--init-head "$INIT_HEAD"} "${EXTRA[@]}" ;;
+            ${INIT_HEAD:+--init-head "$INIT_HEAD"} ${GROW_VOCAB:+--grow-draft-vocab "$GROW_VOCAB"} "${EXTRA[@]}" ;;
     train2)  # the decay phase: as many steps as fit TRAIN2_BUDGET at the measured rate, decayed linearly
       RESUME=()
       if [ -n "${STATE:-}" ]; then

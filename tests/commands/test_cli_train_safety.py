@@ -188,3 +188,10 @@ def test_ctrl_c_is_one_line_exit_130(tmp_path, capsys, monkeypatch, fake_pipelin
     assert main(["train", "--work-dir", str(tmp_path / "w")] + ARGS) == 130
     err = capsys.readouterr().err.strip().splitlines()
     assert err == ["eagle-triton train: interrupted (Ctrl-C)"]
+
+
+def test_grow_draft_vocab_without_an_init_head_is_refused(tmp_path, capsys, fake_pipeline):
+    argv = ["train", "--work-dir", str(tmp_path / "w"), "--grow-draft-vocab", "16384"] + ARGS
+    assert main(argv) == 2
+    assert "--grow-draft-vocab needs --init-head" in _one_error_line(capsys)
+    assert fake_pipeline == [] and not (tmp_path / "w").exists()

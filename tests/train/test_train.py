@@ -20,6 +20,8 @@ from eagle_triton.train import (
     export_dataset,
     generate_dataset,
     greedy_acceptance,
+    grow_draft_vocab,
+    grown_positions,
     import_dataset,
     load_dataset,
     lr_at,
@@ -99,6 +101,73 @@ def test_draft_vocab_from_frequencies():
         build_draft_vocab(counts, 9)
     with pytest.raises(ValueError, match="outside"):
         token_counts([torch.tensor([7])], 5)
+
+
+def test_draft_vocab_grown_keeps_every_id():
+    counts = torch.tensor([5, 0, 9, 5, 1, 9, 0, 2])
+    old = torch.tensor([1, 4, 6])  # rare ids: a vocabulary chosen from other data
+    v = grow_draft_vocab(old, counts, 5)
+    # the old ids stay, then 9 (ids 2, 5) by count
+    assert v.used.tolist() == [1, 2, 4, 5, 6]
+    assert torch.equal(v.used, torch.arange(5) + v.d2t) and v.t2d.nonzero().flatten().tolist() == v.used.tolist()
+    assert v.coverage == pytest.approx(19 / 31)
+    assert grown_positions(old, v.used).tolist() == [0, 2, 4]
+    assert grow_draft_vocab(old, counts, 3).used.tolist() == [1, 4, 6]  # the same size: unchanged
+    with pytest.raises(ValueError, match="cannot grow a draft vocabulary of 3 ids to 2"):
+        grow_draft_vocab(old, counts, 2)
+    with pytest.raises(ValueError, match="repeated"):
+        grow_draft_vocab(torch.tensor([1, 1]), counts, 4)
+    with pytest.raises(ValueError, match="ids in"):
+        grow_draft_vocab(torch.tensor([8]), counts, 4)
+    with pytest.raises(ValueError, match="does not contain"):
+        grown_positions(torch.tensor([3]), v.used)
+
+
+def test_growing_a_trained_heads_vocabulary(tmp_path, tiny):
+    """``grow_draft_vocab`` with an init head: its rows move to their ids' places bit for bit, the new ids' rows are
+    the target's output rows, the vocabulary and the config are recorded, and training goes on from there."""
+    model, tok = tiny
+    samples = _small_data(tmp_path, tiny)
+    cfg = dict(draft_vocab_size=24, ttt_steps=2, lr=3e-3, warmup_steps=2, max_steps=6, tokens_per_batch=200,
+               max_len=64, val_fraction=0.1, log_every=2, save_every=0, save_dtype="float32", intermediate_size=64)
+    train_eagle3(model, tok, samples, TrainConfig(**cfg), tmp_path / "a", progress=False, log=lambda *_: None)
+    old = load_draft_head(tmp_path / "a" / "head", embed_tokens=model.get_input_embeddings())
+    old_used = old.draft_to_target(torch.arange(24))
+    logs = []
+    grown, meta = train_eagle3(model, tok, samples, TrainConfig(**{**cfg, "grow_draft_vocab": 40}), tmp_path / "b",
+                               init_head=tmp_path / "a" / "head", progress=False, log=logs.append)
+    assert meta["step"] == 6 and grown.draft_vocab_size == 40 and meta["head_config"]["draft_vocab_size"] == 40
+    used = grown.draft_to_target(torch.arange(40))
+    assert used.tolist() == meta["vocab_used"] == sorted(set(used.tolist()))
+    assert set(old_used.tolist()) <= set(used.tolist())
+    change = meta["vocab_changes"]
+    assert len(change) == 1 and (change[0]["from"], change[0]["to"], change[0]["step"]) == (24, 40, 6)
+    assert change[0]["coverage_after"] >= change[0]["coverage_before"]
+    assert any("grown 24 -> 40" in line for line in logs)
+    pos = grown_positions(old_used, used)
+    assert torch.equal(grown.lm_head.weight[pos], old.lm_head.weight)
+    new = torch.ones(40, dtype=torch.bool)
+    new[pos] = False
+    assert torch.equal(grown.lm_head.weight[new], model.get_output_embeddings().weight[used[new]].float())
+    for name, w in old.state_dict().items():
+        if name not in ("lm_head.weight", "d2t", "t2d"):
+            assert torch.equal(grown.state_dict()[name], w), name
+    loaded = load_draft_head(tmp_path / "b" / "head", embed_tokens=model.get_input_embeddings())
+    assert loaded.draft_vocab_size == 40 and torch.equal(loaded.draft_to_target(torch.arange(40)), used)
+
+    # training goes on with the grown vocabulary (and a resumed run keeps it: the same size is no change)
+    _, meta_c = train_eagle3(model, tok, samples, TrainConfig(**{**cfg, "grow_draft_vocab": 40, "max_steps": 9}),
+                             tmp_path / "c", init_head=tmp_path / "b" / "head", progress=False, log=lambda *_: None)
+    assert meta_c["step"] == 9 and meta_c["vocab_used"] == meta["vocab_used"]
+    assert len(meta_c["vocab_changes"]) == 1  # recorded once, carried by the head's train_meta.json
+    with pytest.raises(ValueError, match="cannot grow a draft vocabulary of 40 ids to 30"):
+        train_eagle3(model, tok, samples, TrainConfig(**{**cfg, "grow_draft_vocab": 30}), tmp_path / "d",
+                     init_head=tmp_path / "b" / "head", progress=False, log=lambda *_: None)
+    train_eagle3(model, tok, samples, TrainConfig(**{**cfg, "max_steps": 8, "stop_at_step": 7}), tmp_path / "e",
+                 progress=False, log=lambda *_: None)
+    with pytest.raises(ValueError, match="grows only when training starts from init_head"):
+        train_eagle3(model, tok, samples, TrainConfig(**{**cfg, "max_steps": 8, "grow_draft_vocab": 40}),
+                     tmp_path / "e", progress=False, log=lambda *_: None)
 
 
 def test_lr_schedule_and_batches():

@@ -92,6 +92,10 @@ def register(subparsers) -> None:
                    help="pack work-dir/data into one file after data generation (default: no export)")
     t = p.add_argument_group("training")
     t.add_argument("--draft-vocab", type=int, default=12288, help="draft vocabulary size (most frequent tokens)")
+    t.add_argument("--grow-draft-vocab", type=int, default=None, metavar="N",
+                   help="with --init-head: grow its draft vocabulary to N ids (its ids kept, the data's most frequent "
+                        "other response tokens added, their output rows starting as the target's; default: the head's "
+                        "vocabulary as it is)")
     t.add_argument("--intermediate-size", type=int, default=None,
                    help="MLP width of the head (default: the target's)")
     t.add_argument("--rope-theta", type=float, default=None, help="head RoPE base (default: the target's)")
@@ -198,6 +202,9 @@ def check_args(args) -> None:
         raise UsageError(f"--val-fraction must be in [0, 1), got {args.val_fraction}")
     if not args.lr > 0:
         raise UsageError(f"--lr must be > 0, got {args.lr}")
+    if args.grow_draft_vocab is not None and (args.grow_draft_vocab < 1 or not args.init_head):
+        raise UsageError("--grow-draft-vocab needs --init-head (the head whose vocabulary grows) and a size >= 1, got "
+                         f"{args.grow_draft_vocab}" + ("" if args.init_head else " without --init-head"))
     if args.prompt_openers not in (None, "builtin"):
         if not Path(args.prompt_openers).is_file():
             raise UsageError(f"--prompt-openers {args.prompt_openers} is neither a file nor 'builtin'")
@@ -308,8 +315,9 @@ def run(args) -> int:
     for d in args.extra_data:
         samples += load_dataset(d)
     train_cfg = TrainConfig(
-        draft_vocab_size=args.draft_vocab, intermediate_size=args.intermediate_size, rope_theta=args.rope_theta,
-        ttt_steps=args.ttt_steps, lr=args.lr, warmup_steps=args.warmup_steps, max_steps=args.max_steps,
+        draft_vocab_size=args.draft_vocab, grow_draft_vocab=args.grow_draft_vocab,
+        intermediate_size=args.intermediate_size, rope_theta=args.rope_theta, ttt_steps=args.ttt_steps, lr=args.lr,
+        warmup_steps=args.warmup_steps, max_steps=args.max_steps,
         decay_fraction=args.decay_fraction, tokens_per_batch=args.tokens_per_batch, max_len=args.max_len,
         val_fraction=args.val_fraction, eval_every=args.eval_every, save_every=args.save_every,
         time_budget_s=args.train_time_budget, stop_at_step=args.stop_at_step, seed=args.seed,

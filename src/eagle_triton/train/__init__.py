@@ -29,7 +29,7 @@ from .evaluate import accepted_along_path, greedy_acceptance, greedy_continuatio
 from .target import eagle3_tap_layers, load_target, locate_smollm2, target_forward
 from .trainer import TrainConfig, head_config_for_target, lr_at, make_batches, train_eagle3, validate
 from .ttt import TTTBatch, ttt_hidden_states, ttt_loss
-from .vocab import DraftVocab, build_draft_vocab, token_counts
+from .vocab import DraftVocab, build_draft_vocab, grow_draft_vocab, grown_positions, token_counts
 
 __all__ = [
     "DataConfig",
@@ -41,6 +41,8 @@ __all__ = [
     "TrainConfig",
     "accepted_along_path",
     "build_draft_vocab",
+    "grow_draft_vocab",
+    "grown_positions",
     "eagle3_tap_layers",
     "export_dataset",
     "generate_dataset",

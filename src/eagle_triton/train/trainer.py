@@ -30,7 +30,7 @@ from ..heads import DraftHeadConfig, Eagle3DraftHead
 from .data import Sample, _stop_ids
 from .target import target_embedding, target_final_norm, target_forward
 from .ttt import TTTBatch, ttt_loss
-from .vocab import build_draft_vocab, token_counts
+from .vocab import build_draft_vocab, grow_draft_vocab, grown_positions, token_counts
 
 __all__ = ["TrainConfig", "head_config_for_target", "lr_at", "make_batches", "prepare_batch", "train_eagle3",
            "validate"]
@@ -43,6 +43,9 @@ class TrainConfig:
     Parameters
     ----------
     draft_vocab_size: size of the reduced draft vocabulary (from response-token frequencies).
+    grow_draft_vocab: with an ``init_head``, grow its draft vocabulary to this many ids (:func:`grow_draft_vocab`:
+        its ids kept, the most frequent other response tokens of this data added; their ``lm_head`` rows start as
+        the target's own, as a fresh head's do). ``None`` keeps the head's vocabulary.
     intermediate_size: the head's MLP width (``None``: the target's).
     rope_theta: the head's RoPE base (``None``: the target's ``rope_theta``; EAGLE-3 heads without one use 10000).
     ttt_steps, step_decay: unrolled steps and their loss weights ``step_decay ** s``.
@@ -62,6 +65,7 @@ class TrainConfig:
     """
 
     draft_vocab_size: int = 12288
+    grow_draft_vocab: int | None = None
     intermediate_size: int | None = None
     rope_theta: float | None = None
     ttt_steps: int = 7
@@ -99,6 +103,8 @@ class TrainConfig:
             raise ValueError(f"max_steps, tokens_per_batch and max_len must be positive: {self}")
         if not 0 <= self.val_fraction < 0.5:
             raise ValueError(f"val_fraction must be in [0, 0.5), got {self.val_fraction}")
+        if self.grow_draft_vocab is not None and self.grow_draft_vocab < 1:
+            raise ValueError(f"grow_draft_vocab must be a positive size or None, got {self.grow_draft_vocab}")
         self.betas = tuple(self.betas)
 
 
@@ -274,10 +280,14 @@ def train_eagle3(target, tok, samples: list[Sample], cfg: TrainConfig, out_dir: 
     state_path = out / "trainer_state.pt"
     state = torch.load(state_path, weights_only=False, map_location="cpu") if state_path.is_file() else None
     rewarm_from = None
+    grown_from = None  # the init head's vocabulary, when this run grows it
     if state is not None:
         meta = state["meta"]
         used = torch.tensor(meta["vocab_used"], dtype=torch.long)
         head_cfg = DraftHeadConfig.from_dict(meta["head_config"])
+        if cfg.grow_draft_vocab is not None and cfg.grow_draft_vocab != used.numel():
+            raise ValueError(f"grow_draft_vocab={cfg.grow_draft_vocab}: the run in {out} has a {used.numel()}-id "
+                             "vocabulary; a vocabulary grows only when training starts from init_head")
     elif init_head is not None:
         meta = json.loads((Path(init_head) / "train_meta.json").read_text())
         used = torch.tensor(meta["vocab_used"], dtype=torch.long)
@@ -291,6 +301,19 @@ def train_eagle3(target, tok, samples: list[Sample], cfg: TrainConfig, out_dir: 
             meta.setdefault("data_changes", []).append(
                 {"step": meta["step"], "num_train": len(train_set), "num_val": len(val_set), "train_tokens": tokens})
             meta.update(epoch=0, batch_pos=0, num_train=len(train_set), num_val=len(val_set), train_tokens=tokens)
+        if cfg.grow_draft_vocab is not None and cfg.grow_draft_vocab != used.numel():
+            counts = token_counts([s.ids for s in train_set], head_cfg.vocab_size,
+                                  starts=[s.resp_start for s in train_set])
+            vocab = grow_draft_vocab(used, counts, cfg.grow_draft_vocab)
+            grown_from, used = used, vocab.used
+            head_cfg = DraftHeadConfig.from_dict({**head_cfg.to_dict(), "draft_vocab_size": used.numel()})
+            meta["vocab_changes"] = [*meta.get("vocab_changes", []), {
+                "step": meta["step"], "from": grown_from.numel(), "to": used.numel(),
+                "coverage_before": float(counts[grown_from].sum()) / max(1, int(counts.sum())),
+                "coverage_after": vocab.coverage}]
+            meta.update(vocab_used=used.tolist(), vocab_coverage=vocab.coverage, head_config=head_cfg.to_dict())
+            log(f"draft vocab grown {grown_from.numel()} -> {used.numel()}: covers "
+                f"{meta['vocab_changes'][-1]['coverage_before']:.4f} -> {vocab.coverage:.4f} of response tokens")
     else:
         counts = token_counts([s.ids for s in train_set], target.config.vocab_size,
                               starts=[s.resp_start for s in train_set])
@@ -317,7 +340,13 @@ def train_eagle3(target, tok, samples: list[Sample], cfg: TrainConfig, out_dir: 
         from ..heads import load_draft_head
 
         loaded = load_draft_head(init_head, embed_tokens=target_embedding(target).float().cpu())
-        head.load_state_dict(loaded.float().state_dict())
+        weights = loaded.float().state_dict()
+        if grown_from is not None:
+            # the head's rows move to their ids' places; the new ids' rows are the target's own output rows
+            rows = target.get_output_embeddings().weight[used.to(target.device)].float().cpu()
+            rows[grown_positions(grown_from, used)] = weights["lm_head.weight"]
+            weights.update({"lm_head.weight": rows, "d2t": head.d2t.clone(), "t2d": head.t2d.clone()})
+        head.load_state_dict(weights)
     elif cfg.init_from_target:
         # lm_head(norm(h)) starts as the target's own head over the draft vocabulary (tied or not).
         with torch.no_grad():

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 import torch
 
-__all__ = ["DraftVocab", "build_draft_vocab", "token_counts"]
+__all__ = ["DraftVocab", "build_draft_vocab", "grow_draft_vocab", "token_counts"]
 
 
 @dataclass
@@ -66,3 +66,40 @@ def build_draft_vocab(counts: torch.Tensor, draft_vocab_size: int, always_includ
     coverage = float(counts[used].sum()) / total if total else 0.0
     d2t = used - torch.arange(draft_vocab_size)
     return DraftVocab(used=used, d2t=d2t, t2d=t2d, coverage=coverage)
+
+
+def grow_draft_vocab(used: torch.Tensor, counts: torch.Tensor, draft_vocab_size: int) -> DraftVocab:
+    """A head's vocabulary ``used`` grown to ``draft_vocab_size`` ids: every id of ``used`` kept, then the most
+    frequent other ids of ``counts`` (ties: lower id first), sorted ascending as :func:`build_draft_vocab`'s.
+
+    For continuing a trained head on data its vocabulary covers less well (the head's vocabulary came from older
+    data); :func:`grown_positions` says where each old draft id moves.
+    """
+    if counts.dim() != 1:
+        raise ValueError(f"counts must be a 1-D histogram [V], got shape {list(counts.shape)}")
+    vocab_size = counts.numel()
+    used = torch.as_tensor(used, dtype=torch.long).flatten()
+    if used.numel() == 0 or int(used.min()) < 0 or int(used.max()) >= vocab_size:
+        raise ValueError(f"the vocabulary to grow must be non-empty ids in [0, {vocab_size})")
+    if used.unique().numel() != used.numel():
+        raise ValueError("the vocabulary to grow has repeated ids")
+    if not used.numel() <= draft_vocab_size <= vocab_size:
+        raise ValueError(f"cannot grow a draft vocabulary of {used.numel()} ids to {draft_vocab_size}: the size must "
+                         f"lie in [{used.numel()}, target vocab {vocab_size}]")
+    key = counts.to(torch.float64).clone()
+    key[used] = float("inf")
+    order = torch.argsort(-key, stable=True)
+    grown = order[:draft_vocab_size].sort().values
+    t2d = torch.zeros(vocab_size, dtype=torch.bool)
+    t2d[grown] = True
+    total = int(counts.sum())
+    coverage = float(counts[grown].sum()) / total if total else 0.0
+    return DraftVocab(used=grown, d2t=grown - torch.arange(draft_vocab_size), t2d=t2d, coverage=coverage)
+
+
+def grown_positions(old: torch.Tensor, new: torch.Tensor) -> torch.Tensor:
+    """Draft id in ``new`` (ascending) of each id of ``old``, which ``new`` must contain."""
+    pos = torch.searchsorted(new, old)
+    if bool((pos >= new.numel()).any()) or not torch.equal(new[pos.clamp(max=new.numel() - 1)], old):
+        raise ValueError("the grown vocabulary does not contain every id of the old one")
+    return pos
