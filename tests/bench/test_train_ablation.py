@@ -60,6 +60,8 @@ def test_bad_variants_are_refused():
         train_ablation.parse_variants("lr=fast", init_head=False)
     with pytest.raises(SystemExit, match="from scratch"):
         train_ablation.parse_variants("base;draft_vocab_size=8192", init_head=True)
+    with pytest.raises(SystemExit, match="pass --init-head"):
+        train_ablation.parse_variants("grow_draft_vocab=16384", init_head=False)
     with pytest.raises(SystemExit, match="twice"):
         train_ablation.parse_variants("base;base", init_head=False)
     assert train_ablation.parse_variants("base; max_len=1024,lr=5e-4", init_head=False) == [
@@ -79,9 +81,10 @@ def test_variants_continue_from_a_head(tmp_path, target_and_pack, monkeypatch):
     monkeypatch.setitem(train_ablation.BASE, "max_len", 64)
     monkeypatch.setitem(train_ablation.BASE, "tokens_per_batch", 256)
     argv = ["--target", target, "--data", str(tmp_path / "d"), "--init-head", str(tmp_path / "start" / "head"),
-            "--steps", "2", "--variants", "base;max_len=32", "--val-fraction", "0.1", "--val-ttt-steps", "2",
-            "--val-max-len", "64", "--device", "cpu", "--out", str(tmp_path / "o")]
+            "--steps", "2", "--variants", "base;max_len=32;grow_draft_vocab=64", "--val-fraction", "0.1",
+            "--val-ttt-steps", "2", "--val-max-len", "64", "--device", "cpu", "--out", str(tmp_path / "o")]
     assert train_ablation.main(argv) == 0
     res = json.loads((tmp_path / "o" / "train_ablation.json").read_text())
-    assert res["start_step"] == 2 and [v["steps"] for v in res["variants"]] == [2, 2]
+    assert res["start_step"] == 2 and [v["steps"] for v in res["variants"]] == [2, 2, 2]
+    assert res["variants"][2]["settings"]["grow_draft_vocab"] == 64
     assert len({v["val_positions"] for v in res["variants"]}) == 1
