@@ -343,6 +343,21 @@ def test_greedy_acceptance_accounts_for_every_token(tmp_path, tiny):
     r = res["8/2/3"]
     assert r["steps"] >= 1 and 1.0 <= r["mean_accepted_length"] <= 4.0
     assert sum(k * n for k, n in enumerate(r["histogram"])) == r["tokens"]
+    assert res["continuation_tokens"] == r["tokens"] and 0 <= res["tokens_out_of_vocab"] <= r["tokens"]
+    assert 0 <= r["ended_out_of_vocab"] <= min(r["steps"], res["tokens_out_of_vocab"])
+    # the accounting, with the vocabulary mask set to nothing and to everything (the drafts use d2t, not t2d)
+    short = sum(r["histogram"][: 3])  # steps that accepted fewer than depth 2 drafts: 1 or 2 tokens
+    with torch.no_grad():
+        head.t2d.fill_(False)
+    none = greedy_acceptance(model, tok, head, ["abc", "hello"], tree_configs=[TreeConfig(8, 2, 3)],
+                             max_new_tokens=12)
+    assert none["tokens_out_of_vocab"] == none["continuation_tokens"] == r["tokens"]
+    assert none["8/2/3"]["histogram"] == r["histogram"] and none["8/2/3"]["ended_out_of_vocab"] == short
+    with torch.no_grad():
+        head.t2d.fill_(True)
+    every = greedy_acceptance(model, tok, head, ["abc", "hello"], tree_configs=[TreeConfig(8, 2, 3)],
+                              max_new_tokens=12)
+    assert every["tokens_out_of_vocab"] == 0 and every["8/2/3"]["ended_out_of_vocab"] == 0
 
 
 def test_cli_train_end_to_end(tmp_path, tiny):

@@ -71,14 +71,19 @@ def greedy_acceptance(target, tok, head, prompts: list[str], tree_configs=(_DEFA
                       progress: bool = False) -> dict:
     """Mean accepted length (tokens per target forward: accepted drafts + 1) per tree configuration.
 
-    Returns ``{"<total>/<depth>/<top_k>": {"mean_accepted_length", "steps", "tokens", "histogram"}, ...}`` plus
-    ``"num_prompts"`` and ``"seconds"``.
+    Returns ``{"<total>/<depth>/<top_k>": {"mean_accepted_length", "steps", "tokens", "histogram",
+    "ended_out_of_vocab"}, ...}`` plus ``"num_prompts"``, ``"seconds"`` and ``"tokens_out_of_vocab"`` (the tokens
+    of the target's continuation that steps produce, all but the prefill's first, outside the head's draft
+    vocabulary; of ``"continuation_tokens"``). ``ended_out_of_vocab``
+    counts the steps that stopped before the tree's depth on such a token: one no draft could have proposed.
     """
     t0 = time.time()
     dev = target.device
     configs = [c if isinstance(c, TreeConfig) else TreeConfig(*c) for c in tree_configs]
     drafters = {c: TreeDrafter(head, c, backend=backend) for c in configs}
-    stats = {c: {"steps": 0, "tokens": 0, "histogram": [0] * (c.depth + 3)} for c in configs}
+    stats = {c: {"steps": 0, "tokens": 0, "histogram": [0] * (c.depth + 3), "ended_out_of_vocab": 0} for c in configs}
+    in_vocab = head.t2d.to(dev, torch.bool) if head.has_vocab_map else None  # None: every id can be drafted
+    oov = cont_tokens = 0
     it = prompts
     if progress:
         from tqdm.auto import tqdm
@@ -90,6 +95,9 @@ def greedy_acceptance(target, tok, head, prompts: list[str], tree_configs=(_DEFA
         if cont.numel() < 2:
             continue
         seq = torch.cat([torch.tensor(ids, device=dev), cont])
+        outside = (~in_vocab[seq]).tolist() if in_vocab is not None else [False] * seq.numel()
+        oov += sum(outside[len(ids) + 1:])  # the steps' tokens (the first comes with the prefill)
+        cont_tokens += cont.numel() - 1
         feats = target_forward(target, seq[None], logits=False).features.to(head.dtype)
         for c, drafter in drafters.items():
             drafter.reset()
@@ -101,11 +109,14 @@ def greedy_acceptance(target, tok, head, prompts: list[str], tree_configs=(_DEFA
                 st["steps"] += 1
                 st["tokens"] += a + 1
                 st["histogram"][a + 1] += 1
+                # (past the continuation's end: the step ended at the token cap, not on a token)
+                st["ended_out_of_vocab"] += int(a < c.depth and P + a + 1 < seq.numel() and outside[P + a + 1])
                 P += a + 1
     out = {}
     for c, st in stats.items():
         out[f"{c.total_tokens}/{c.depth}/{c.top_k}"] = {
             "mean_accepted_length": st["tokens"] / max(1, st["steps"]), **st}
     out["num_prompts"] = len(prompts)
+    out["tokens_out_of_vocab"], out["continuation_tokens"] = oov, cont_tokens
     out["seconds"] = time.time() - t0
     return out

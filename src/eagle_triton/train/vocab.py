@@ -86,15 +86,7 @@ def grow_draft_vocab(used: torch.Tensor, counts: torch.Tensor, draft_vocab_size:
     if not used.numel() <= draft_vocab_size <= vocab_size:
         raise ValueError(f"cannot grow a draft vocabulary of {used.numel()} ids to {draft_vocab_size}: the size must "
                          f"lie in [{used.numel()}, target vocab {vocab_size}]")
-    key = counts.to(torch.float64).clone()
-    key[used] = float("inf")
-    order = torch.argsort(-key, stable=True)
-    grown = order[:draft_vocab_size].sort().values
-    t2d = torch.zeros(vocab_size, dtype=torch.bool)
-    t2d[grown] = True
-    total = int(counts.sum())
-    coverage = float(counts[grown].sum()) / total if total else 0.0
-    return DraftVocab(used=grown, d2t=grown - torch.arange(draft_vocab_size), t2d=t2d, coverage=coverage)
+    return build_draft_vocab(counts, draft_vocab_size, always_include=used.tolist())
 
 
 def grown_positions(old: torch.Tensor, new: torch.Tensor) -> torch.Tensor:
