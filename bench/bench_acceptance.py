@@ -304,9 +304,11 @@ def run_estimate(args, trees, datasets, log) -> dict:
         for t in trees:
             k = tree_name(t)
             res["runs"].append({"dataset": ds, "mode": "estimate", "tree": k, "prompts": len(chosen),
-                                "of": len(prompts), **r[k]})
+                                "of": len(prompts), **r[k], "tokens_out_of_vocab": r["tokens_out_of_vocab"],
+                                "continuation_tokens": r["continuation_tokens"]})
             log(f"[estimate] {ds:9s} {k:9s} prompts {len(chosen)}/{len(prompts)} tau "
-                f"{r[k]['mean_accepted_length']:.3f}")
+                f"{r[k]['mean_accepted_length']:.3f}; {r[k]['ended_out_of_vocab']} of {r[k]['steps']} steps ended on "
+                f"a token outside the draft vocabulary ({r['tokens_out_of_vocab']} of {r['continuation_tokens']})")
     return res
 
 

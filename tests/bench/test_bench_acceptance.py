@@ -56,6 +56,19 @@ def test_two_heads_two_temperatures_and_the_heldout_set(tmp_path, target_and_hea
     assert (tmp_path / "acceptance.png").stat().st_size > 0
 
 
+def test_estimate_counts_steps_ended_outside_the_vocabulary(tmp_path, target_and_heads):
+    target, heads = target_and_heads
+    argv = ["--target", target, "--head", heads["old"], "--trees", "6/2/2", "--datasets", "mtbench", "--limit", "2",
+            "--max-new-tokens", "8", "--budget-s", "1000", "--device", "cpu", "--method", "estimate",
+            "--out", str(tmp_path)]
+    assert bench_acceptance.main(argv) == 0
+    (run,) = json.loads((tmp_path / "acceptance.json").read_text())["estimate"]["runs"]
+    assert run["prompts"] == 2 and run["steps"] > 0
+    assert run["continuation_tokens"] == run["tokens"] == sum(k * n for k, n in enumerate(run["histogram"]))
+    assert 0 <= run["ended_out_of_vocab"] <= min(run["steps"], run["tokens_out_of_vocab"])
+    assert run["tokens_out_of_vocab"] <= run["continuation_tokens"]
+
+
 def test_refuses_bad_arguments_and_foreign_files(tmp_path, target_and_heads):
     target, heads = target_and_heads
     base = ["--target", target, "--out", str(tmp_path), "--device", "cpu"]

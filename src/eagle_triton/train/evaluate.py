@@ -105,13 +105,15 @@ def greedy_acceptance(target, tok, head, prompts: list[str], tree_configs=(_DEFA
             while P < seq.numel() - 1:
                 tree = drafter.draft(feats[:, drafter.kv_len: P], seq[None, : P + 1])
                 a = accepted_along_path(tree.draft_tokens[0], tree.retrieve_indices, seq[P + 1:])
+                # the step's tokens: a accepted drafts and the target's own next one, cut at the continuation's end
+                # (a path that matches every remaining token has no bonus token left: the last step ends at the cap)
+                n = min(a + 1, seq.numel() - 1 - P)
                 st = stats[c]
                 st["steps"] += 1
-                st["tokens"] += a + 1
-                st["histogram"][a + 1] += 1
-                # (past the continuation's end: the step ended at the token cap, not on a token)
-                st["ended_out_of_vocab"] += int(a < c.depth and P + a + 1 < seq.numel() and outside[P + a + 1])
-                P += a + 1
+                st["tokens"] += n
+                st["histogram"][n] += 1
+                st["ended_out_of_vocab"] += int(a < c.depth and n == a + 1 and outside[P + n])
+                P += n
     out = {}
     for c, st in stats.items():
         out[f"{c.total_tokens}/{c.depth}/{c.top_k}"] = {
