@@ -15,7 +15,8 @@
 # GEN_BATCH, MAX_NEW, DATA_BUDGET, TRAIN1_BUDGET, TRAIN2_BUDGET (seconds), LR, TOKENS_PER_BATCH, DRAFT_VOCAB,
 # TURNS (user turns per self-distilled conversation; the first head: 1), TEMPS (response temperatures, cycled over
 # batches), SEED, GENERATOR (transformers or engine: who writes the data), MAX_LEN (training sequence cut),
-# GEN_DRAFT (the engine generator's draft head), INIT_HEAD (train1 continues from this head: its weights,
+# GEN_DRAFT (the engine generator's draft head), GEN_SLOTS (its sequences at once: up to 16 with a head, 64 with
+# GEN_DRAFT=none), INIT_HEAD (train1 continues from this head: its weights,
 # vocabulary and step; new data start a new epoch), GROW_VOCAB (with INIT_HEAD: train1 grows the head's draft
 # vocabulary to this many ids, adding the data's most frequent other response tokens), EXTRA_DATA (data folders or packs, read in place, that join the
 # training set), OPENERS (`builtin` or a file of words each sampled user turn starts with; not used by rounds 1-3).
@@ -101,6 +102,7 @@ COMMON=(--target "$TARGET" --work-dir "$WORK" --seed "${SEED:-0}" --no-progress
         --tokens-per-batch "${TOKENS_PER_BATCH:-16384}" --max-len "${MAX_LEN:-1024}" --val-fraction 0.03
         --save-every 200)
 [ -z "${OPENERS:-}" ] || COMMON+=(--prompt-openers "$OPENERS")  # 'builtin' or a file: see --prompt-openers
+[ -z "${GEN_SLOTS:-}" ] || COMMON+=(--gen-slots "$GEN_SLOTS")  # the engine writer's sequences at once (default 16)
 train() { need_target; python3 -m eagle_triton.commands.train "${COMMON[@]}" "$@" 2>&1 | tee -a "$LOG"; }
 EXTRA=()  # EXTRA_DATA: more data folders, or packs written by `export`, for the training stages
 for d in ${EXTRA_DATA:-}; do EXTRA+=(--extra-data "$d"); done

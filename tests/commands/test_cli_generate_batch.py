@@ -144,7 +144,9 @@ def test_existing_output_is_never_touched(tmp_path, capsys, no_loading):
 @pytest.mark.parametrize("argv, words", [
     (["--output", "o.jsonl"], "go with --prompts-file"),
     (["--prompts-file", "{src}"], "needs --output"),
-    (["--prompts-file", "{src}", "--output", "{out}", "--batch-size", "17"], "beyond the largest batch bucket 16"),
+    (["--prompts-file", "{src}", "--output", "{out}", "--batch-size", "17"], "a speculative batch holds at most 16"),
+    (["--prompts-file", "{src}", "--output", "{out}", "--batch-size", "65", "--no-speculation"],
+     "beyond the largest batch bucket 64"),
     (["--prompts-file", "{src}", "--output", "{out}", "--batch-size", "0"], "--batch-size"),
     (["--prompts-file", "{src}", "--output", "{out}", "--prompt", "hi"], "not both"),
     (["--prompts-file", "{src}", "--output", "{out}", "--json"], "--json prints one generation"),

@@ -135,6 +135,8 @@ def test_batch_trees_round_trip_and_keep_the_rest(shipped):
     assert tuned_batch_trees(shipped, "cuda") == {8: (8, 2, 3)}
     with pytest.raises(ValueError, match="3 is not a batch bucket"):
         write_tuned_batch_trees(shipped, "cuda", {3: "8/2/3"}, {})
+    with pytest.raises(ValueError, match="32 is not a batch bucket of speculation"):  # a plain-only bucket
+        write_tuned_batch_trees(shipped, "cuda", {32: "8/2/3"}, {})
     with pytest.raises(ValueError):
         write_tuned_batch_trees(shipped, "cuda", {4: "8/2"}, {})
 

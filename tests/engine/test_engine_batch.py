@@ -14,7 +14,7 @@ from scipy.stats import chi2
 
 from eagle_triton import TreeConfig, TreeDrafter
 from eagle_triton.engine import EagleEngine, LlamaTarget
-from eagle_triton.engine.batch import BATCH_BUCKETS, batch_bucket
+from eagle_triton.engine.batch import BATCH_BUCKETS, SPECULATIVE_BUCKETS, batch_bucket
 from eagle_triton.engine.sampling import SamplingParams, probs_from_logits
 from eagle_triton.testing import random_eagle3_head
 
@@ -118,6 +118,24 @@ def test_batched_greedy_equals_generate_with_refills(tiny_model, target, specula
         assert max(s.mean_accepted_length for _, s in out) > 2.0
 
 
+def test_plain_batches_beyond_the_speculative_buckets(tiny_model):
+    """Plain decoding runs 17-64 sequences at once (buckets 32 and 64), each as generate gives it alone, and the
+    tail moves down through the buckets below."""
+    target = LlamaTarget.from_hf(tiny_model)  # its own: 64 slots of storage would change the shared target's tests
+    n = 40
+    lengths = torch.randint(1, 12, (n,)).tolist()
+    prompts = _prompts(lengths, seed=int(torch.randint(1 << 30, ())))
+    caps = torch.randint(1, 9, (n,)).tolist()
+    eng = EagleEngine(target, drafter=TreeDrafter(_head(), TreeConfig(6, 2, 2), backend="stub"), max_length=32)
+    buckets = []
+    out = eng.generate_batch(input_ids=prompts, max_new_tokens=caps, batch_size=n, speculative=False,
+                             on_result=lambda i, toks, st: buckets.append(target.batch_size))
+    assert [t for t, _ in out] == [hf_greedy(tiny_model, p, c) for p, c in zip(prompts, caps, strict=True)]
+    assert buckets[0] == 64 and buckets[-1] < 64
+    out = eng.generate_batch(input_ids=prompts[:20], max_new_tokens=2, batch_size=20, speculative=False)
+    assert [t for t, _ in out] == [hf_greedy(tiny_model, p, 2) for p in prompts[:20]]
+
+
 def test_max_length_and_zero_caps_in_a_batch(tiny_model, target):
     prompts = _prompts((20, 5, 2), seed=3)
     refs = [hf_greedy(tiny_model, p, 10) for p in prompts]
@@ -210,6 +228,8 @@ def test_batch_trees_per_bucket(tiny_model, target):
     assert eng._drafter_for(small) is not eng.drafter and eng._drafter_for(small).tree_config == small
     with pytest.raises(ValueError, match="key 3 is not a batch bucket"):
         EagleEngine(target, head, max_length=48, batch_trees={3: small})
+    with pytest.raises(ValueError, match=r"key 32 is not a batch bucket of speculation \(1, 2, 4, 8, 16\)"):
+        EagleEngine(target, head, max_length=48, batch_trees={32: small})
     with pytest.raises(TypeError, match=r"batch_trees\[4\] must be a TreeConfig"):
         EagleEngine(target, head, max_length=48, batch_trees={4: (4, 1, 2)})
     with pytest.raises(ValueError, match="needs a draft head"):
@@ -314,7 +334,9 @@ def test_bad_input_is_refused_naming_it(target):
         eng.generate_batch(["hello"])
     with pytest.raises(TypeError, match="must be a list"):
         eng.generate_batch("hello")
-    with pytest.raises(ValueError, match="batch_size 17 is beyond the largest batch bucket 16"):
+    with pytest.raises(ValueError, match="batch_size 65 is beyond the largest batch bucket 64"):
+        eng.generate_batch(input_ids=ok, batch_size=65)
+    with pytest.raises(ValueError, match="batch_size 17: a speculative batch holds at most 16 sequences"):
         eng.generate_batch(input_ids=ok, batch_size=17)
     with pytest.raises(ValueError, match="batch_size must be an int >= 1"):
         eng.generate_batch(input_ids=ok, batch_size=0)
@@ -327,7 +349,8 @@ def test_bad_input_is_refused_naming_it(target):
         eng.generate_batch(input_ids=ok, top_p=[0.0, 1.0])
     with pytest.raises(ValueError, match="on_tokens streams one sequence"):
         eng.generate(input_ids=ok, on_tokens=print)
-    assert batch_bucket(3) == 4 and batch_bucket(16) == 16 and BATCH_BUCKETS == (1, 2, 4, 8, 16)
+    assert batch_bucket(3) == 4 and batch_bucket(16) == 16 and batch_bucket(17) == 32 and batch_bucket(64) == 64
+    assert BATCH_BUCKETS == (1, 2, 4, 8, 16, 32, 64) and SPECULATIVE_BUCKETS == (1, 2, 4, 8, 16)
     # engines that cannot step a batch say why
     ref = EagleEngine(target, _head(), TreeConfig(6, 2, 2), max_length=16, drafter_backend="torch")
     with pytest.raises(ValueError, match="drafter_backend='triton'"):

@@ -3,6 +3,7 @@ answer is what the engine gives that conversation alone, the data resume bit for
 capacity are dropped, and a generator of the wrong kind is refused."""
 
 import json
+import types
 
 import pytest
 import torch
@@ -56,6 +57,20 @@ def test_engine_data_is_what_the_engine_gives_each_conversation_alone(tmp_path, 
     assert [s.ids.tolist() for s in load_dataset(tmp_path / "d")] == before
 
 
+def test_engine_data_do_not_depend_on_the_slots(tmp_path, tiny):
+    """The same conversations, sampled turns included, whether 2 or 32 of them run at once (a plain writer takes
+    up to 64 slots: buckets 32 and 64)."""
+    model, tok = tiny
+    eng = _engine(model, tok)
+    data = []
+    for slots in (2, 32):
+        cfg = DataConfig(num_prompts=20, batch_size=20, prompt_max_tokens=6, max_new_tokens=8,
+                         response_temperatures=[0.9], seed=3, generator="engine", engine_slots=slots)
+        assert generate_dataset(eng, tok, cfg, tmp_path / str(slots), **_quiet())["complete"]
+        data.append([s.ids.tolist() for s in load_dataset(tmp_path / str(slots))])
+    assert data[0] == data[1] and len(data[0]) == 20
+
+
 def test_sampled_prompts_follow_their_row_seeds(tiny):
     model, tok = tiny
     eng = _engine(model, tok)
@@ -86,8 +101,13 @@ def test_generator_kind_must_match_the_settings(tmp_path, tiny):
         generate_dataset(eng, tok, DataConfig(num_prompts=2, batch_size=2), tmp_path / "b", **_quiet())
     with pytest.raises(ValueError, match="generator must be"):
         DataConfig(generator="vllm")
-    with pytest.raises(ValueError, match="slots"):
-        EngineGenerator(eng, [2], slots=17)
+    with pytest.raises(ValueError, match="slots must be in 1..64"):
+        EngineGenerator(eng, [2], slots=65)
+    assert EngineGenerator(eng, [2], slots=64).slots == 64  # a headless engine: plain batches up to 64
+    with pytest.raises(ValueError, match="slots 17: an engine with a draft head writes at most 16"):
+        EngineGenerator(types.SimpleNamespace(speculative=True), [2], slots=17)
+    with pytest.raises(ValueError, match="engine_slots must be in 1..64"):
+        DataConfig(engine_slots=0)
     with pytest.raises(ValueError, match="engine_seed"):
         engine_seed(-1, 0)
 
@@ -106,6 +126,13 @@ def test_cli_writes_engine_data_and_refuses_a_head_without_the_engine(tmp_path, 
     manifest = json.loads((tmp_path / "w" / "data" / "manifest.json").read_text())
     assert manifest["config"]["generator"] == "engine"
     assert 1 <= len(load_dataset(tmp_path / "w" / "data")) <= 3
+    assert main(base + ["--work-dir", str(tmp_path / "w1"), "--data-generator", "engine", "--gen-slots", "65"]) == 2
+    assert "--gen-slots must be in 1..64" in capsys.readouterr().err
+    # the embedded SmolLM2's writer drafts with the shipped head by default: at most 16 at once
+    assert main(["train", "--stage", "data", "--data-generator", "engine", "--gen-slots", "32", "--work-dir",
+                 str(tmp_path / "w2"), "--no-progress", "--device", "cpu"]) == 2
+    assert "pass --gen-draft none for more" in capsys.readouterr().err
+    assert not (tmp_path / "w1").exists() and not (tmp_path / "w2").exists()
 
 
 def test_cli_extra_data_joins_the_training_set(tmp_path, monkeypatch):

@@ -47,7 +47,8 @@ def register(subparsers) -> None:
     b.add_argument("--output", help="with --prompts-file: JSON-lines results, one per prompt in completion order "
                    "(with its index and line), flushed as each finishes; the file must not exist")
     b.add_argument("--batch-size", type=int, default=None,
-                   help="with --prompts-file: sequences generated at once (default: min(prompts, 16); at most 16)")
+                   help="with --prompts-file: sequences generated at once (default: min(prompts, 16); at most 16, "
+                   "64 with --no-speculation)")
     b.add_argument("--batch-trees", default=None,
                    help="with --prompts-file: the draft tree per batch bucket, e.g. 8=16/3/4,16=8/2/3 (buckets 1, 2, "
                    "4, 8, 16; total/depth/top-k); other buckets use the draft tree options (default for the shipped "
@@ -395,7 +396,7 @@ def check_prompts_file_args(args):
     import os
 
     from ..cli import UsageError
-    from ..engine.batch import batch_bucket
+    from ..engine.batch import BATCH_BUCKETS, SPECULATIVE_BATCH_MAX, batch_bucket
     from ._prompts_file import PromptsFileError, read_prompts_file
 
     if args.prompts_file is None:
@@ -416,6 +417,9 @@ def check_prompts_file_args(args):
             batch_bucket(args.batch_size)
         except ValueError as e:
             raise UsageError(f"--batch-size: {e}") from e
+        if args.batch_size > SPECULATIVE_BATCH_MAX and not args.no_speculation:
+            raise UsageError(f"--batch-size {args.batch_size}: a speculative batch holds at most "
+                             f"{SPECULATIVE_BATCH_MAX} sequences; up to {BATCH_BUCKETS[-1]} with --no-speculation")
     if args.batch_trees is not None:
         args.parsed_batch_trees = parse_batch_trees(args.batch_trees)
     else:
@@ -431,15 +435,16 @@ def parse_batch_trees(text: str) -> dict:
     bad item."""
     from ..cli import UsageError
     from ..config import TreeConfig
-    from ..engine.batch import BATCH_BUCKETS
+    from ..engine.batch import SPECULATIVE_BUCKETS
 
     out = {}
     for item in (x.strip() for x in text.split(",")):
         try:
             b, tree = item.split("=")
             b = int(b)
-            if b not in BATCH_BUCKETS:
-                raise ValueError(f"{b} is not a batch bucket ({', '.join(map(str, BATCH_BUCKETS))})")
+            if b not in SPECULATIVE_BUCKETS:
+                raise ValueError(f"{b} is not a batch bucket of speculation "
+                                 f"({', '.join(map(str, SPECULATIVE_BUCKETS))})")
             parts = [int(x) for x in tree.split("/")]
             if len(parts) != 3:
                 raise ValueError(f"{len(parts)} numbers, not 3")

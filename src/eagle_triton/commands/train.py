@@ -77,8 +77,11 @@ def register(subparsers) -> None:
                         "answers it (each answer a sample; default: 1)")
     g.add_argument("--data-generator", choices=["transformers", "engine"], default="transformers",
                    help="who writes the data: transformers' generate (left-padded batches, one seed per batch) or "
-                        "the eagle-triton engine (continuous batching over 16 slots, CUDA graphs, speculation, one "
-                        "seed per conversation); the same target distribution")
+                        "the eagle-triton engine (continuous batching over --gen-slots slots, CUDA graphs, "
+                        "speculation, one seed per conversation); the same target distribution")
+    g.add_argument("--gen-slots", type=int, default=16,
+                   help="the engine generator's sequences at once: at most 16 with a draft head, 64 without one "
+                        "(--gen-draft none); a conversation's data do not depend on it")
     g.add_argument("--gen-draft", default=None,
                    help="the engine generator's draft head folder, or 'none' for plain decoding (default: the "
                         "shipped head for the embedded SmolLM2, else none)")
@@ -225,6 +228,14 @@ def check_args(args) -> None:
         raise UsageError(f"--gen-draft {args.gen_draft} is not a folder (a draft head, or 'none')")
     if args.gen_draft is not None and args.data_generator != "engine":
         raise UsageError("--gen-draft needs --data-generator engine")
+    from ..engine.batch import BATCH_BUCKETS, SPECULATIVE_BATCH_MAX
+
+    if not 1 <= args.gen_slots <= BATCH_BUCKETS[-1]:
+        raise UsageError(f"--gen-slots must be in 1..{BATCH_BUCKETS[-1]}, got {args.gen_slots}")
+    drafts = args.gen_draft not in (None, "none") or (args.gen_draft is None and args.target == "smollm2")
+    if args.gen_slots > SPECULATIVE_BATCH_MAX and drafts:
+        raise UsageError(f"--gen-slots {args.gen_slots}: a writer with a draft head writes at most "
+                         f"{SPECULATIVE_BATCH_MAX} conversations at once; pass --gen-draft none for more")
     if args.init_head is not None and not (Path(args.init_head) / "train_meta.json").is_file():
         raise UsageError(f"--init-head {args.init_head} is not a head folder with train_meta.json")
     if args.target != "smollm2":
@@ -289,6 +300,7 @@ def run(args) -> int:
         prompt_max_tokens=args.prompt_max_tokens, max_new_tokens=args.max_new_tokens,
         response_temperatures=args.response_temperatures, seed=args.seed, turns=args.turns,
         generator=args.data_generator, prompt_openers=_prompt_openers(args.prompt_openers),
+        engine_slots=args.gen_slots,
     )
     status = {"complete": True}
     if args.stage in ("data", "all"):

@@ -34,11 +34,17 @@ from .accept import accept_tree_probs, greedy_pick_rows
 from .sampling import RowRNG, RowSampling, SamplingParams, probs_from_logits_rows, sample_from_probs
 from .step import DeviceSteps, PendingRead, StepRunner
 
-__all__ = ["BATCH_BUCKETS", "BatchSequence", "BatchStepRunner", "PendingBatch", "batch_bucket"]
+__all__ = ["BATCH_BUCKETS", "SPECULATIVE_BATCH_MAX", "SPECULATIVE_BUCKETS", "BatchSequence", "BatchStepRunner",
+           "PendingBatch", "batch_bucket"]
 
 #: Batch sizes with their own buffers and CUDA graphs: a batch of ``n`` sequences runs in the smallest bucket
-#: ``>= n`` (the other slots idle).
-BATCH_BUCKETS = (1, 2, 4, 8, 16)
+#: ``>= n`` (the other slots idle). Plain decoding takes every bucket; speculation at most
+#: :data:`SPECULATIVE_BATCH_MAX` sequences.
+BATCH_BUCKETS = (1, 2, 4, 8, 16, 32, 64)
+#: The largest speculative batch: the fused drafter's batch sizes and the batch trees are measured up to 16.
+SPECULATIVE_BATCH_MAX = 16
+#: The buckets a speculative batch runs in (the keys a head's batch trees may have).
+SPECULATIVE_BUCKETS = tuple(b for b in BATCH_BUCKETS if b <= SPECULATIVE_BATCH_MAX)
 
 _GREEDY = SamplingParams()
 

@@ -27,7 +27,14 @@ from ..drafter import TreeDrafter
 from ..heads import DraftHead
 from ..heads.fp8 import apply_draft_dtype
 from . import loading
-from .batch import BATCH_BUCKETS, BatchSequence, BatchStepRunner, batch_bucket
+from .batch import (
+    BATCH_BUCKETS,
+    SPECULATIVE_BATCH_MAX,
+    SPECULATIVE_BUCKETS,
+    BatchSequence,
+    BatchStepRunner,
+    batch_bucket,
+)
 from .sampling import SamplingParams
 from .stats import GenerationStats, PhaseTimer
 from .step import StepRunner
@@ -102,8 +109,9 @@ class EagleEngine:
             raise TypeError(f"batch_trees must be a dict {{batch bucket: TreeConfig}}, got "
                             f"{type(batch_trees).__name__}")
         for b, tree in batch_trees.items():
-            if b not in BATCH_BUCKETS:
-                raise ValueError(f"batch_trees key {b!r} is not a batch bucket ({', '.join(map(str, BATCH_BUCKETS))})")
+            if b not in SPECULATIVE_BUCKETS:
+                raise ValueError(f"batch_trees key {b!r} is not a batch bucket of speculation "
+                                 f"({', '.join(map(str, SPECULATIVE_BUCKETS))})")
             if not isinstance(tree, TreeConfig):
                 raise TypeError(f"batch_trees[{b}] must be a TreeConfig, got {type(tree).__name__}")
         return dict(batch_trees)
@@ -385,9 +393,9 @@ class EagleEngine:
             sequence ``i`` seeded with ``s`` draws the coins ``generate(seed=s)`` draws.
         batch_size: the slots (default ``min(len(prompts), 16)``); the steps run in the smallest of
             :data:`~eagle_triton.engine.batch.BATCH_BUCKETS` that holds them (CUDA graphs per bucket), and more
-            than the largest bucket is an error. Once nobody waits, the running sequences move to the smallest
-            bucket that holds them. The tree drafted is the engine's ``batch_trees`` entry of the starting bucket,
-            else ``tree_config``.
+            than the largest bucket (64) is an error, as is a speculative batch of more than 16. Once nobody
+            waits, the running sequences move to the smallest bucket that holds them. The tree drafted is the
+            engine's ``batch_trees`` entry of the starting bucket, else ``tree_config``.
         speculative, eos_token_id: as in :meth:`generate`.
         on_result: called with ``(index, tokens, stats)`` as each sequence finishes (completion order), e.g. to
             stream results to a file; an exception it raises propagates.
@@ -545,7 +553,7 @@ class EagleEngine:
                 if isinstance(s, bool) or not isinstance(s, int):
                     raise ValueError(f"seeds[{i}] must be an int, got {s!r}")
         if batch_size is None:
-            slots = min(n, BATCH_BUCKETS[-1])
+            slots = min(n, SPECULATIVE_BATCH_MAX)
         else:
             batch_bucket(batch_size)  # a clear error for a bad size or one beyond the buckets
             slots = batch_size
@@ -553,6 +561,10 @@ class EagleEngine:
             speculative = self.speculative
         if speculative and self.drafter is None:
             raise ValueError("speculative decoding needs a draft head: this engine has none")
+        if speculative and slots > SPECULATIVE_BATCH_MAX:
+            raise ValueError(f"batch_size {slots}: a speculative batch holds at most {SPECULATIVE_BATCH_MAX} "
+                             f"sequences; pass batch_size <= {SPECULATIVE_BATCH_MAX}, or speculative=False (plain "
+                             f"decoding takes up to {BATCH_BUCKETS[-1]})")
         seqs = [BatchSequence(i, ids[i], params[i], caps[i], seed_list[i], None) for i in range(n)]
         return seqs, slots, bool(speculative)
 

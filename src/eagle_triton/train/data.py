@@ -84,6 +84,8 @@ class DataConfig:
         kinds of requests (``"Write"``, ``"Solve"``, ``"Imagine you are"``, ...) without prompts from a data set;
         :data:`INSTRUCTION_OPENERS` is a general-purpose list. Applies to every sampled user turn (later turns
         cycle the list from the next opener), not to ``prompts_path``'s prompts.
+    engine_slots: the engine generator's sequences at once (1-64; more than 16 only without a draft head). A
+        sequence's data do not depend on it (one seed per sequence).
     """
 
     num_prompts: int = 1024
@@ -98,6 +100,7 @@ class DataConfig:
     turns: int = 1
     generator: str = "transformers"
     prompt_openers: list[str] | None = None
+    engine_slots: int = 16
 
     def __post_init__(self) -> None:
         if (self.num_prompts < 1 or self.batch_size < 1 or self.max_new_tokens < 1 or self.prompt_max_tokens < 1
@@ -107,6 +110,10 @@ class DataConfig:
             raise ValueError(f"response_temperatures must be non-empty and >= 0, got {self.response_temperatures}")
         if self.generator not in ("transformers", "engine"):
             raise ValueError(f"generator must be 'transformers' or 'engine', got {self.generator!r}")
+        from ..engine.batch import BATCH_BUCKETS
+
+        if not 1 <= self.engine_slots <= BATCH_BUCKETS[-1]:
+            raise ValueError(f"engine_slots must be in 1..{BATCH_BUCKETS[-1]}, got {self.engine_slots}")
         if self.prompt_openers is not None:
             if isinstance(self.prompt_openers, str) or not self.prompt_openers or not all(
                     isinstance(o, str) and o.strip() for o in self.prompt_openers):
@@ -285,17 +292,17 @@ def _openers(cfg: DataConfig, first: int, n: int) -> list[str] | None:
     return [cfg.prompt_openers[(first + i) % k] for i in range(n)]
 
 
-def _generator(model, tok, kind: str | None = None):
+def _generator(model, tok, kind: str | None = None, slots: int | None = None):
     """``model`` as a row generator (:mod:`.generation`): a transformers model, an
     :class:`~eagle_triton.engine.EagleEngine`, or a generator already (passed through). ``kind`` (the data settings'
-    ``generator``), when given, must be what ``model`` is."""
+    ``generator``), when given, must be what ``model`` is; ``slots``: an engine's sequences at once (default 16)."""
     from ..engine import EagleEngine
     from .generation import EngineGenerator, TransformersGenerator
 
     if isinstance(model, (TransformersGenerator, EngineGenerator)):
         gen = model
     elif isinstance(model, EagleEngine):  # (transformers models have a generate_batch of their own)
-        gen = EngineGenerator(model, _stop_ids(tok))
+        gen = EngineGenerator(model, _stop_ids(tok), slots)
     else:
         gen = TransformersGenerator(model, tok.pad_token_id)
     if kind is not None and gen.kind != kind:
@@ -411,7 +418,7 @@ def generate_dataset(model, tok, cfg: DataConfig, data_dir: str | os.PathLike, t
                               if old.get(k) != cfg_dict.get(k))
             raise ValueError(f"{root} was started with other data settings ({diffs}): use another work folder, or "
                              "the same settings to resume")
-    gen = _generator(model, tok, cfg.generator)
+    gen = _generator(model, tok, cfg.generator, cfg.engine_slots)
     if not manifest.is_file():
         atomic_write_json(manifest, {"config": cfg_dict,
                                      "target": getattr(getattr(model, "config", None), "_name_or_path", "")})

@@ -5,8 +5,8 @@ Both take token-id rows and return each row's new tokens (the caller cuts them a
 * :class:`TransformersGenerator` runs ``model.generate`` over the left-padded rows, seeded once per call (the
   data this project's first heads were trained on).
 * :class:`EngineGenerator` runs :meth:`~eagle_triton.engine.EagleEngine.generate_batch`: continuous batching over
-  the engine's slots (at most 16) with CUDA graphs and (when the engine has a head) lossless speculation, one seed
-  per row, so a row's data do not depend on its batch. Samples are drawn from the same target distribution
+  the engine's slots (``slots``: at most 16 with a draft head, 64 without) with CUDA graphs and (when the engine has a
+  head) lossless speculation, one seed per row, so a row's data do not depend on its batch. Samples are drawn from the same target distribution
   (temperature, top-p), so the data differ only by the coins.
 
 Speed, measured on the H100:
@@ -84,11 +84,14 @@ class EngineGenerator:
     kind = "engine"
 
     def __init__(self, engine, stop_ids, slots: int | None = None):
-        from ..engine.batch import BATCH_BUCKETS
+        from ..engine.batch import BATCH_BUCKETS, SPECULATIVE_BATCH_MAX
 
-        slots = BATCH_BUCKETS[-1] if slots is None else slots
+        slots = SPECULATIVE_BATCH_MAX if slots is None else slots
         if not 1 <= slots <= BATCH_BUCKETS[-1]:
             raise ValueError(f"slots must be in 1..{BATCH_BUCKETS[-1]} (the engine's batch buckets), got {slots}")
+        if slots > SPECULATIVE_BATCH_MAX and getattr(engine, "speculative", False):
+            raise ValueError(f"slots {slots}: an engine with a draft head writes at most {SPECULATIVE_BATCH_MAX} "
+                             "sequences at once (speculative batches); write without one for more")
         self.engine = engine
         self.stop_ids = sorted(int(i) for i in stop_ids)
         self.slots = slots
