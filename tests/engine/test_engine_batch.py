@@ -455,6 +455,28 @@ def test_fused_drafter_keep_rows_continues_the_kept_sequences():
     assert torch.equal(kept._impl.bufs.kv_len, full._impl.bufs.kv_len[rows])
 
 
+@pytest.mark.gpu
+def test_gpu_plain_batches_of_32_and_64_equal_generate_bf16():
+    """On CUDA, plain decoding in the buckets above speculation's (32 and 64 slots, CUDA graphs per bucket, more
+    prompts than slots, the tail moving down the buckets): every sequence's greedy tokens and seeded sampled tokens
+    equal generate's alone."""
+    m = tiny_llama(vocab=512, hidden=256, layers=4, heads=4, kv_heads=2, seed=5, std=0.05).to("cuda", torch.bfloat16)
+    eng = EagleEngine(LlamaTarget.from_hf(m, ops="triton"), max_length=160)
+    g = torch.Generator().manual_seed(int(torch.randint(1 << 30, ())))
+    n = 80
+    prompts = [torch.randint(0, 512, (int(k),), generator=g).tolist() for k in torch.randint(3, 60, (n,), generator=g)]
+    caps = [int(c) for c in torch.randint(1, 40, (n,), generator=g)]
+    for kw in (dict(), dict(temperature=0.8, top_p=0.9, seeds=3)):
+        seeds = kw.pop("seeds", None)
+        refs = [eng.generate(input_ids=p, max_new_tokens=c, eos_token_id=None, seed=None if seeds is None else
+                             seeds + i, speculative=False, **kw)[0] for i, (p, c) in enumerate(zip(prompts, caps,
+                                                                                                    strict=True))]
+        for slots in (32, 64):
+            out = eng.generate_batch(input_ids=prompts, max_new_tokens=caps, batch_size=slots, seeds=seeds,
+                                     eos_token_id=None, speculative=False, **kw)
+            assert [o for o, _ in out] == refs, (slots, kw)
+
+
 def test_target_keep_slots_keeps_rows_and_lengths(target):
     """LlamaTarget.keep_slots: the kept slots' rows and lengths (device and host), in the given order; then a
     decode of the kept slots equals the decode of the same slots in the full batch."""
