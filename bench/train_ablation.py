@@ -86,11 +86,14 @@ def parse_variants(text: str, init_head: bool) -> list[tuple[str, dict]]:
 
 
 def load_samples(data: str):
+    """The conversations of comma-separated data packs or folders, in the order given (read in place)."""
     from eagle_triton.train import load_dataset
 
-    if not Path(data).exists():
-        raise SystemExit(f"--data {data}: no such file or folder")
-    return load_dataset(data)  # a data folder, or a pack read in place
+    paths = [d for d in data.split(",") if d]
+    for d in paths:
+        if not Path(d).exists():
+            raise SystemExit(f"--data {d}: no such file or folder")
+    return [s for d in paths for s in load_dataset(d)]
 
 
 def run_variant(name, over, target, tok, samples, args, work: Path, start_step: int) -> dict:
@@ -145,7 +148,8 @@ def plot(results: dict, path: Path) -> None:
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--target", default="smollm2", help="'smollm2' (the embedded GGUF), a .gguf file or a model dir")
-    p.add_argument("--data", required=True, help="a data pack (export_dataset's .pt or .pt.gz) or a data folder")
+    p.add_argument("--data", required=True,
+                   help="data packs (export_dataset's .pt or .pt.gz) or data folders, comma-separated")
     p.add_argument("--init-head", default=None, help="every variant starts from this head (default: from scratch)")
     p.add_argument("--steps", type=int, default=300, help="optimizer steps per variant")
     p.add_argument("--variants", default="base;lr=5e-4;ttt_steps=5;max_len=1024",

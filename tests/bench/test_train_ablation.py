@@ -64,6 +64,8 @@ def test_bad_variants_are_refused():
         train_ablation.parse_variants("grow_draft_vocab=16384", init_head=False)
     with pytest.raises(SystemExit, match="twice"):
         train_ablation.parse_variants("base;base", init_head=False)
+    with pytest.raises(SystemExit, match="no such file or folder"):
+        train_ablation.load_samples("/nonexistent/pack.pt.gz")
     assert train_ablation.parse_variants("base; max_len=1024,lr=5e-4", init_head=False) == [
         ("base", {}), ("max_len=1024,lr=5e-4", {"max_len": 1024, "lr": 5e-4})]
 
@@ -88,3 +90,13 @@ def test_variants_continue_from_a_head(tmp_path, target_and_pack, monkeypatch):
     assert res["start_step"] == 2 and [v["steps"] for v in res["variants"]] == [2, 2, 2]
     assert res["variants"][2]["settings"]["grow_draft_vocab"] == 64
     assert len({v["val_positions"] for v in res["variants"]}) == 1
+
+
+def test_data_from_several_packs_in_order(target_and_pack, tmp_path):
+    from eagle_triton.train import import_dataset, load_dataset
+
+    _, pack = target_and_pack
+    import_dataset(pack, tmp_path / "d")
+    one = [s.ids.tolist() for s in load_dataset(pack)]
+    both = [s.ids.tolist() for s in train_ablation.load_samples(f"{pack},{tmp_path / 'd'}")]
+    assert both == one + one and len(one) > 0

@@ -6,8 +6,8 @@ Both take token-id rows and return each row's new tokens (the caller cuts them a
   data this project's first heads were trained on).
 * :class:`EngineGenerator` runs :meth:`~eagle_triton.engine.EagleEngine.generate_batch`: continuous batching over
   the engine's slots (``slots``: at most 16 with a draft head, 64 without) with CUDA graphs and (when the engine has a
-  head) lossless speculation, one seed per row, so a row's data do not depend on its batch. Samples are drawn from the same target distribution
-  (temperature, top-p), so the data differ only by the coins.
+  head) lossless speculation, one seed per row, so a row's data do not depend on its batch. Samples are drawn from
+  the same target distribution (temperature, top-p), so the data differ only by the coins.
 
 Speed, measured on the H100:
 
