@@ -73,13 +73,11 @@ TABLE_HEADER = ["batch", "total tok/s, plain", "total tok/s, speculative", "spec
 
 
 def parse_batches(text: str) -> list[int]:
-    from eagle_triton.engine.batch import SPECULATIVE_BATCH_MAX, batch_bucket
+    from eagle_triton.engine.batch import batch_bucket
 
     out = [int(x) for x in text.split(",") if x.strip()]
     for b in out:
-        batch_bucket(b)  # a clear error beyond the buckets
-        if b > SPECULATIVE_BATCH_MAX:  # every batch size is run speculative and plain
-            raise ValueError(f"batch {b} is beyond the largest batch bucket of speculation ({SPECULATIVE_BATCH_MAX})")
+        batch_bucket(b, speculative=True)  # every batch size runs speculative and plain: a clear error beyond
     if not out:
         raise SystemExit("--batches is empty")
     return out

@@ -396,7 +396,7 @@ def check_prompts_file_args(args):
     import os
 
     from ..cli import UsageError
-    from ..engine.batch import BATCH_BUCKETS, SPECULATIVE_BATCH_MAX, batch_bucket
+    from ..engine.batch import batch_bucket
     from ._prompts_file import PromptsFileError, read_prompts_file
 
     if args.prompts_file is None:
@@ -414,12 +414,9 @@ def check_prompts_file_args(args):
         raise UsageError(f"--output {args.output}: the folder {folder} does not exist")
     if args.batch_size is not None:
         try:
-            batch_bucket(args.batch_size)
+            batch_bucket(args.batch_size, speculative=not args.no_speculation)
         except ValueError as e:
             raise UsageError(f"--batch-size: {e}") from e
-        if args.batch_size > SPECULATIVE_BATCH_MAX and not args.no_speculation:
-            raise UsageError(f"--batch-size {args.batch_size}: a speculative batch holds at most "
-                             f"{SPECULATIVE_BATCH_MAX} sequences; up to {BATCH_BUCKETS[-1]} with --no-speculation")
     if args.batch_trees is not None:
         args.parsed_batch_trees = parse_batch_trees(args.batch_trees)
     else:

@@ -49,15 +49,19 @@ SPECULATIVE_BUCKETS = tuple(b for b in BATCH_BUCKETS if b <= SPECULATIVE_BATCH_M
 _GREEDY = SamplingParams()
 
 
-def batch_bucket(n: int) -> int:
-    """The smallest of :data:`BATCH_BUCKETS` holding ``n`` sequences; a clear error beyond the largest."""
+def batch_bucket(n: int, speculative: bool = False) -> int:
+    """The smallest of :data:`BATCH_BUCKETS` holding ``n`` sequences; a clear error beyond the largest, or, for a
+    ``speculative`` batch, beyond :data:`SPECULATIVE_BATCH_MAX`."""
     if isinstance(n, bool) or not isinstance(n, int) or n < 1:
         raise ValueError(f"batch_size must be an int >= 1, got {n!r}")
-    for b in BATCH_BUCKETS:
-        if n <= b:
-            return b
-    raise ValueError(f"batch_size {n} is beyond the largest batch bucket {BATCH_BUCKETS[-1]} (buckets "
-                     f"{', '.join(map(str, BATCH_BUCKETS))}): pass batch_size <= {BATCH_BUCKETS[-1]}")
+    if n > BATCH_BUCKETS[-1]:
+        raise ValueError(f"batch_size {n} is beyond the largest batch bucket {BATCH_BUCKETS[-1]} (buckets "
+                         f"{', '.join(map(str, BATCH_BUCKETS))}): pass batch_size <= {BATCH_BUCKETS[-1]}")
+    if speculative and n > SPECULATIVE_BATCH_MAX:
+        raise ValueError(f"batch_size {n}: a speculative batch holds at most {SPECULATIVE_BATCH_MAX} sequences ({n} "
+                         f"is beyond the largest batch bucket of speculation); up to {BATCH_BUCKETS[-1]} without "
+                         "speculation")
+    return next(b for b in BATCH_BUCKETS if n <= b)
 
 
 class PendingBatch(PendingRead):

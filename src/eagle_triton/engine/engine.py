@@ -28,7 +28,6 @@ from ..heads import DraftHead
 from ..heads.fp8 import apply_draft_dtype
 from . import loading
 from .batch import (
-    BATCH_BUCKETS,
     SPECULATIVE_BATCH_MAX,
     SPECULATIVE_BUCKETS,
     BatchSequence,
@@ -552,19 +551,15 @@ class EagleEngine:
             for i, s in enumerate(seed_list):
                 if isinstance(s, bool) or not isinstance(s, int):
                     raise ValueError(f"seeds[{i}] must be an int, got {s!r}")
-        if batch_size is None:
-            slots = min(n, SPECULATIVE_BATCH_MAX)
-        else:
-            batch_bucket(batch_size)  # a clear error for a bad size or one beyond the buckets
-            slots = batch_size
         if speculative is None:
             speculative = self.speculative
         if speculative and self.drafter is None:
             raise ValueError("speculative decoding needs a draft head: this engine has none")
-        if speculative and slots > SPECULATIVE_BATCH_MAX:
-            raise ValueError(f"batch_size {slots}: a speculative batch holds at most {SPECULATIVE_BATCH_MAX} "
-                             f"sequences; pass batch_size <= {SPECULATIVE_BATCH_MAX}, or speculative=False (plain "
-                             f"decoding takes up to {BATCH_BUCKETS[-1]})")
+        if batch_size is None:
+            slots = min(n, SPECULATIVE_BATCH_MAX)
+        else:
+            batch_bucket(batch_size, speculative)  # a clear error for a bad size or one beyond the buckets
+            slots = batch_size
         seqs = [BatchSequence(i, ids[i], params[i], caps[i], seed_list[i], None) for i in range(n)]
         return seqs, slots, bool(speculative)
 
