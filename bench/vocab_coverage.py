@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import functools
 import json
 import platform
 import sys
@@ -55,11 +56,17 @@ def response_counts(paths: list[str], vocab_size: int) -> torch.Tensor:
     return counts
 
 
-def greedy_answers(target: str, prompts: list[str], max_new: int, batch: int) -> tuple[list[list[int]], dict]:
-    """The target's greedy answers (token ids, cut after the first stop token) with transformers, fp32 CPU."""
+@functools.lru_cache(maxsize=1)
+def _cpu_target(target: str):
+    """The target and its tokenizer, fp32 on the CPU, loaded once for every prompt set."""
     from eagle_triton.train import load_target
 
-    model, tok = load_target(target, dtype=torch.float32, device="cpu")
+    return load_target(target, dtype=torch.float32, device="cpu")
+
+
+def greedy_answers(target: str, prompts: list[str], max_new: int, batch: int) -> tuple[list[list[int]], dict]:
+    """The target's greedy answers (token ids, cut after the first stop token) with transformers, fp32 CPU."""
+    model, tok = _cpu_target(target)
     stop = {tok.eos_token_id, *([tok.convert_tokens_to_ids("<|im_end|>")] if "<|im_end|>" in tok.get_vocab() else [])}
     pad = tok.pad_token_id if tok.pad_token_id is not None else tok.eos_token_id
     out = []
@@ -75,12 +82,6 @@ def greedy_answers(target: str, prompts: list[str], max_new: int, batch: int) ->
             cut = next((j + 1 for j, t in enumerate(row) if t in stop), len(row))
             out.append(row[:cut])
     return out, {"vocab_size": model.config.vocab_size, "stop_ids": sorted(t for t in stop if t is not None)}
-
-
-def covered(tokens: torch.Tensor, used: torch.Tensor, vocab_size: int) -> float:
-    inside = torch.zeros(vocab_size, dtype=torch.bool)
-    inside[used] = True
-    return float(inside[tokens].float().mean()) if tokens.numel() else float("nan")
 
 
 def main(argv=None) -> int:
@@ -115,24 +116,21 @@ def main(argv=None) -> int:
 
     vocabs = {f"head ({used_head.numel()})": used_head}
     paths = [p for p in args.data.split(",") if p]
-    sources = {d: torch.tensor([t for a in answers[d] for t in a], dtype=torch.long) for d in answers}
+    # every source as a token histogram [V]
+    sources = {d: token_counts([torch.tensor(a, dtype=torch.long) for a in answers[d]], vocab_size) for d in answers}
     if paths:
         counts = response_counts(paths, vocab_size)
-        sources["data responses"] = counts  # a histogram, handled below
+        sources["data responses"] = counts
         for n in sizes:
             vocabs[f"from data ({n})"] = build_draft_vocab(counts, n, always_include=stop_ids).used
             if n > used_head.numel():
                 vocabs[f"head grown ({n})"] = grow_draft_vocab(used_head, counts, n).used
     table = {}
-    for src, toks in sources.items():
-        row = {}
-        for name, used in vocabs.items():
-            if src == "data responses":
-                row[name] = float(toks[used].sum()) / float(toks.sum())
-            else:
-                row[name] = covered(toks, used, vocab_size)
-        table[src] = {"tokens": int(toks.sum()) if src == "data responses" else int(toks.numel()),
-                      "covered": {k: round(v, 5) for k, v in row.items()}}
+    for src, hist in sources.items():
+        total = int(hist.sum())
+        covered = {name: round(float(hist[used].sum()) / total, 5) if total else float("nan")
+                   for name, used in vocabs.items()}
+        table[src] = {"tokens": total, "covered": covered}
         print(src, table[src])
     doc = {"benchmark": "vocab_coverage", "device": "cpu", "date": datetime.datetime.now(datetime.UTC).isoformat(
         timespec="seconds"), "torch": torch.__version__, "python": platform.python_version(),
