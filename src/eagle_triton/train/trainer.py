@@ -253,6 +253,11 @@ def _save(head, out_dir: Path, cfg: TrainConfig, meta: dict, optimizer=None, ful
         os.replace(out_dir / "trainer_state.pt.tmp", out_dir / "trainer_state.pt")
 
 
+def _response_counts(samples: list[Sample], vocab_size: int) -> torch.Tensor:
+    """Histogram ``[V]`` of the conversations' response tokens (what a draft vocabulary is chosen from)."""
+    return token_counts([s.ids for s in samples], vocab_size, starts=[s.resp_start for s in samples])
+
+
 def train_eagle3(target, tok, samples: list[Sample], cfg: TrainConfig, out_dir: str | os.PathLike,
                  device=None, init_head: str | os.PathLike | None = None, progress: bool = True,
                  log=print) -> tuple[Eagle3DraftHead, dict]:
@@ -302,21 +307,19 @@ def train_eagle3(target, tok, samples: list[Sample], cfg: TrainConfig, out_dir: 
                 {"step": meta["step"], "num_train": len(train_set), "num_val": len(val_set), "train_tokens": tokens})
             meta.update(epoch=0, batch_pos=0, num_train=len(train_set), num_val=len(val_set), train_tokens=tokens)
         if cfg.grow_draft_vocab is not None and cfg.grow_draft_vocab != used.numel():
-            counts = token_counts([s.ids for s in train_set], head_cfg.vocab_size,
-                                  starts=[s.resp_start for s in train_set])
+            counts = _response_counts(train_set, head_cfg.vocab_size)
             vocab = grow_draft_vocab(used, counts, cfg.grow_draft_vocab)
+            before = float(counts[used].sum()) / max(1, int(counts.sum()))
             grown_from, used = used, vocab.used
             head_cfg = DraftHeadConfig.from_dict({**head_cfg.to_dict(), "draft_vocab_size": used.numel()})
-            meta["vocab_changes"] = [*meta.get("vocab_changes", []), {
-                "step": meta["step"], "from": grown_from.numel(), "to": used.numel(),
-                "coverage_before": float(counts[grown_from].sum()) / max(1, int(counts.sum())),
-                "coverage_after": vocab.coverage}]
+            meta.setdefault("vocab_changes", []).append(
+                {"step": meta["step"], "from": grown_from.numel(), "to": used.numel(), "coverage_before": before,
+                 "coverage_after": vocab.coverage})
             meta.update(vocab_used=used.tolist(), vocab_coverage=vocab.coverage, head_config=head_cfg.to_dict())
-            log(f"draft vocab grown {grown_from.numel()} -> {used.numel()}: covers "
-                f"{meta['vocab_changes'][-1]['coverage_before']:.4f} -> {vocab.coverage:.4f} of response tokens")
+            log(f"draft vocab grown {grown_from.numel()} -> {used.numel()}: covers {before:.4f} -> "
+                f"{vocab.coverage:.4f} of response tokens")
     else:
-        counts = token_counts([s.ids for s in train_set], target.config.vocab_size,
-                              starts=[s.resp_start for s in train_set])
+        counts = _response_counts(train_set, target.config.vocab_size)
         vocab = build_draft_vocab(counts, cfg.draft_vocab_size, always_include=_stop_ids(tok))
         used = vocab.used
         head_cfg = head_config_for_target(target.config, cfg.draft_vocab_size, cfg.intermediate_size, cfg.rope_theta)
