@@ -36,6 +36,7 @@ S15 = "session15_2026-11-27/"  # session 15's set (bench/results/session15_2026-
 S16 = "session16_2026-11-27/"  # session 16's set (bench/results/session16_2026-11-27/README.md)
 S22 = "session22_2026-11-27/"  # session 22's set: the round-5 SmolLM2 head (bench/results/session22_2026-11-27/)
 S23 = "session23_2026-11-27/"  # session 23's set: the round-6 SmolLM2 head, measured on an H200
+S24 = "session24_2026-11-27/"  # session 24's set: the round-7 SmolLM2 head (acceptance on an H200, engine on an H100)
 H200 = "NVIDIA H200"
 # The engine benchmark of issue 18 (a bench_engine.json with "parts": bench/bench_engine.py since schema 2). Its README
 # tables are printed by bench/engine_table.py, and every figure they print is an entry (engine_parts_entries).
@@ -460,21 +461,21 @@ def session16_entries() -> list[dict]:
 
 
 def shipped_head_entries() -> list[dict]:
-    """The shipped SmolLM2 head's mean accepted length (round 6, session 23) against round 5's, same prompts, same
+    """The shipped SmolLM2 head's mean accepted length (round 7, session 24) against round 6's, same prompts, same
     run (issue 22's headline names). Measured on an H200: a mean accepted length counts tokens, not time (greedy
     outputs equal plain decoding's on either card)."""
-    src = S23 + "acceptance_heads.json"
+    src = S24 + "acceptance_heads.json"
     commit = _adding_commit(ROOT / RESULTS / src) or "uncommitted"
     measured = "bench/bench_acceptance.py, 40 prompts x 128 tokens, greedy, 60/7/10, bf16 engine, fused drafter"
     out = []
     for name, key, text, printed, ref_printed in (
-            ("smollm2_tau_mtbench", "mtbench", "accepts 3.91 tokens per step on MT-bench (round 5: 3.73)", "3.91",
-             "3.73"),
-            ("smollm2_tau_humaneval", "humaneval", "and 5.30 on HumanEval (round 5: 5.16)", "5.30", "5.16")):
+            ("smollm2_tau_mtbench", "mtbench", "accepts 4.14 tokens per step on MT-bench (round 6: 3.91)", "4.14",
+             "3.91"),
+            ("smollm2_tau_humaneval", "humaneval", "and 5.70 on HumanEval (round 6: 5.30)", "5.70", "5.30")):
         run = ["engine", "tau_by_head", f"{key}/60/7/10/T=0", "tau"]
         readme = [{"text": text, "printed": printed}, {"text": text, "printed": ref_printed, "field": "baseline"}]
         out.append(entry(name, "tokens per step", src, run + ["new"], 2, H200, commit, readme, run + ["old"],
-                         "baseline", measured + "; baseline: the round-5 head", date="2026-11-27"))
+                         "baseline", measured + "; baseline: the round-6 head", date="2026-11-27"))
     return out
 
 

@@ -21,7 +21,7 @@
 # vocabulary to this many ids, adding the data's most frequent other response tokens), EXTRA_DATA (data folders or packs, read in place, that join the
 # training set), OPENERS (`builtin` or a file of words each sampled user turn starts with; not used by rounds 1-3).
 #
-# The shipped head is round 6 of this recipe (2026-11-27; the data come out the same on any machine, the training
+# The shipped head is round 7 of this recipe (2026-11-27; the data come out the same on any machine, the training
 # steps depend on its speed: MODEL_CARD.md records them). Data: the engine writes two-turn conversations, several
 # seeds in parallel on one GPU (three processes keep it busier than one); NUM_PROMPTS = whole batches of 512.
 #
@@ -46,7 +46,7 @@
 #   env WORK=runs/r5 SEED=10 MAX_LEN=1536 LR=5e-4 INIT_HEAD=runs/r3/run/head \
 #     EXTRA_DATA="runs/s10/data runs/s11/data runs/s12/data" TRAIN1_BUDGET=230 TRAIN2_BUDGET=130 \
 #     bash scripts/train_smollm2.sh train1 train2 ship
-#   # round 6 (shipped): new data only, as round 5's with 55 openers (scripts/openers_round6.txt); seeds 13-16, the
+#   # round 6: new data only, as round 5's with 55 openers (scripts/openers_round6.txt); seeds 13-16, the
 #   # 4 batches each that four writers finished in about 470 s on an H100; train from round 5 (commit 5b56a90's assets)
 #   # (the run itself: NUM_PROMPTS=8192 DATA_BUDGET=370, which stopped each writer after its 4th batch)
 #   G6="TURNS=2 MAX_NEW=512 TEMPS=0,0.7,0,1.0 GENERATOR=engine GEN_DRAFT=none OPENERS=scripts/openers_round6.txt MAX_LEN=1536"
@@ -54,6 +54,15 @@
 #   env WORK=runs/r6 SEED=13 MAX_LEN=1536 LR=5e-4 INIT_HEAD=runs/r5/run/head \
 #     EXTRA_DATA="runs/s13/data runs/s14/data runs/s15/data runs/s16/data" TRAIN1_BUDGET=260 TRAIN2_BUDGET=150 \
 #     bash scripts/train_smollm2.sh train1 train2 ship
+#   # round 7 (shipped): as much again of round 6's kind of data, seeds 17-20 (one writer at 64 sequences at once:
+#   # 6 batches, three at 16: 3 batches each, in about 370 s on an H200); train from round 6 (commit 84ca879's assets)
+#   # on rounds 6 and 7's data with the draft vocabulary grown to 16384 ids
+#   # (the run itself: NUM_PROMPTS=8192 DATA_BUDGET=300, which stopped the writers after those batches)
+#   env $G6 WORK=runs/s17 SEED=17 NUM_PROMPTS=3072 GEN_SLOTS=64 DATA_BUDGET=100000 bash scripts/train_smollm2.sh data &
+#   for s in 18 19 20; do env $G6 WORK=runs/s$s SEED=$s NUM_PROMPTS=1536 DATA_BUDGET=100000 bash scripts/train_smollm2.sh data & done; wait
+#   env WORK=runs/r7 SEED=17 MAX_LEN=1536 LR=5e-4 INIT_HEAD=runs/r6/run/head GROW_VOCAB=16384 \
+#     EXTRA_DATA="runs/s13/data runs/s14/data runs/s15/data runs/s16/data runs/s17/data runs/s18/data runs/s19/data runs/s20/data" \
+#     TRAIN1_BUDGET=270 TRAIN2_BUDGET=150 bash scripts/train_smollm2.sh train1 train2 ship
 #
 # (A sampled answer's coins depend on the drafting head, so GEN_DRAFT is part of the recipe; the distribution is the
 # target's whatever the head.)

@@ -389,7 +389,8 @@ def test_cli_train_end_to_end(tmp_path, tiny):
 
 
 def test_shipped_smollm2_head_loads_strictly():
-    """The committed head: published EAGLE-3 layout, strict loading, shards below 16 MiB, bf16 weights."""
+    """The committed head: published EAGLE-3 layout, strict loading, one file, bf16 weights, and the draft vocabulary
+    its training record says it grew to (round 7: round 1's 12288 ids grown to 16384, every old id kept)."""
     from safetensors import safe_open
 
     from eagle_triton.train import smollm2_head_path
@@ -400,7 +401,7 @@ def test_shipped_smollm2_head_loads_strictly():
     assert isinstance(head, Eagle3DraftHead)
     c = head.config
     assert (c.hidden_size, c.num_attention_heads, c.num_key_value_heads, c.vocab_size) == (576, 9, 3, 49152)
-    assert head.feature_width == 3 * 576 and head.draft_vocab_size == 12288 and c.rope_theta == 100000.0
+    assert head.feature_width == 3 * 576 and head.draft_vocab_size == 16384 and c.rope_theta == 100000.0
     used = head.draft_to_target(torch.arange(head.draft_vocab_size))
     assert torch.all(used[1:] > used[:-1]) and torch.equal(head.t2d.nonzero().view(-1), used)
     assert 2 in used.tolist()  # <|im_end|>, the stop token, is always in the draft vocabulary
@@ -410,6 +411,8 @@ def test_shipped_smollm2_head_loads_strictly():
         assert f.get_tensor("lm_head.weight").dtype == torch.bfloat16
     meta = json.loads((path / "train_meta.json").read_text())
     assert meta["complete"] and meta["step"] == meta["train_config"]["max_steps"]
+    assert meta["vocab_used"] == used.tolist()
+    assert [(c["from"], c["to"]) for c in meta["vocab_changes"]] == [(12288, 16384)]
 
 
 def test_multi_turn_conversations(tmp_path, tiny):
