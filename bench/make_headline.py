@@ -233,9 +233,6 @@ def session8_entries() -> list[dict]:
            ["parts", "smollm2", "runs", {"dtype": "bfloat16"}, "plain", "tokens_per_second"], 1, "91789b9",
            "plain decoding 890.2 tok/s in the engine benchmark below", "890.2",
            "the engine benchmark (20 MT-bench prompts x 128 tokens); same figure as engine_smollm2_bf16_plain_tok_s"),
-        s8("fp8_tau_ratio", "FP8 / bf16 mean accepted length", "acceptance_fp8.json",
-           ["engine", "fp8_tau_ratio", "mtbench/60/7/10", "ratio"], 3, "945743f",
-           "(fp8_tau_ratio 0.991;", "0.991", "shipped SmolLM2 head, 20 MT-bench prompts x 128 tokens, 60/7/10"),
         s8("safeailab_8b_step_unpatched", "ms", "bench_safeailab_replayed.json", head + ["safeailab_8b_step_unpatched"],
            1, "bd6bf6b", "`eagenerate` step: 59.4 ms", "59.4"),
         s8("safeailab_8b_step_drafter_patched", "ms", "bench_safeailab_replayed.json",
@@ -479,6 +476,18 @@ def shipped_head_entries() -> list[dict]:
     return out
 
 
+def fp8_tau_entries() -> list[dict]:
+    """fp8_tau_ratio (issue 19): the shipped head's mean accepted length with FP8 draft weights over bf16's, same
+    prompts, same run (session 24, the round-7 head; session 8's figure for the round-1 head was 0.991)."""
+    src = S24 + "acceptance_fp8.json"
+    commit = _adding_commit(ROOT / RESULTS / src) or "uncommitted"
+    return [prose_entry("fp8_tau_ratio", "FP8 / bf16 mean accepted length", src,
+                        ["engine", "fp8_tau_ratio", "mtbench/60/7/10", "ratio"], 3, commit,
+                        "(fp8_tau_ratio 1.001;", "1.001",
+                        "shipped SmolLM2 head (round 7), 40 MT-bench prompts x 128 tokens, greedy, 60/7/10, bf16 engine",
+                        date="2026-11-27")]
+
+
 ENGINE_TABLES = ("smollm2", "llama8b")  # the parts of bench_engine.json that each print a README table
 
 
@@ -601,7 +610,7 @@ def main() -> None:
            "entries": _latest(drafter_entries() + engine_entries() + session7_entries() + session8_entries()
                               + session9_entries() + session10_entries() + session12_entries()
                               + session13_entries() + session14_entries() + session15_entries() + session16_entries()
-                              + shipped_head_entries() + engine_parts_entries()
+                              + shipped_head_entries() + fp8_tau_entries() + engine_parts_entries()
                               + batch_entries())}
     path = ROOT / RESULTS / "headline.json"
     path.write_text(json.dumps(doc, indent=1) + "\n")
