@@ -476,15 +476,23 @@ def shipped_head_entries() -> list[dict]:
     return out
 
 
-def fp8_tau_entries() -> list[dict]:
-    """fp8_tau_ratio (issue 19): the shipped head's mean accepted length with FP8 draft weights over bf16's, same
-    prompts, same run (session 24, the round-7 head; session 8's figure for the round-1 head was 0.991)."""
-    src = S24 + "acceptance_fp8.json"
-    commit = _adding_commit(ROOT / RESULTS / src) or "uncommitted"
-    return [prose_entry("fp8_tau_ratio", "FP8 / bf16 mean accepted length", src,
-                        ["engine", "fp8_tau_ratio", "mtbench/60/7/10", "ratio"], 3, commit,
-                        "(fp8_tau_ratio 1.001;", "1.001",
+def session24_entries() -> list[dict]:
+    """Session 24's H100 figures printed in prose: fp8_tau_ratio (issue 19: the shipped head's mean accepted length
+    with FP8 draft weights over bf16's, same prompts, same run; the round-1 head's was 0.991 in session 8) and
+    drafter_in_step_8b (issue 18: the 8B step graph replayed with and without its draft)."""
+    fp8 = S24 + "acceptance_fp8.json"
+    probe = "session24b_2026-11-27/step_probe_8b.json"
+    return [prose_entry("fp8_tau_ratio", "FP8 / bf16 mean accepted length", fp8,
+                        ["engine", "fp8_tau_ratio", "mtbench/60/7/10", "ratio"], 3,
+                        _adding_commit(ROOT / RESULTS / fp8) or "uncommitted", "(fp8_tau_ratio 1.001;", "1.001",
                         "shipped SmolLM2 head (round 7), 40 MT-bench prompts x 128 tokens, greedy, 60/7/10, bf16 engine",
+                        date="2026-11-27"),
+            prose_entry("drafter_in_step_8b", "ms", probe, ["runs", {"norm_mode": "folded"},
+                                                            "spec_60/7/10_draft_in_step_ms"], 2,
+                        _adding_commit(ROOT / RESULTS / probe) or "uncommitted",
+                        "the draft costs 2.48 ms inside the step", "2.48",
+                        "bench/probes/step_probe.py, code 84ca879: the 60/7/10 step graph replayed minus the same graph "
+                        "without its draft (the last tree reused); the drafter alone: 2.51 ms in the same lease",
                         date="2026-11-27")]
 
 
@@ -610,7 +618,7 @@ def main() -> None:
            "entries": _latest(drafter_entries() + engine_entries() + session7_entries() + session8_entries()
                               + session9_entries() + session10_entries() + session12_entries()
                               + session13_entries() + session14_entries() + session15_entries() + session16_entries()
-                              + shipped_head_entries() + fp8_tau_entries() + engine_parts_entries()
+                              + shipped_head_entries() + session24_entries() + engine_parts_entries()
                               + batch_entries())}
     path = ROOT / RESULTS / "headline.json"
     path.write_text(json.dumps(doc, indent=1) + "\n")
