@@ -485,14 +485,15 @@ def session24_entries() -> list[dict]:
     return [prose_entry("fp8_tau_ratio", "FP8 / bf16 mean accepted length", fp8,
                         ["engine", "fp8_tau_ratio", "mtbench/60/7/10", "ratio"], 3,
                         _adding_commit(ROOT / RESULTS / fp8) or "uncommitted", "(fp8_tau_ratio 1.001;", "1.001",
-                        "shipped SmolLM2 head (round 7), 40 MT-bench prompts x 128 tokens, greedy, 60/7/10, bf16 engine",
+                        "shipped SmolLM2 head (round 7), 40 MT-bench prompts x 128 tokens, greedy, 60/7/10, "
+                        "bf16 engine",
                         date="2026-11-27"),
             prose_entry("drafter_in_step_8b", "ms", probe, ["runs", {"norm_mode": "folded"},
                                                             "spec_60/7/10_draft_in_step_ms"], 2,
                         _adding_commit(ROOT / RESULTS / probe) or "uncommitted",
                         "the draft costs 2.48 ms inside the step", "2.48",
-                        "bench/probes/step_probe.py, code 84ca879: the 60/7/10 step graph replayed minus the same graph "
-                        "without its draft (the last tree reused); the drafter alone: 2.51 ms in the same lease",
+                        "bench/probes/step_probe.py, code 84ca879: the 60/7/10 step graph replayed minus the same "
+                        "graph without its draft (the last tree reused); the drafter alone: 2.51 ms in the same lease",
                         date="2026-11-27")]
 
 
