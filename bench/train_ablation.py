@@ -19,8 +19,9 @@ fewer unrolled steps is judged on the same positions as the others. ``base`` is 
 train`` as ``scripts/train_smollm2.sh`` sets them (lr 1e-3, 7 TTT steps, max_len 1536, 16384 tokens per batch).
 
 Writes ``train_ablation[_TAG].json`` (per variant: the overrides, steps, seconds, tokens/s, validation loss and
-top-1 accuracy per unrolled step) and a PNG of the accuracies. Training runs go to a temporary folder, removed at
-the end.
+top-1 accuracy per unrolled step; rewritten after every variant, with ``"complete": false`` until the last one, so a
+run stopped by a time limit keeps what it finished) and a PNG of the accuracies. Training runs go to a temporary
+folder, removed at the end.
 """
 
 from __future__ import annotations
@@ -44,6 +45,7 @@ sys.path.insert(0, str(ROOT / "bench"))
 
 from results_guard import refuse_foreign  # noqa: E402
 
+from eagle_triton.fileio import atomic_write_json  # noqa: E402
 from eagle_triton.train import TrainConfig  # noqa: E402
 
 #: The recipe's settings (scripts/train_smollm2.sh's); a variant overrides some of them.
@@ -188,6 +190,7 @@ def main(argv=None) -> int:
         "validation": {"ttt_steps": args.val_ttt_steps, "max_len": args.val_max_len, "every": every},
         "variants": [],
     }
+    out.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="train_ablation_") as tmp:
         work = Path(tmp)
         samples = load_samples(args.data)
@@ -197,8 +200,9 @@ def main(argv=None) -> int:
             results["variants"].append(r)
             print(f"[ablation] {name:32s} acc {[round(a, 3) for a in r['val_acc']]}  loss {r['val_loss']:.4f}  "
                   f"{r['seconds']:.0f} s", flush=True)
-    out.mkdir(parents=True, exist_ok=True)
-    (out / f"{stem}.json").write_text(json.dumps(results, indent=1) + "\n")
+            # after every variant: a run cut short (a time limit) keeps the variants it finished
+            results["complete"] = len(results["variants"]) == len(variants)
+            atomic_write_json(out / f"{stem}.json", results, indent=1)
     plot(results, out / f"{stem}.png")
     print(f"wrote {out / (stem + '.json')}")
     return 0

@@ -37,7 +37,7 @@ def test_variants_from_one_start_on_one_validation_set(tmp_path, target_and_pack
     res = json.loads((tmp_path / "train_ablation_t.json").read_text())
     assert (tmp_path / "train_ablation_t.png").is_file()
     names = [v["name"] for v in res["variants"]]
-    assert names == ["base", "lr=2e-3", "ttt_steps=2"]
+    assert names == ["base", "lr=2e-3", "ttt_steps=2"] and res["complete"] is True
     assert res["variants"][1]["overrides"] == {"lr": 2e-3} and res["variants"][2]["settings"]["ttt_steps"] == 2
     # one validation for all: the same positions, as many unrolled steps, whatever the variant trained with
     assert len({v["val_positions"] for v in res["variants"]}) == 1 and res["variants"][0]["val_positions"] > 0
@@ -49,6 +49,31 @@ def test_variants_from_one_start_on_one_validation_set(tmp_path, target_and_pack
     with pytest.raises(SystemExit, match="not written by train_ablation"):
         train_ablation.main(argv[:-4] + ["--out", str(tmp_path / "x")])
     assert (tmp_path / "x" / "train_ablation.json").read_text() == "{}"
+
+
+def test_a_run_cut_short_keeps_the_variants_it_finished(tmp_path, target_and_pack, monkeypatch):
+    """The JSON is rewritten after every variant: a run stopped during its second variant (a call's time limit)
+    leaves the first one's result, marked incomplete."""
+    target, pack = target_and_pack
+    monkeypatch.setitem(train_ablation.BASE, "draft_vocab_size", 48)
+    monkeypatch.setitem(train_ablation.BASE, "max_len", 64)
+    monkeypatch.setitem(train_ablation.BASE, "tokens_per_batch", 256)
+    real = train_ablation.run_variant
+
+    def stopped_in_the_second(name, *a, **k):
+        if name != "base":
+            raise KeyboardInterrupt("time limit")
+        return real(name, *a, **k)
+
+    monkeypatch.setattr(train_ablation, "run_variant", stopped_in_the_second)
+    argv = ["--target", target, "--data", pack, "--steps", "2", "--variants", "base;lr=2e-3", "--val-fraction", "0.1",
+            "--val-ttt-steps", "2", "--val-max-len", "64", "--device", "cpu", "--out", str(tmp_path)]
+    with pytest.raises(KeyboardInterrupt):
+        train_ablation.main(argv)
+    res = json.loads((tmp_path / "train_ablation.json").read_text())
+    assert [v["name"] for v in res["variants"]] == ["base"] and res["complete"] is False
+    assert len(res["variants"][0]["val_acc"]) == 2
+    assert [f.name for f in tmp_path.iterdir()] == ["train_ablation.json"]  # no temporary file left behind
 
 
 def test_bad_variants_are_refused():
