@@ -160,6 +160,11 @@ def test_growing_a_trained_heads_vocabulary(tmp_path, tiny):
                              tmp_path / "c", init_head=tmp_path / "b" / "head", progress=False, log=lambda *_: None)
     assert meta_c["step"] == 9 and meta_c["vocab_used"] == meta["vocab_used"]
     assert len(meta_c["vocab_changes"]) == 1  # recorded once, carried by the head's train_meta.json
+    # a continuation without growing (the decay phase's run) records the head's size, not the option's default
+    _, meta_f = train_eagle3(model, tok, samples, TrainConfig(**{**cfg, "max_steps": 8}), tmp_path / "f",
+                             init_head=tmp_path / "b" / "head", progress=False, log=lambda *_: None)
+    assert meta_f["train_config"]["draft_vocab_size"] == meta["train_config"]["draft_vocab_size"] == 40
+    assert meta_f["vocab_used"] == meta["vocab_used"]
     with pytest.raises(ValueError, match="cannot grow a draft vocabulary of 40 ids to 30"):
         train_eagle3(model, tok, samples, TrainConfig(**{**cfg, "grow_draft_vocab": 30}), tmp_path / "d",
                      init_head=tmp_path / "b" / "head", progress=False, log=lambda *_: None)

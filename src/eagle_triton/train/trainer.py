@@ -365,7 +365,9 @@ def train_eagle3(target, tok, samples: list[Sample], cfg: TrainConfig, out_dir: 
         random.setstate(state["rng"]["python"])
     batches = make_batches([len(s.ids) for s in train_set], cfg.tokens_per_batch, cfg.max_len)
     meta["batches_per_epoch"] = len(batches)
-    meta["train_config"] = asdict(cfg)
+    # the head's own vocabulary size: cfg.draft_vocab_size only sizes a new head (a resumed, continued or grown one
+    # keeps or grows its own), and a record saying 12288 for a 16384-id head would mislead its readers
+    meta["train_config"] = {**asdict(cfg), "draft_vocab_size": int(used.numel())}
     step = meta["step"]
     base_seconds = float(meta.get("train_seconds", 0.0))
     bar = None
