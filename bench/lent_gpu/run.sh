@@ -9,6 +9,8 @@
 #   /tmp/site, and every command run through this wrapper has /tmp/site on its PYTHONPATH.
 # - A file larger than one call may carry (64 MiB; the SmolLM2 GGUF) travels in parts, one call each, made by
 #   ../shared/tools/device_parts.sh FILE .parts/NAME (folders .parts/NAME/p0, p1, ..., the last with FILE.sha256).
+#   A part travels with the tracked files (about 42 MB since the round-7 head, 2026-11-27): with PART_BYTES=20000000
+#   the GGUF takes five parts, each call under the 64 MiB; 25 MB parts no longer fit.
 #   `part DIR` copies this call's part to /tmp/parts; `join FILE` joins them into /tmp/smollm2/FILE and checks the
 #   checksum. /tmp survives only while the machine stays warm between calls: make the calls back to back.
 #   When /tmp/smollm2 holds the GGUF, the command gets EAGLE_TRITON_SMOLLM2 and TARGET pointing at it.
