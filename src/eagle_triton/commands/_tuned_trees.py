@@ -77,7 +77,7 @@ def read_tuned_trees(head_dir: str | Path) -> dict[str, tuple[int, int, int]]:
 def read_tuned_batch_trees(head_dir: str | Path) -> dict[str, dict[int, tuple[int, int, int]]]:
     """The measured per-bucket trees of the head in ``head_dir``: device kind -> {batch bucket: tree}; ``{}`` when
     there are none. Raises :class:`TunedTreesError` naming the file and the problem when they are malformed."""
-    from ..engine.batch import SPECULATIVE_BUCKETS as buckets
+    from ..engine.batch import not_a_speculative_bucket
 
     read_tuned_trees(head_dir)  # the file as a whole first
     path = Path(head_dir) / TUNED_TREES_FILE
@@ -96,9 +96,9 @@ def read_tuned_batch_trees(head_dir: str | Path) -> dict[str, dict[int, tuple[in
             raise TunedTreesError(f"{path}: batch_trees.{kind} must be an object (bucket -> tree){hint}")
         out[kind] = {}
         for bucket, text in trees.items():
-            if not (isinstance(bucket, str) and bucket.isdigit() and int(bucket) in buckets):
-                raise TunedTreesError(f"{path}: batch_trees.{kind}: {bucket!r} is not a batch bucket of "
-                                      f"speculation ({', '.join(map(str, buckets))}){hint}")
+            why = not_a_speculative_bucket(int(bucket) if isinstance(bucket, str) and bucket.isdigit() else None)
+            if why:
+                raise TunedTreesError(f"{path}: batch_trees.{kind}: {bucket!r} {why}{hint}")
             try:
                 out[kind][int(bucket)] = parse_tree(text)
             except (TypeError, ValueError) as e:
@@ -115,14 +115,13 @@ def write_tuned_batch_trees(head_dir: str | Path, device_kind: str, trees: dict[
     """Record ``trees`` (batch bucket -> tree) as the measured best per bucket for ``device_kind``, replacing that
     kind's earlier ones, with ``measured``; everything else in the file is kept. Refuses to touch a file another
     program wrote (and needs the file: the head's default tree is recorded first, by :data:`WRITER`)."""
-    from ..engine.batch import SPECULATIVE_BUCKETS
+    from ..engine.batch import not_a_speculative_bucket
 
     if device_kind not in DEVICE_KINDS:
         raise ValueError(f"device kind must be one of {DEVICE_KINDS}, got {device_kind!r}")
     for bucket, tree in trees.items():
-        if bucket not in SPECULATIVE_BUCKETS:
-            raise ValueError(f"{bucket} is not a batch bucket of speculation "
-                             f"({', '.join(map(str, SPECULATIVE_BUCKETS))})")
+        if why := not_a_speculative_bucket(bucket):
+            raise ValueError(f"{bucket} {why}")
         parse_tree(tree)
     path = Path(head_dir) / TUNED_TREES_FILE
     if not path.exists():

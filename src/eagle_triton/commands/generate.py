@@ -432,16 +432,15 @@ def parse_batch_trees(text: str) -> dict:
     bad item."""
     from ..cli import UsageError
     from ..config import TreeConfig
-    from ..engine.batch import SPECULATIVE_BUCKETS
+    from ..engine.batch import not_a_speculative_bucket
 
     out = {}
     for item in (x.strip() for x in text.split(",")):
         try:
             b, tree = item.split("=")
             b = int(b)
-            if b not in SPECULATIVE_BUCKETS:
-                raise ValueError(f"{b} is not a batch bucket of speculation "
-                                 f"({', '.join(map(str, SPECULATIVE_BUCKETS))})")
+            if why := not_a_speculative_bucket(b):
+                raise ValueError(f"{b} {why}")
             parts = [int(x) for x in tree.split("/")]
             if len(parts) != 3:
                 raise ValueError(f"{len(parts)} numbers, not 3")

@@ -35,7 +35,7 @@ from .sampling import RowRNG, RowSampling, SamplingParams, probs_from_logits_row
 from .step import DeviceSteps, PendingRead, StepRunner
 
 __all__ = ["BATCH_BUCKETS", "SPECULATIVE_BATCH_MAX", "SPECULATIVE_BUCKETS", "BatchSequence", "BatchStepRunner",
-           "PendingBatch", "batch_bucket"]
+           "PendingBatch", "batch_bucket", "not_a_speculative_bucket"]
 
 #: Batch sizes with their own buffers and CUDA graphs: a batch of ``n`` sequences runs in the smallest bucket
 #: ``>= n`` (the other slots idle). Plain decoding takes every bucket; speculation at most
@@ -47,6 +47,14 @@ SPECULATIVE_BATCH_MAX = 16
 SPECULATIVE_BUCKETS = tuple(b for b in BATCH_BUCKETS if b <= SPECULATIVE_BATCH_MAX)
 
 _GREEDY = SamplingParams()
+
+
+def not_a_speculative_bucket(b) -> str | None:
+    """``None`` when ``b`` is a bucket a speculative batch runs in (a key a head's batch trees may have), else the
+    reason, to follow ``b`` in the caller's error message."""
+    if b in SPECULATIVE_BUCKETS:
+        return None
+    return f"is not a batch bucket of speculation ({', '.join(map(str, SPECULATIVE_BUCKETS))})"
 
 
 def batch_bucket(n: int, speculative: bool = False) -> int:

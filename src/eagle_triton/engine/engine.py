@@ -29,10 +29,10 @@ from ..heads.fp8 import apply_draft_dtype
 from . import loading
 from .batch import (
     SPECULATIVE_BATCH_MAX,
-    SPECULATIVE_BUCKETS,
     BatchSequence,
     BatchStepRunner,
     batch_bucket,
+    not_a_speculative_bucket,
 )
 from .sampling import SamplingParams
 from .stats import GenerationStats, PhaseTimer
@@ -108,9 +108,8 @@ class EagleEngine:
             raise TypeError(f"batch_trees must be a dict {{batch bucket: TreeConfig}}, got "
                             f"{type(batch_trees).__name__}")
         for b, tree in batch_trees.items():
-            if b not in SPECULATIVE_BUCKETS:
-                raise ValueError(f"batch_trees key {b!r} is not a batch bucket of speculation "
-                                 f"({', '.join(map(str, SPECULATIVE_BUCKETS))})")
+            if why := not_a_speculative_bucket(b):
+                raise ValueError(f"batch_trees key {b!r} {why}")
             if not isinstance(tree, TreeConfig):
                 raise TypeError(f"batch_trees[{b}] must be a TreeConfig, got {type(tree).__name__}")
         return dict(batch_trees)
