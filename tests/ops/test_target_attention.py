@@ -472,11 +472,14 @@ def test_max_seqlen_leaves_out_launches_not_bits(tree, monkeypatch, device):
     bits; a larger bound limits the grid to the splits that can hold keys, with the same bits."""
     seed = secrets.randbelow(1 << 30)
     gen = torch.Generator().manual_seed(seed)
-    B, S, Hq, Hkv, D, Lmax = 2, (6 if tree else 1), 6, 2, 16, 130
-    split = target_attention_config(torch.float32, D, Hq // Hkv).split
+    B, S, Hq, Hkv, D = 2, (6 if tree else 1), 6, 2, 16
+    split = target_attention_config(torch.float32, D, Hq // Hkv).split  # 32 positions here, 256 on a GPU
+    Lmax = max(130, 3 * split + 8)
     q, k, v = _inputs(B, S, Hq, Hkv, D, Lmax, torch.float32, device, gen)
     mask = torch.stack([_ancestor_mask(_random_parents(S, gen)) for _ in range(B)]).to(device) if tree else None
-    for lens, bound in (((3, split - S), split), ((split + 7, 70), 70 + S), ((21, 2 * split + 5), 100)):
+    cases = (((3, split - S), split), ((split + 7, 2 * split + 6), 2 * split + 6 + S),
+             ((21, 2 * split + 5), 3 * split + 4))
+    for lens, bound in cases:
         cl = _lens(lens, device)
         full = target_attention(q, k, v, cl, mask)
         launches = _Launches(monkeypatch)
@@ -536,9 +539,9 @@ def test_target_attention_errors(device):
         target_attention(torch.randn(1, 11, 4, 16, device=device), k, k, lens)
     with pytest.raises(ValueError, match="contiguous"):
         target_attention(q, k.transpose(2, 3).contiguous().transpose(2, 3), k, lens)
-    if torch.cuda.is_available():
+    if torch.cuda.is_available():  # a cache on another device than q
         with pytest.raises(ValueError, match="k_cache"):
-            target_attention(q.cuda(), k, k, lens.cuda())
+            target_attention(q.cuda(), k.cpu(), k.cpu(), lens.cuda())
 
 
 # ----------------------------------------------------------------------------------------------------------------

@@ -671,7 +671,7 @@ class LlamaTarget(TargetModel):
                                    c.num_kv_heads, L.q_norm, L.k_norm, eps, validate=False, cache_slots=cache_slots)
             o = attention(q.view(B, S, c.num_heads, hd), k_cache, v_cache, seqlens, tree_mask,
                           softmax_scale=scale, validate=False, cache_slots=cache_slots, max_seqlen=kv_limit,
-                          tree_ancestors=ancestors)
+                          tree_ancestors=ancestors, tree_ancestors_early=True)
             x = target_linear(o.view(M, c.num_heads * hd), L.w_o, L.b_o, residual=x, sumsq_out=ss_attn,
                               config=cfg["o"], validate=False)
             h = self._normed_linear(x, ss_attn, L.ln_post, L.w_gate_up, L.b_gate_up, cfg["gate_up"], silu_mul=True)

@@ -244,6 +244,23 @@ def _ancestors_kernel(mask_ptr, anc_ptr, S, stride_mb, stride_mi, stride_mj, BLO
     tl.store(anc_ptr + bi.to(tl.int64) * S + offs, anc, mask=offs < S)
 
 
+@triton.jit
+def _tree_table_rows(a_base, tok, row_ok, pid_t, offs_tt, L, j_lo, S, TT: tl.constexpr, BLOCK_N: tl.constexpr,
+                     BLOCK_S: tl.constexpr):
+    """The ancestor-table rows a tree program reads up front: each tile row's token's whole row (its position) and,
+    per token of the program (``offs_tt``), its ancestors at the tree positions of block ``j_lo`` (the first tree
+    block, often the only one: its gathers then wait on nothing but q and the new rows)."""
+    offs_s = tl.arange(0, BLOCK_S)
+    arows = tl.load(a_base + tok[:, None] * S + offs_s[None, :], mask=row_ok[:, None] & (offs_s < S)[None, :],
+                    other=-1)
+    i_tt = pid_t * TT + offs_tt
+    depth_lo = j_lo * BLOCK_N + tl.arange(0, BLOCK_N) - L
+    col_lo = tl.load(a_base + i_tt[:, None] * S + depth_lo[None, :],
+                     mask=((offs_tt < TT) & (i_tt < S))[:, None] & ((depth_lo >= 0) & (depth_lo < S))[None, :],
+                     other=-1)
+    return arows, col_lo
+
+
 @triton.jit(do_not_specialize=["S", "NB"])
 def _tree_kernel(
     q_ptr, k_ptr, v_ptr, seqlens_ptr, slots_ptr, anc_ptr, acc_ptr, ml_ptr, o_ptr,
@@ -255,7 +272,7 @@ def _tree_kernel(
     HEAD_DIM: tl.constexpr, GROUP: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_S: tl.constexpr,
     SPLIT_BLOCKS: tl.constexpr, PRECISION: tl.constexpr, TT: tl.constexpr = 1, HAS_SLOTS: tl.constexpr = False,
-    PDL: tl.constexpr = False,
+    PDL: tl.constexpr = False, TTP: tl.constexpr = 1, ANC_EARLY: tl.constexpr = False,
 ):
     """Blocks from ``L // BLOCK_N`` to each row's own position, ``TT`` tokens per program; grid
     ``(cdiv(S, TT), B * Hkv)``. ``anc_ptr``: the tree's ancestor table ``[B, S, S]`` int32
@@ -267,9 +284,11 @@ def _tree_kernel(
     rows' states as they were (:func:`_block_update`), so a row's arithmetic is the same for any ``TT`` (``TT`` sets
     how many gathers one program has in flight).
 
-    Programmatic dependent launch: everything up to the committed rows' first key block is read before waiting
-    for the previous kernel (the lengths, the ancestor table and the rows below ``L`` are older than it: only q and
-    the tree rows are its output).
+    Programmatic dependent launch: the lengths and the committed rows' first key block are read before waiting
+    for the previous kernel (older than it: only q and the tree rows are its output), and so is the ancestor table
+    with ``ANC_EARLY`` (a table the caller made before the previous kernel: a forward's, made once before its first
+    layer); without it the table may be the previous kernel's output (the op's own table launch) and is read after
+    the wait.
     """
     pid_t = tl.program_id(0)
     pid_bh = tl.program_id(1)
@@ -289,18 +308,8 @@ def _tree_kernel(
     d_mask = offs_d < HEAD_DIM
 
     L = tl.minimum(tl.maximum(tl.load(seqlens_ptr + c).to(tl.int32), 0), Lmax - S)
-    offs_s = tl.arange(0, BLOCK_S)
     a_base = anc_ptr + b64 * S * S
-    # each row's position (its token's visible tree rows) and one past its last block
-    arows = tl.load(a_base + tok[:, None] * S + offs_s[None, :], mask=row_ok[:, None] & (offs_s < S)[None, :],
-                    other=-1)
-    pos_r = L + tl.sum((arows >= 0).to(tl.int32), 1) - 1
     j_lo = L // BLOCK_N
-    # one past the row's last block (pos >= -1: no negative division); at least block j_lo, so that a row seeing
-    # no tree row still ends in this kernel (its keys in j_lo are all masked: the state is unchanged)
-    j_end_r = tl.where(row_ok, tl.maximum((pos_r + BLOCK_N) // BLOCK_N, j_lo + 1), 0)
-    j_end = tl.max(j_end_r, 0)
-
     part_row = (b64 * S + tok) * Hq + h
     k_base = k_ptr + c64 * stride_kb + kvh * stride_kh
     v_base = v_ptr + c64 * stride_vb + kvh * stride_vh
@@ -313,9 +322,22 @@ def _tree_kernel(
     kv_mask = vis0[:, None] & d_mask[None, :]
     k = tl.load(k_base + offs_n[:, None].to(tl.int64) * stride_kl + offs_d[None, :], mask=kv_mask, other=0.0)
     v = tl.load(v_base + offs_n[:, None].to(tl.int64) * stride_vl + offs_d[None, :], mask=kv_mask, other=0.0)
+    # The ancestor table is read before the wait too when it is older than the previous kernel (ANC_EARLY: a
+    # forward makes it before its first layer), after it when the previous kernel made it (a table made by this op)
+    offs_tt = tl.arange(0, TTP)  # TTP: TT rounded up to a power of two
+    if ANC_EARLY:
+        arows, col_lo = _tree_table_rows(a_base, tok, row_ok, pid_t, offs_tt, L, j_lo, S, TT, BLOCK_N, BLOCK_S)
     if PDL:  # programmatic dependent launch: wait for the kernels that wrote q and the tree rows
         tl.extra.cuda.gdc_wait()
         tl.extra.cuda.gdc_launch_dependents()
+    if not ANC_EARLY:
+        arows, col_lo = _tree_table_rows(a_base, tok, row_ok, pid_t, offs_tt, L, j_lo, S, TT, BLOCK_N, BLOCK_S)
+    # each row's position (its token's visible tree rows) and one past its last block (pos >= -1: no negative
+    # division); at least block j_lo, so that a row seeing no tree row still ends in this kernel (its keys in j_lo
+    # are all masked: the state is unchanged)
+    pos_r = L + tl.sum((arows >= 0).to(tl.int32), 1) - 1
+    j_end_r = tl.where(row_ok, tl.maximum((pos_r + BLOCK_N) // BLOCK_N, j_lo + 1), 0)
+    j_end = tl.max(j_end_r, 0)
     q_off = b64 * stride_qb + tok.to(tl.int64) * stride_qt + h * stride_qh
     q = tl.load(q_ptr + q_off[:, None] + offs_d[None, :], mask=row_ok[:, None] & d_mask[None, :], other=0.0)
     m_i = tl.full([BLOCK_M], float("-inf"), tl.float32)
@@ -344,9 +366,11 @@ def _tree_kernel(
         depth = offs_n - L
         for t in tl.static_range(TT):
             i = pid_t * TT + t
-            # the token's ancestor at each tree position of the block (-1 past its own position)
-            tree_col = tl.load(a_base + i * S + depth, mask=(depth >= 0) & (depth < tl.where(i < S, S, 0)),
-                               other=-1)
+            # the token's ancestor at each tree position of the block (-1 past its own position): block j_lo's
+            # from the rows read before the wait, a later block's loaded here
+            later = tl.load(a_base + i * S + depth,
+                            mask=(depth >= 0) & (depth < tl.where((i < S) & (j > j_lo), S, 0)), other=-1)
+            tree_col = tl.where(j == j_lo, tl.sum(tl.where(offs_tt[:, None] == t, col_lo, 0), 0), later)
             # clamped: a corrupt table passed by a caller still reads inside the new rows
             krow = tl.where(offs_n < L, offs_n, L + tl.minimum(tree_col, S - 1)).to(tl.int64)
             n_ok = (offs_n < L) | (tree_col >= 0)

@@ -162,6 +162,7 @@ def target_attention(
     config: TargetAttentionConfig | None = None,
     max_seqlen: int | None = None,
     tree_ancestors: torch.Tensor | None = None,
+    tree_ancestors_early: bool = False,
 ) -> torch.Tensor:
     """Batch-invariant attention of ``S`` new rows over a KV cache: decode, prefill chunks and tree verification.
 
@@ -201,6 +202,9 @@ def target_attention(
         caller that runs several attentions over one tree (a forward's layers); the kernel reads it instead of the
         mask. None: made here (one more launch). A table of another mask gives that mask's rows; entries past
         ``S - 1`` are clamped, so even a corrupt table reads only the cache's new rows.
+    tree_ancestors_early : the table was made before the kernel launched just before this call (a forward makes it
+        before its first layer): with programmatic dependent launch the tree kernel then reads it while that kernel
+        finishes. False (the safe default): read after waiting for it.
 
     Returns
     -------
@@ -265,6 +269,7 @@ def target_attention(
             S, Hq, Lmax, nsplit, qk_scale, NB, CAUSAL=causal, **common, **opts,
         )
     if not causal:
+        anc_early = tree_ancestors is not None and bool(tree_ancestors_early)  # our own table: the kernel before
         anc = tree_ancestors if tree_ancestors is not None else _launch_ancestors(tree_mask)
         block_s = max(2, next_power_of_2(S))
         # measured gain at heads of 128 only (see GPU_CONFIG); SmolLM2's 64-wide heads fit more programs per SM
@@ -276,7 +281,8 @@ def target_attention(
             k_cache.stride(0), k_cache.stride(1), k_cache.stride(2),
             v_cache.stride(0), v_cache.stride(1), v_cache.stride(2),
             out.stride(0), out.stride(1), out.stride(2),
-            S, Hq, Lmax, nsplit, qk_scale, NB, BLOCK_S=block_s, TT=tt, **common,
+            S, Hq, Lmax, nsplit, qk_scale, NB, BLOCK_S=block_s, TT=tt, TTP=next_power_of_2(tt), ANC_EARLY=anc_early,
+            **common,
             **dict(opts, num_stages=cfg.tree_stages),
         )
     elif not skip_combine:  # causal rows of several splits (a context longer than one split): merged here
@@ -322,7 +328,7 @@ def _aot_specs():
             sig.update({k: "constexpr" for k in const})
             specs.append((_shared_kernel, sig, const, {**opts, "div16": _div16(_shared_kernel)}))
         sig = {n: "i32" for n in _tree_kernel.arg_names}
-        const = dict(common, BLOCK_S=64, TT=cfg.tree_tokens)
+        const = dict(common, BLOCK_S=64, TT=cfg.tree_tokens, TTP=next_power_of_2(cfg.tree_tokens), ANC_EARLY=True)
         sig.update(ptrs)
         sig["anc_ptr"] = "*i32"
         sig.update({k: "constexpr" for k in const})
