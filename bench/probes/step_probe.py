@@ -40,6 +40,11 @@ def main(argv=None) -> int:
                         "attention split replays the steps planned for one split, see LlamaTarget.attention_bucket)")
     p.add_argument("--shape", choices=["8b", "smollm2"], default="8b")
     p.add_argument("--profile", action="store_true")
+    p.add_argument("--timeline", action="store_true",
+                   help="the launches of one replay of the speculative step graph without its draft and of the "
+                        "target's own verify graph at the same cache length, each as [name, start us after the "
+                        "first launch's start, device us] (PDL as configured): where the step's graph spends the "
+                        "time the verify alone does not")
     p.add_argument("--attn-variants", default="",
                    help="';'-separated target-attention config changes to time, each 'field=value[,field=value]' "
                         "(e.g. 'split_blocks=1;num_stages=2'; probe only: patches the module's GPU config, the "
@@ -109,21 +114,31 @@ def main(argv=None) -> int:
                 most, rows = (tc.max_levels + 1, tc.total_tokens + 1) if spec else (1, 1)
                 bucket = target.attention_bucket(pl + args.new_tokens + 2 * most + rows)
                 r[name + "_attention_bucket"] = bucket
-                graphs = {kind[0]: entry[0] for kind, entry in run._graphs.items()
-                          if kind[0] == "draft" or kind[-1] == bucket}
+                graphs = {kind[0]: (kind, entry[0]) for kind, entry in run._graphs.items() if kind[-1] == bucket}
                 if spec:
-                    draft_g, rest_g = graphs["draft"], graphs["rest"]
-
-                    def step(d=draft_g, g=rest_g):
-                        d.replay()
-                        g.replay()
-
+                    kind, step_g = graphs["step"]
+                    step = step_g.replay
                     r[name + "_graph_replay_ms"] = bt.median_ms(step)
-                    # the step without its draft: verify + accept + commit + next inputs on the last tree
+                    # the step without its draft: verify + accept + commit + next inputs on a tree drafted once
+                    # (probe only: its own graph of the step's second half)
+                    tree = run._draft()
+                    torch.cuda.synchronize()
+                    run._verify_accept(kind[1], tree, kind[2])  # compiles nothing new; warms the capture
+                    rest_g = torch.cuda.CUDAGraph()
+                    with torch.cuda.graph(rest_g):
+                        run._verify_accept(kind[1], tree, kind[2])
                     r[name + "_graph_without_draft_ms"] = bt.median_ms(rest_g.replay)
                     r[name + "_draft_in_step_ms"] = r[name + "_graph_replay_ms"] - r[name + "_graph_without_draft_ms"]
+                    if args.timeline:
+                        r[name + "_step_timeline"] = timeline(step)
+                        r[name + "_rest_timeline"] = timeline(rest_g.replay)
+                        mask, depths = bt.random_tree(tc.total_tokens + 1, tc.max_levels, 1)
+                        toks = torch.randint(0, model.config.vocab_size, (1, tc.total_tokens + 1)).cuda()
+                        mask, depths = mask.cuda(), depths.cuda()
+                        r[name + "_verify_timeline"] = timeline(
+                            lambda t=eng.target, a=toks, d=depths, m=mask: t.verify(a, d, m))
                 else:
-                    step = graphs["plain"].replay
+                    step = graphs["plain"][1].replay
                     r[name + "_graph_replay_ms"] = bt.median_ms(step)
                 if args.profile:
                     r[name + "_kernels"] = profile_kernels(step)
@@ -154,6 +169,30 @@ def smollm2_random():
     head = load_draft_head(DEFAULT_HEAD_DIR, embed_tokens=model.get_input_embeddings().weight, dtype=torch.bfloat16,
                            device="cuda")
     return model, head
+
+
+def timeline(fn, reps: int = 3) -> dict:
+    """The launches of the last of ``reps`` calls of ``fn`` in start order: ``[name, start us after the first
+    launch's start, device us]``, and the span from the first start to the last end."""
+    from torch.profiler import ProfilerActivity, profile
+
+    fn()
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(reps):
+            fn()
+            torch.cuda.synchronize()
+    ev = sorted((e for e in prof.events() if getattr(e, "device_type", None) is not None
+                 and str(e.device_type).endswith("CUDA") and e.time_range.elapsed_us() > 0),
+                key=lambda e: e.time_range.start)
+    n = len(ev) // reps
+    last = ev[-n:] if n else []
+    if not last:
+        return {"span_us": None, "launches": []}
+    t0 = last[0].time_range.start
+    return {"span_us": round(max(e.time_range.end for e in last) - t0, 2),
+            "launches": [[e.name[:40], round(e.time_range.start - t0, 2), round(e.time_range.elapsed_us(), 2)]
+                         for e in last]}
 
 
 def profile_kernels(fn, reps: int = 5, top: int = 30) -> list[dict]:

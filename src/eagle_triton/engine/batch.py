@@ -191,9 +191,7 @@ class BatchStepRunner(DeviceSteps):
         the output; ``kv_bound``: an upper bound on the cache rows any slot reads, for eager CPU attention)."""
         mode = self._mode()
         bound = self._step_bound(kv_bound)
-        tree = self._run(("draft",), lambda: self.drafter.draft_rows(self.feats, self.ids, self.num_new))
-        tree = self._check_tree(tree)
-        self._run(("rest", mode, bound), lambda: self._verify_accept(mode, tree, bound))
+        self._run(("step", mode, bound), lambda: self._verify_accept(mode, self._draft(), bound))
         return self._pending(PendingBatch, occupants=occupants)
 
     def _verify_accept(self, mode: tuple | None, tree, kv_bound) -> None:

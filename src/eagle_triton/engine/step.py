@@ -9,11 +9,11 @@ for Python.
 
 *Device-paced* steps (a target with lengths on the device, :attr:`TargetModel.device_lengths`, and for speculation
 a drafter that drafts from device-counted rows, :attr:`TreeDrafter.drafts_rows`) contain no host
-synchronisation, and on CUDA each step is replayed from CUDA graphs: a speculative step from two (the draft;
-then verify forward -> accept -> KV compaction -> the next draft's inputs, reading the tree from the drafter's
+synchronisation, and on CUDA each step is replayed from one CUDA graph: a speculative step (draft -> verify
+forward -> accept -> KV compaction -> the next draft's inputs, the verify reading the tree from the drafter's
 buffers; a generation's first draft is one like the others, the prompt's rows but the last being put into the
 draft KV after the prefill, in fixed-size chunks replayed from one more graph), a plain step (forward ->
-pick -> commit) from one. The first two runs of each graph's work are eager (the second with exactly the captured
+pick -> commit). The first two runs of each graph's work are eager (the second with exactly the captured
 shapes, so every Triton kernel is compiled before the capture; a capture executes nothing, so no state needs
 saving). Other combinations (the
 generic transformers target, the reference drafter) run *host-paced*: the step reads its accepted length inside,
@@ -210,6 +210,10 @@ class DeviceSteps:
         out_len.copy_(res.accept_len)
         out_tokens.copy_(res.tokens)
 
+    def _draft(self):
+        """Draft from the rows in the static buffers: the tree, in the drafter's own buffers (checked)."""
+        return self._check_tree(self.drafter.draft_rows(self.feats, self.ids, self.num_new))
+
     def _pending(self, cls=PendingTokens, **extra):
         """Copy this step's ``out`` into the next pinned buffer: a ``cls`` (``extra``: its further arguments)."""
         slot = self._slot
@@ -265,15 +269,13 @@ class StepRunner(DeviceSteps):
         """Queue one speculative step (``kv_bound``: an upper bound on the cache rows it reads, for eager CPU
         attention). Host-paced runners finish the step before returning.
 
-        Two graphs make a step: the draft, and the rest (verify forward, accept, KV compaction, the next draft's
-        inputs), which reads the tree from the drafter's own buffers. A generation's first step is one like the
+        One graph makes a step: the draft, the verify forward, accept, KV compaction and the next draft's inputs
+        (the verify reads the tree from the drafter's own buffers). A generation's first step is one like the
         others: :meth:`begin` put the prompt's rows but the last into the draft KV."""
         if not self.device_paced:
             return self._host_paced_step(params)
         bound = self._step_bound(kv_bound)
-        tree = self._run(("draft",), lambda: self.drafter.draft_rows(self.feats, self.ids, self.num_new))
-        tree = self._check_tree(tree)
-        self._run(("rest", params, bound), lambda: self._verify_accept(params, tree, bound))
+        self._run(("step", params, bound), lambda: self._verify_accept(params, self._draft(), bound))
         return self._pending()
 
     def _verify_accept(self, params, tree, kv_bound) -> None:
