@@ -497,6 +497,25 @@ def session24_entries() -> list[dict]:
                         date="2026-11-27")]
 
 
+def session25_entries() -> list[dict]:
+    """Session 25's 8B step on two more H100 leases (issue 18's 1.15x), printed in prose: the same code on other
+    machines, each run beside session 24's code in the same lease."""
+    out = []
+    tree = ["parts", "llama8b", "trees", {"tree": "60/7/10"}]
+    for name, ab, text, printed, floor, ratio in (
+            ("spec_step_8b_60_7_10_s25_lease_b", "ab2", "8.447 ms against a floor of 7.345 ms (1.150x) on one",
+             "8.447", "7.345", "1.150x"),
+            ("spec_step_8b_60_7_10_s25_lease_c", "ab3", "8.481 ms against 7.340 ms (1.155x) on another", "8.481",
+             "7.340", "1.155x")):
+        src = f"session25_2026-11-28/bench_engine_8b_{ab}_new.json"
+        out.append(prose_entry(name, "ms", src, tree + ["step_ms"], 3, _adding_commit(ROOT / RESULTS / src)
+                               or "uncommitted", text, printed,
+                               "bench/bench_engine.py --parts b --trees-8b 60/7/10 --no-drafter-alone, the working "
+                               "tree after b00e51d (one graph per step; the tree attention's table reads)",
+                               tree + ["spec_floor_ms"], "floor", floor, ratio.rstrip("x"), date="2026-11-28"))
+    return out
+
+
 ENGINE_TABLES = ("smollm2", "llama8b")  # the parts of bench_engine.json that each print a README table
 
 
@@ -619,7 +638,8 @@ def main() -> None:
            "entries": _latest(drafter_entries() + engine_entries() + session7_entries() + session8_entries()
                               + session9_entries() + session10_entries() + session12_entries()
                               + session13_entries() + session14_entries() + session15_entries() + session16_entries()
-                              + shipped_head_entries() + session24_entries() + engine_parts_entries()
+                              + shipped_head_entries() + session24_entries() + session25_entries()
+                              + engine_parts_entries()
                               + batch_entries())}
     path = ROOT / RESULTS / "headline.json"
     path.write_text(json.dumps(doc, indent=1) + "\n")
