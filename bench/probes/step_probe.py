@@ -171,9 +171,8 @@ def smollm2_random():
     return model, head
 
 
-def timeline(fn, reps: int = 3) -> dict:
-    """The launches of the last of ``reps`` calls of ``fn`` in start order: ``[name, start us after the first
-    launch's start, device us]``, and the span from the first start to the last end."""
+def _profiled(fn, reps: int, sync_each: bool):
+    """torch.profiler (CUDA activity) over ``reps`` calls of ``fn``, after one call outside it."""
     from torch.profiler import ProfilerActivity, profile
 
     fn()
@@ -181,7 +180,16 @@ def timeline(fn, reps: int = 3) -> dict:
     with profile(activities=[ProfilerActivity.CUDA]) as prof:
         for _ in range(reps):
             fn()
-            torch.cuda.synchronize()
+            if sync_each:
+                torch.cuda.synchronize()
+        torch.cuda.synchronize()
+    return prof
+
+
+def timeline(fn, reps: int = 3) -> dict:
+    """The launches of the last of ``reps`` calls of ``fn`` in start order: ``[name, start us after the first
+    launch's start, device us]``, and the span from the first start to the last end."""
+    prof = _profiled(fn, reps, sync_each=True)
     ev = sorted((e for e in prof.events() if getattr(e, "device_type", None) is not None
                  and str(e.device_type).endswith("CUDA") and e.time_range.elapsed_us() > 0),
                 key=lambda e: e.time_range.start)
@@ -197,14 +205,7 @@ def timeline(fn, reps: int = 3) -> dict:
 
 def profile_kernels(fn, reps: int = 5, top: int = 30) -> list[dict]:
     """Device time per kernel name over ``reps`` calls of ``fn`` (per call), the ``top`` most expensive."""
-    from torch.profiler import ProfilerActivity, profile
-
-    fn()
-    torch.cuda.synchronize()
-    with profile(activities=[ProfilerActivity.CUDA]) as prof:
-        for _ in range(reps):
-            fn()
-        torch.cuda.synchronize()
+    prof = _profiled(fn, reps, sync_each=False)
     rows = []
     for e in prof.key_averages():
         t = getattr(e, "device_time_total", None) or getattr(e, "cuda_time_total", 0.0)
