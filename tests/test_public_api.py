@@ -29,8 +29,9 @@ def test_ops_have_references_with_the_same_signature():
     names = [n for n in ops.__all__ if n + "_ref" in ops.__all__]
     assert len(names) >= 14
     # launch tuning (splits, tile configs, chunk widths, a caller's bound on lengths that plans the launches, a table
-    # precomputed from an input that is passed too) and host validation switches: not part of the math
-    knobs = {"num_splits", "validate", "config", "block_k", "max_seqlen", "tree_ancestors"}
+    # precomputed from an input that is passed too, when the kernel may read that table) and host validation
+    # switches: not part of the math
+    knobs = {"num_splits", "validate", "config", "block_k", "max_seqlen", "tree_ancestors", "tree_ancestors_early"}
 
     def params(f):
         return [n for n, p in inspect.signature(f).parameters.items()
