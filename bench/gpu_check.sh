@@ -7,9 +7,11 @@
 # is overwritten). Parts run in the order given; without any, the default list below. Each part's output goes to
 # DIR/<part>.log; the benchmarks write their JSON/PNG into DIR. The exit status is 1 if any part failed.
 #
-# Parts (default, in this order): env tests fusedtest kernels engine acceptance fused
+# Parts (default, in this order): env tests devicetests fusedtest kernels engine acceptance fused
 #   env         eagle-triton env --json
 #   tests       every GPU test (pytest -m gpu) but the fused drafter's
+#   devicetests the tests that run wherever the `device` fixture points (pytest -m "on_device and not gpu"): on
+#               the GPU here, where the CPU suite runs them under the interpreter
 #   fusedtest   GPU tests of the fused drafter (FUSED_K picks them, default "gpu")
 #   kernels     kernels against their PyTorch references (kernels.json, .png)
 #   engine      the engine benchmark (bench_engine.json, .png): SmolLM2 per tree vs plain, 8B step vs floor,
@@ -39,11 +41,12 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 export PYTHONPATH="$PWD/src${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
 PY=${PYTHON:-python3}
-DEFAULT_PARTS="env tests fusedtest kernels engine acceptance fused"
+DEFAULT_PARTS="env tests devicetests fusedtest kernels engine acceptance fused"
 
 part_env()        { run env 60 "$PY" -m eagle_triton env --json; }
 # the fused drafter's tests are the test files with "fused" in their path (wherever tests/ puts them)
 part_tests()      { run tests 420 "$PY" -m pytest -q -m gpu -p no:cacheprovider -rs --ignore-glob='*fused*' tests; }
+part_devicetests() { run devicetests 420 "$PY" -m pytest -q -m "on_device and not gpu" -p no:cacheprovider -rs tests; }
 part_fusedtest()  { run fusedtest 300 "$PY" -m pytest -q -m gpu -p no:cacheprovider -rs -s \
                       $(find tests -path '*fused*' -name 'test_*.py' | sort) -k "${FUSED_K:-gpu}"; }
 part_kernels()    { run kernels 240 "$PY" bench/bench_kernels.py --out "$OUTDIR" --budget-s 200; }

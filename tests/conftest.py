@@ -226,6 +226,11 @@ if os.environ.get("TRITON_INTERPRET") == "1":
 
 
 def pytest_collection_modifyitems(config, items):
+    # tests taking the `device` fixture run on the GPU when there is one (bench/gpu_check.sh's devicetests part
+    # selects them there with -m on_device), on the CPU under the interpreter otherwise
+    for item in items:
+        if "device" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.on_device)
     if _HAS_CUDA:
         return
     skip_gpu = pytest.mark.skip(reason="needs a CUDA GPU")
