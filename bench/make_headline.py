@@ -516,6 +516,19 @@ def session25_entries() -> list[dict]:
     return out
 
 
+def session26_entries() -> list[dict]:
+    """Session 26's 8B step with the rotated gate/up and q/k/v products (issue 18's 1.15x), printed in prose: the
+    committed code on a fourth lease, beside session 25's code in the same lease."""
+    tree = ["parts", "llama8b", "trees", {"tree": "60/7/10"}]
+    src = "session26_2026-11-28/bench_engine_8b_d_new.json"
+    return [prose_entry("spec_step_8b_60_7_10_s26_lease_d", "ms", src, tree + ["step_ms"], 3,
+                        _adding_commit(ROOT / RESULTS / src) or "uncommitted",
+                        "the committed code measured 8.445 ms against 7.339 ms (1.151x)",
+                        "8.445", "bench/bench_engine.py --parts b --trees-8b 60/7/10 --no-drafter-alone, the working "
+                        "tree after 80c9e4f (gate/up and q/k/v+RoPE in rotated chunk order)",
+                        tree + ["spec_floor_ms"], "floor", "7.339", "1.151", date="2026-11-28")]
+
+
 ENGINE_TABLES = ("smollm2", "llama8b")  # the parts of bench_engine.json that each print a README table
 
 
@@ -638,7 +651,7 @@ def main() -> None:
            "entries": _latest(drafter_entries() + engine_entries() + session7_entries() + session8_entries()
                               + session9_entries() + session10_entries() + session12_entries()
                               + session13_entries() + session14_entries() + session15_entries() + session16_entries()
-                              + shipped_head_entries() + session24_entries() + session25_entries()
+                              + shipped_head_entries() + session24_entries() + session25_entries() + session26_entries()
                               + engine_parts_entries()
                               + batch_entries())}
     path = ROOT / RESULTS / "headline.json"

@@ -2,6 +2,8 @@
 squares written and read), the standalone RMSNorm and the embedding gather against their references, and a row's
 exact independence from the rows computed with it."""
 
+import dataclasses
+
 import pytest
 import torch
 
@@ -21,6 +23,7 @@ from eagle_triton.ops.target_linear import (
 DTYPES = [torch.float32, torch.float16, pytest.param(torch.bfloat16, marks=pytest.mark.gpu)]
 TOL = {torch.float32: (2e-5, 2e-5), torch.float16: (2e-3, 2e-3), torch.bfloat16: (1.6e-2, 1.6e-2)}
 SMALL = LinearConfig(block_m=16, block_n=16, block_k=16, num_warps=4, num_stages=1)  # several tiles per dim
+ROTATED = dataclasses.replace(SMALL, rotate=True)  # each column tile starts its reduction at another chunk
 FLAGS = {"plain": {}, "bias": {"bias": True}, "norm": {"norm": True}, "residual": {"residual": True},
          "silu_mul": {"silu_mul": True}, "all": {"bias": True, "norm": True, "silu_mul": True, "residual": True}}
 
@@ -43,7 +46,8 @@ def _inputs(M, N, K, dtype, device, seed, bias=False, norm=False, residual=False
 
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("flags", list(FLAGS), ids=list(FLAGS))
-@pytest.mark.parametrize("M,N,K,cfg", [(1, 50, 70, None), (37, 24, 33, SMALL), (70, 9, 48, None)])
+@pytest.mark.parametrize("M,N,K,cfg", [(1, 50, 70, None), (37, 24, 33, SMALL), (70, 9, 48, None),
+                                         (5, 40, 70, ROTATED)])
 def test_linear_matches_reference(M, N, K, cfg, flags, dtype, device):
     x, w, kw = _inputs(M, N, K, dtype, device, seed=M * 31 + N, **FLAGS[flags])
     y = target_linear(x, w, config=cfg, **kw)
@@ -55,7 +59,7 @@ def test_linear_matches_reference(M, N, K, cfg, flags, dtype, device):
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
-@pytest.mark.parametrize("cfg", [SMALL, None], ids=["16x16x16", "default"])
+@pytest.mark.parametrize("cfg", [SMALL, ROTATED, None], ids=["16x16x16", "rotated", "default"])
 def test_linear_row_is_batch_invariant(cfg, dtype, device):
     """A row computed alone, inside a 5-row batch, and inside a 45-row batch (several row tiles at 16) is
     bit-identical, whatever the epilogue."""
@@ -116,15 +120,48 @@ def test_weight_prefetch_changes_no_bit(K, flags, device):
     whose hints are clamped inside the weight)."""
     dtype = torch.float32 if device == "cpu" else torch.bfloat16
     x, w, kw = _inputs(5, 21, K, dtype, device, seed=K, **FLAGS[flags])
-    base = target_linear(x, w, config=SMALL, **kw)
-    for pre, l2 in ((1, 0), (2, 0), (0, 1), (0, 8), (1, 2)):
-        cfg = LinearConfig(block_m=16, block_n=16, block_k=16, num_warps=4, num_stages=1, prefetch=pre,
-                           l2_prefetch=l2)
-        assert torch.equal(target_linear(x, w, config=cfg, **kw), base), (pre, l2)
+    for rotate in (False, True):  # rotated: the prefetched chunks are the tile's first ones in its own order
+        base = target_linear(x, w, config=dataclasses.replace(SMALL, rotate=rotate), **kw)
+        for pre, l2 in ((1, 0), (2, 0), (0, 1), (0, 8), (1, 2)):
+            cfg = LinearConfig(block_m=16, block_n=16, block_k=16, num_warps=4, num_stages=1, prefetch=pre,
+                               l2_prefetch=l2, rotate=rotate)
+            assert torch.equal(target_linear(x, w, config=cfg, **kw), base), (pre, l2, rotate)
     with pytest.raises(ValueError, match="prefetch"):
         LinearConfig(prefetch=3)
     with pytest.raises(ValueError, match="l2_prefetch"):
         LinearConfig(l2_prefetch=3)
+
+
+@pytest.mark.parametrize("rotate", [False, True])
+def test_rotate_starts_each_tile_at_its_own_chunk(rotate, device):
+    """With ``rotate``, column tile ``n`` reduces chunks ``n % 3, ..`` of a 3-chunk reduction. The x row holds
+    ``1e8`` in chunk 0, ``1`` in chunk 1 and ``-1e8`` in chunk 2 (fp32, weights of ones): only the order
+    2, 0, 1 keeps the 1 (``1e8 + 1`` and ``1 - 1e8`` round it away), so tile 2 alone sums to 1; without
+    ``rotate`` every tile sums in order 0, 1, 2 and gets 0."""
+    x = torch.zeros(1, 48, device=device)
+    x[0, 0], x[0, 16], x[0, 32] = 1e8, 1.0, -1e8
+    w = torch.ones(48, 48, device=device)
+    y = target_linear(x, w, config=dataclasses.replace(SMALL, rotate=rotate))
+    want = torch.zeros(1, 48, device=device)
+    if rotate:
+        want[0, 32:] = 1.0
+    assert torch.equal(y, want)
+
+
+def test_default_config_rotates_the_measured_products(monkeypatch):
+    """On the GPU in 16 bits, at 8B-class widths, the gate/up product (``silu_mul``) and the q/k/v product with RoPE
+    (tiles derived from it) reduce in rotated order; o, down and lm_head do not (measured slower or no faster)."""
+    import importlib
+
+    from eagle_triton.ops.rope_kv import qkv_rope_config
+
+    for mod in ("eagle_triton.ops.target_linear.op", "eagle_triton.ops.rope_kv.op"):  # the GPU's tiles, here too
+        monkeypatch.setattr(importlib.import_module(mod), "interpreter_tiles", lambda device: False)
+    cuda = torch.device("cuda")
+    assert default_config(14336, 4096, cuda, silu_mul=True).rotate
+    assert qkv_rope_config(32, 8, 128, 4096, cuda).rotate
+    assert not any(default_config(n, k, cuda).rotate for n, k in ((4096, 4096), (4096, 14336), (128256, 4096)))
+    assert not default_config(1536, 576, cuda, silu_mul=True).rotate  # small models: not measured
 
 
 @pytest.mark.gpu

@@ -105,6 +105,7 @@ def _qkv_rope_kernel(
     HAS_NORM: tl.constexpr, NUM_SS: tl.constexpr, NSS_P2: tl.constexpr, NORM_FOLDED: tl.constexpr,
     HAS_BIAS: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, PRECISION: tl.constexpr,
     PRE: tl.constexpr = 0, HAS_SLOTS: tl.constexpr = False, PDL: tl.constexpr = False, L2_PRE: tl.constexpr = 0,
+    ROTATE: tl.constexpr = False,
 ):
     """The q/k/v product of :func:`~eagle_triton.ops.target_linear.target_linear` with this module's RoPE and
     KV-cache write as its epilogue; grid ``(cdiv(M, BM), (HQ + HKV) * HALF / BN + HKV * D / (2 BN))``.
@@ -137,7 +138,7 @@ def _qkv_rope_kernel(
     u_rows = w_ptr + n2[:, None].to(tl.int64) * stride_wn
     acc, acc_u, rstd = _mainloop(x_ptr, w_rows, u_rows, nw_ptr, sin_ptr, offs_m, m_mask, n_mask, K, stride_xm,
                                  stride_sin_m, eps, HAS_NORM, NUM_SS, NSS_P2, True, NORM_FOLDED, BM, BN, BK,
-                                 PRECISION, PRE, PDL, dt, L2_PRE)
+                                 PRECISION, PRE, PDL, dt, L2_PRE, ROTATE, pid_n)
     if NORM_FOLDED:
         acc = acc * rstd[:, None]
         acc_u = acc_u * rstd[:, None]

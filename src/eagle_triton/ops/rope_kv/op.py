@@ -261,11 +261,12 @@ def _aot_specs():
         specs.append((_rope_kv_kernel, sig, const, {"num_warps": 4, "enable_fp_fusion": False, "div16": div,
                                                     "launch_pdl": const["PDL"]}))
     # the q/k/v product with the RoPE/KV-write epilogue: 8B heads (128 partials, folded norm) with and without
-    # cache slots, SmolLM2's 9/3 x 64 (36 padded partials, 64-wide chunks in 5 stages, bias as Qwen2 has)
+    # cache slots, and rotated (the default config), SmolLM2's 9/3 x 64 (36 padded partials, 64-wide chunks in 5
+    # stages, bias as Qwen2 has)
     for (hq, hkv, d, nss, bias, slots, cfg) in (
             (32, 8, 128, 128, False, False, LinearConfig(64, 32, 128, 4, 4)),
             (32, 8, 128, 128, False, True, LinearConfig(64, 32, 128, 4, 4)),
-            (32, 8, 128, 128, False, False, LinearConfig(64, 32, 128, 4, 4, l2_prefetch=2)),
+            (32, 8, 128, 128, False, False, LinearConfig(64, 32, 128, 4, 4, l2_prefetch=2, rotate=True)),
             (9, 3, 64, 36, True, False, LinearConfig(64, 16, 64, 4, 5))):
         sig = {n: "i32" for n in _qkv_rope_kernel.arg_names}
         sig.update({p: "*bf16" for p in ("x_ptr", "w_ptr", "b_ptr", "nw_ptr", "q_ptr", "k_ptr", "v_ptr", "cos_ptr",
@@ -274,7 +275,8 @@ def _aot_specs():
                     "eps": "fp32"})
         const = dict(HQ=hq, HKV=hkv, HEAD_DIM=d, HAS_NORM=False, NUM_SS=nss, NSS_P2=next_power_of_2(nss),
                      NORM_FOLDED=True, HAS_BIAS=bias, BM=cfg.block_m, BN=cfg.block_n, BK=cfg.block_k,
-                     PRECISION="tf32", PRE=cfg.prefetch, HAS_SLOTS=slots, PDL=True, L2_PRE=cfg.l2_prefetch)
+                     PRECISION="tf32", PRE=cfg.prefetch, HAS_SLOTS=slots, PDL=True, L2_PRE=cfg.l2_prefetch,
+                     ROTATE=cfg.rotate)
         sig.update({k: "constexpr" for k in const})
         div = ["K", "Lmax", "stride_xm", "stride_wn", "stride_sin_m", "stride_qm"] + [
             n for n in _qkv_rope_kernel.arg_names if n.startswith(("stride_k", "stride_v", "stride_cp"))]

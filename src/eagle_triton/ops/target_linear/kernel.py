@@ -92,7 +92,7 @@ def _mainloop(x_ptr, w_rows, u_rows, nw_ptr, sin_ptr, offs_m, m_mask, n_mask, K,
               HAS_NORM: tl.constexpr, NUM_SS: tl.constexpr, NSS_P2: tl.constexpr, TWO: tl.constexpr,
               NORM_FOLDED: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr,
               PRECISION: tl.constexpr, PRE: tl.constexpr, PDL: tl.constexpr, dt: tl.constexpr,
-              L2_PRE: tl.constexpr = 0):
+              L2_PRE: tl.constexpr = 0, ROTATE: tl.constexpr = False, tile=0):
     """The reduction of a ``[BM, BN]`` tile (and, with ``TWO``, of the second weight tile at ``u_rows``):
     weight chunks prefetched (``PRE``), the wait on the previous kernel (``PDL``), the row norms' ``rstd``, then
     ``K`` in fixed ``BK`` chunks. Returns ``(acc, acc_u, rstd)`` (fp32; ``rstd`` not yet applied when
@@ -100,22 +100,33 @@ def _mainloop(x_ptr, w_rows, u_rows, nw_ptr, sin_ptr, offs_m, m_mask, n_mask, K,
 
     ``L2_PRE`` (with ``PDL``): before the wait, ask L2 for the first ``L2_PRE`` chunks of the weight rows
     (:mod:`.._prefetch`; every row pointer must lie inside the weight, masked rows included): no registers, no
-    stage, no bit changed."""
+    stage, no bit changed.
+
+    ``ROTATE``: the program of output tile ``tile`` reduces the chunks in the order ``r, r + 1, ..``, wrapping
+    around, with ``r = tile % cdiv(K, BK)``, so that the programs running at one time read different chunks of
+    the activations and of the weights' columns. The order depends on the tile only (never on ``M``): rows stay
+    batch-invariant."""
     offs_k = tl.arange(0, BK)
+    rot = 0
+    k_first = 0
+    if ROTATE:
+        rot = tile % tl.cdiv(K, BK)
+        k_first = rot * BK
     if PDL:
         if L2_PRE > 0:
             LINE: tl.constexpr = 1024 // w_rows.dtype.element_ty.primitive_bitwidth
-            l2_prefetch_rows(w_rows, K, L2_PRE * BK, LINE)
+            l2_prefetch_rows(w_rows + k_first, K - k_first, L2_PRE * BK, LINE)
             if TWO:
-                l2_prefetch_rows(u_rows, K, L2_PRE * BK, LINE)
+                l2_prefetch_rows(u_rows + k_first, K - k_first, L2_PRE * BK, LINE)
     # weights first: they do not depend on the previous kernel
     if PRE >= 1:
-        w0 = tl.load(w_rows + offs_k[None, :], mask=n_mask[:, None] & (offs_k < K)[None, :], other=0.0)
+        k0_ = k_first + offs_k
+        w0 = tl.load(w_rows + k0_[None, :], mask=n_mask[:, None] & (k0_ < K)[None, :], other=0.0)
         u0 = w0
         if TWO:
-            u0 = tl.load(u_rows + offs_k[None, :], mask=n_mask[:, None] & (offs_k < K)[None, :], other=0.0)
+            u0 = tl.load(u_rows + k0_[None, :], mask=n_mask[:, None] & (k0_ < K)[None, :], other=0.0)
     if PRE >= 2:
-        k1 = BK + offs_k
+        k1 = ((1 + rot) % tl.cdiv(K, BK)) * BK + offs_k
         w1 = tl.load(w_rows + k1[None, :], mask=n_mask[:, None] & (k1 < K)[None, :], other=0.0)
         u1 = w1
         if TWO:
@@ -137,23 +148,34 @@ def _mainloop(x_ptr, w_rows, u_rows, nw_ptr, sin_ptr, offs_m, m_mask, n_mask, K,
     acc = tl.zeros([BM, BN], tl.float32)
     acc_u = tl.zeros([BM, BN], tl.float32)
     if PRE >= 1:
-        acc, acc_u = _k_chunk(acc, acc_u, x_rows, m_mask, offs_k, w0, u0, rstd, nw_ptr, K, HAS_NORM, TWO,
-                              PRECISION, dt)
+        acc, acc_u = _k_chunk(acc, acc_u, x_rows, m_mask, k_first + offs_k, w0, u0, rstd, nw_ptr, K, HAS_NORM,
+                              TWO, PRECISION, dt)
     if PRE >= 2:
         if K > BK:  # a chunk past K is skipped, as the loop would
             acc, acc_u = _k_chunk(acc, acc_u, x_rows, m_mask, k1, w1, u1, rstd, nw_ptr, K, HAS_NORM, TWO,
                                   PRECISION, dt)
     for k0 in range(PRE * BK, K, BK):
-        kk = k0 + offs_k
-        k_mask = kk < K
-        w = tl.load(w_rows + kk[None, :], mask=n_mask[:, None] & k_mask[None, :], other=0.0)
-        wu = w
-        if TWO:
-            wu = tl.load(u_rows + kk[None, :], mask=n_mask[:, None] & k_mask[None, :], other=0.0)
-        acc, acc_u = _k_chunk(acc, acc_u, x_rows, m_mask, kk, w, wu, rstd, nw_ptr, K, HAS_NORM, TWO,
-                              PRECISION, dt)
+        kc = k0
+        if ROTATE:  # chunk (k0 / BK + rot) mod cdiv(K, BK). Kept inside one loop: a loop of its own under the
+            # constexpr branch doubled the q/k/v kernel's shared memory on sm_90 (Triton 3.9), even untaken
+            kc = k0 + rot * BK
+            kc = tl.where(kc >= K, kc - tl.cdiv(K, BK) * BK, kc)
+        acc, acc_u = _w_chunk(acc, acc_u, x_rows, w_rows, u_rows, m_mask, n_mask, kc + offs_k, rstd, nw_ptr,
+                              K, HAS_NORM, TWO, PRECISION, dt)
 
     return acc, acc_u, rstd
+
+
+@triton.jit
+def _w_chunk(acc, acc_u, x_rows, w_rows, u_rows, m_mask, n_mask, kk, rstd, nw_ptr, K, HAS_NORM: tl.constexpr,
+             TWO: tl.constexpr, PRECISION: tl.constexpr, dt: tl.constexpr):
+    """One chunk of the main loop: load its weight tile(s), then :func:`_k_chunk`."""
+    k_mask = kk < K
+    w = tl.load(w_rows + kk[None, :], mask=n_mask[:, None] & k_mask[None, :], other=0.0)
+    wu = w
+    if TWO:
+        wu = tl.load(u_rows + kk[None, :], mask=n_mask[:, None] & k_mask[None, :], other=0.0)
+    return _k_chunk(acc, acc_u, x_rows, m_mask, kk, w, wu, rstd, nw_ptr, K, HAS_NORM, TWO, PRECISION, dt)
 
 
 @triton.jit(do_not_specialize=["M"])
@@ -166,6 +188,7 @@ def _bi_linear_kernel(
     SILU_MUL: tl.constexpr, WRITE_SS: tl.constexpr,
     BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, PRECISION: tl.constexpr,
     PRE: tl.constexpr = 0, PDL: tl.constexpr = False, NORM_FOLDED: tl.constexpr = False, L2_PRE: tl.constexpr = 0,
+    ROTATE: tl.constexpr = False,
 ):
     """Grid ``(cdiv(M, BM), cdiv(N, BN))``: the M tiles of one weight tile are neighbours, so they share it in L2.
 
@@ -178,6 +201,9 @@ def _bi_linear_kernel(
     (``gdc_wait``), so those loads overlap its tail and the launch. The chunks are reduced in the same order with
     the same tiles either way: ``PRE`` and ``PDL`` never change a bit of the result. ``L2_PRE`` (0, 1, 2, 4 or 8,
     with ``PDL``): the first ``L2_PRE`` weight chunks are asked of L2 instead (a hint, see :func:`_mainloop`).
+
+    ``ROTATE``: each program starts its reduction at chunk ``pid_n % cdiv(K, BK)`` (see :func:`_mainloop`); a
+    tile-configuration choice (it changes the bits, the same for every ``M``).
 
     ``NORM_FOLDED`` (with ``NUM_SS`` partials, without ``HAS_NORM``): the RMSNorm weight is folded into W (the
     launcher's caller stores ``W * norm_weight``) and each row's ``rstd`` scales the fp32 accumulator before the
@@ -197,7 +223,7 @@ def _bi_linear_kernel(
     u_rows = w_ptr + (n_in + N) * stride_wn  # the up half (SILU_MUL)
     acc, acc_u, rstd = _mainloop(x_ptr, w_rows, u_rows, nw_ptr, sin_ptr, offs_m, m_mask, n_mask, K, stride_xm,
                                  stride_sin_m, eps, HAS_NORM, NUM_SS, NSS_P2, SILU_MUL, NORM_FOLDED, BM, BN, BK,
-                                 PRECISION, PRE, PDL, dt, L2_PRE)
+                                 PRECISION, PRE, PDL, dt, L2_PRE, ROTATE, pid_n)
 
     if NORM_FOLDED:
         acc = acc * rstd[:, None]

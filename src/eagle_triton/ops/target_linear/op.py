@@ -38,7 +38,10 @@ class LinearConfig:
     ``BK`` reduction chunk, the launch's warps/stages, and ``prefetch`` (0-2): weight chunks a program loads before
     waiting for the previous kernel (see the kernel; it changes timing, never the result). ``l2_prefetch`` (0, 1,
     2, 4, 8): weight chunks a program asks L2 for before that wait (a hint: no registers, no stage, no bit
-    changed; only with programmatic dependent launch)."""
+    changed; only with programmatic dependent launch). ``rotate``: program ``n`` reduces its chunks starting
+    at chunk ``n % cdiv(K, block_k)``, wrapping around, so that the programs running at one time read different
+    columns; it changes the summation order, hence the bits, but per output tile only (rows stay batch-invariant),
+    so it belongs to the tile configuration."""
 
     block_m: int = 64
     block_n: int = 32
@@ -47,6 +50,7 @@ class LinearConfig:
     num_stages: int = 4
     prefetch: int = 0
     l2_prefetch: int = 0
+    rotate: bool = False
 
     def __post_init__(self):
         if self.prefetch not in (0, 1, 2):
@@ -70,7 +74,12 @@ def default_config(N: int, K: int, device: torch.device | str | None = None,
     - each asks L2 for its first two weight chunks before the PDL wait (``l2_prefetch=2``: the 8B step probe,
       ``bench/results/session20_2026-11-27/step_l2_8b*.json``, H100: decode 5.637 -> 5.556-5.575 ms, 60-row
       verify 6.113 -> 6.061-6.065, speculative 60/7/10 step 8.636 -> 8.550-8.577; one chunk gains half of
-      that, four no more, eight lose it).
+      that, four no more, eight lose it);
+    - ``silu_mul`` (gate/up, and the q/k/v product with RoPE, whose :func:`~eagle_triton.ops.rope_kv.qkv_rope_config`
+      starts from these tiles) reduces in rotated chunk order (``rotate``): H100, 8B shape, the 60/7/10 speculative
+      step 8.458-8.463 -> 8.422-8.426 ms and plain decode 5.573-5.576 -> 5.540-5.541 ms per token (one lease,
+      alternated twice; ``bench/results/session26_2026-11-28/``). Per product (one run each): gate/up -35 us per
+      step, q/k/v -11, o +3, lm_head -5 and down +58 (the last three stay unrotated).
 
     Small models (``K <= 2048``; SmolLM2-135M, products chained in one CUDA graph with programmatic dependent
     launch, ``bench/probes/wide_tiles.py``, ``bench/results/session13_2026-11-26/wide_smollm2_b.json``): ``BN = 16``;
@@ -110,7 +119,8 @@ def default_config(N: int, K: int, device: torch.device | str | None = None,
         bn, bk, stages = 128, 128, 3
     stage_bytes = (64 + (2 if silu_mul else 1) * bn) * bk * torch.tensor([], dtype=dtype).element_size()
     stages = max(2, min(stages, _SMEM_BUDGET // stage_bytes))
-    return LinearConfig(block_m=64, block_n=bn, block_k=bk, num_warps=4, num_stages=stages, l2_prefetch=2)
+    return LinearConfig(block_m=64, block_n=bn, block_k=bk, num_warps=4, num_stages=stages, l2_prefetch=2,
+                        rotate=bool(silu_mul))
 
 
 def interpreter_tiles(device: torch.device | str | None) -> bool:
@@ -257,6 +267,8 @@ def _pdl_launch(x: torch.Tensor, cfg: LinearConfig) -> dict:
     kw = pdl_kwargs(x.device)
     if kw and cfg.l2_prefetch:
         kw["L2_PRE"] = cfg.l2_prefetch
+    if cfg.rotate:
+        kw["ROTATE"] = True
     return kw
 
 
@@ -360,10 +372,11 @@ def _aot_specs():
             ("bf16", "tf32", LinearConfig(block_n=64, block_k=128), [(None, 128, True, False, True, False)]),
             ("bf16", "tf32", LinearConfig(64, 16, 64, 4, 6),
              [(None, 36, False, False, False, False), (None, 36, False, False, True, False)]),
-            # weight chunks asked of L2 before the PDL wait: the 8B folded q/k/v, gate/up (two tiles) and down
+            # weight chunks asked of L2 before the PDL wait: the 8B folded q/k/v, gate/up (two tiles, rotated chunk
+            # order, as default_config gives it) and down
             ("bf16", "tf32", LinearConfig(block_n=64, block_k=256, num_stages=3, l2_prefetch=2),
              [(None, 128, False, False, False, False)]),
-            ("bf16", "tf32", LinearConfig(block_n=64, block_k=128, l2_prefetch=2),
+            ("bf16", "tf32", LinearConfig(block_n=64, block_k=128, l2_prefetch=2, rotate=True),
              [(None, 128, False, False, True, False)]),
             ("bf16", "tf32", LinearConfig(block_n=32, block_k=256, l2_prefetch=1), flags[3:4])):
         for norm, nss, bias, res, silu, wss in cases:
@@ -374,7 +387,7 @@ def _aot_specs():
             const = dict(HAS_NORM=norm, NUM_SS=nss, NSS_P2=next_power_of_2(max(nss, 1)), HAS_BIAS=bias,
                          HAS_RES=res, SILU_MUL=silu, WRITE_SS=wss, BM=cfg.block_m, BN=cfg.block_n, BK=cfg.block_k,
                          PRECISION=prec, PRE=cfg.prefetch, PDL=dt == "bf16", NORM_FOLDED=folded,
-                         L2_PRE=cfg.l2_prefetch)
+                         L2_PRE=cfg.l2_prefetch, ROTATE=cfg.rotate)
             sig.update({k: "constexpr" for k in const})
             # the partials' row stride: their count (a multiple of 16 at 8B, not at SmolLM2's 18), or padded to 16
             row_div = ["stride_sin_m"] if nss % 16 == 0 or folded else []
