@@ -517,16 +517,23 @@ def session25_entries() -> list[dict]:
 
 
 def session26_entries() -> list[dict]:
-    """Session 26's 8B step with the rotated gate/up and q/k/v products (issue 18's 1.15x), printed in prose: the
-    committed code on a fourth lease, beside session 25's code in the same lease."""
+    """Session 26's 8B step (issue 18's 1.15x), printed in prose: the rotated gate/up and q/k/v products on one
+    lease, beside session 25's code, and the greedy steps' argmax keys on another, beside the rotation's code."""
     tree = ["parts", "llama8b", "trees", {"tree": "60/7/10"}]
-    src = "session26_2026-11-28/bench_engine_8b_d_new.json"
-    return [prose_entry("spec_step_8b_60_7_10_s26_lease_d", "ms", src, tree + ["step_ms"], 3,
-                        _adding_commit(ROOT / RESULTS / src) or "uncommitted",
-                        "the committed code measured 8.445 ms against 7.339 ms (1.151x)",
-                        "8.445", "bench/bench_engine.py --parts b --trees-8b 60/7/10 --no-drafter-alone, the working "
-                        "tree after 80c9e4f (gate/up and q/k/v+RoPE in rotated chunk order)",
-                        tree + ["spec_floor_ms"], "floor", "7.339", "1.151", date="2026-11-28")]
+    out = []
+    for name, src, text, printed, floor, ratio, code in (
+            ("spec_step_8b_60_7_10_s26_lease_d", "bench_engine_8b_d_new.json",
+             "the committed code measured 8.445 ms against 7.339 ms (1.151x)", "8.445", "7.339", "1.151",
+             "the working tree after 80c9e4f (gate/up and q/k/v+RoPE in rotated chunk order)"),
+            ("spec_step_8b_60_7_10_s26_lease_e", "bench_engine_8b_e2_new.json",
+             "argmax key instead of its logits measured 8.403 ms\nagainst 7.343 ms (1.144x)", "8.403", "7.343",
+             "1.144", "the working tree after 7dbf41d (the lm_head's argmax keys in greedy steps)")):
+        src = "session26_2026-11-28/" + src
+        out.append(prose_entry(name, "ms", src, tree + ["step_ms"], 3, _adding_commit(ROOT / RESULTS / src)
+                               or "uncommitted", text, printed,
+                               "bench/bench_engine.py --parts b --trees-8b 60/7/10 --no-drafter-alone, " + code,
+                               tree + ["spec_floor_ms"], "floor", floor, ratio, date="2026-11-28"))
+    return out
 
 
 ENGINE_TABLES = ("smollm2", "llama8b")  # the parts of bench_engine.json that each print a README table

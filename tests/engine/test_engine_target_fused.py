@@ -61,6 +61,34 @@ def test_fused_forward_matches_torch_forward(model, extra, small_chunks):
         torch.testing.assert_close(y, x, atol=5e-5, rtol=1e-5)
 
 
+def test_argmax_rows_are_the_argmax_of_the_logits(small_chunks):
+    """``argmax=True`` (greedy steps): the fused forward's lm_head returns each row's argmax key instead of its
+    logits, decoding and verifying; the PyTorch forward has no keys and returns the logits."""
+    from eagle_triton.ops.target_linear import argmax_from_keys
+
+    m = _model()
+    a, b = LlamaTarget.from_hf(m, ops="triton"), LlamaTarget.from_hf(m, ops="triton")
+    assert b.fused_argmax and not LlamaTarget.from_hf(m).fused_argmax
+    g = torch.Generator().manual_seed(2)
+    ids = torch.randint(0, V, (1, 9), generator=g)
+    parents = torch.tensor([[-1, 0, 0, 1, 3, 1]])
+    tokens = torch.randint(0, V, (1, 6), generator=g)
+    mask, depths, *_ = build_tree_buffers(parents, 3)
+    got = []
+    for t, argmax in ((a, False), (b, True)):
+        t.setup(32, "eagle3")
+        t.prefill(ids)
+        ld, _ = t.decode_rows(ids[:, :1], 32, want_features=False, argmax=argmax)
+        lv, fv = t.verify_rows(tokens, depths, mask, 32, argmax=argmax)
+        got.append((ld.clone(), lv.clone(), fv.clone()))
+    (ld, lv, fv), (kd, kv, fk) = got
+    assert kd.dtype == kv.dtype == torch.int64 and kd.shape == (1,) and kv.shape == (1, 6)
+    assert torch.equal(argmax_from_keys(kd), ld.argmax(-1)) and torch.equal(argmax_from_keys(kv), lv.argmax(-1))
+    assert torch.equal(fk, fv)  # the features are the same rows either way
+    with pytest.raises(ValueError, match="argmax keys are made for every row"):
+        b._forward_fused(ids[:, :1], torch.zeros(1, 1, dtype=torch.long), None, last_only=True, argmax=True)
+
+
 def test_fused_eagle1_feature_is_lm_head_input(small_chunks):
     t = LlamaTarget.from_hf(_model(), ops="triton")
     t.setup(32, "eagle1")

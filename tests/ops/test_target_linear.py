@@ -8,7 +8,10 @@ import pytest
 import torch
 
 from eagle_triton.ops.target_linear import (
+    KEY_EMPTY,
     LinearConfig,
+    argmax_from_keys,
+    argmax_keys_ref,
     default_config,
     fold_norm_weight,
     sumsq_width,
@@ -162,6 +165,52 @@ def test_default_config_rotates_the_measured_products(monkeypatch):
     assert qkv_rope_config(32, 8, 128, 4096, cuda).rotate
     assert not any(default_config(n, k, cuda).rotate for n, k in ((4096, 4096), (4096, 14336), (128256, 4096)))
     assert not default_config(1536, 576, cuda, silu_mul=True).rotate  # small models: not measured
+
+
+def _empty_keys(M, device):
+    return torch.full((M,), KEY_EMPTY, dtype=torch.int64, device=device)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("M,N,K,cfg", [(1, 50, 70, None), (37, 70, 33, SMALL), (9, 300, 48, ROTATED)])
+def test_argmax_keys_match_argmax_of_the_outputs(M, N, K, cfg, dtype, device):
+    """Each row's key holds the maximum of its outputs as stored and the first column holding it: ties inside a
+    tile and across tiles (duplicated weight rows give bit-equal outputs), negative rows, and a row whose maximum
+    is zero with -0.0 before +0.0 (equal, as torch compares them); ``store_output=False`` writes the same keys and
+    no outputs."""
+    x, w, kw = _inputs(M, N, K, dtype, device, seed=M * 7 + N, bias=True)
+    w[N - 1] = w[3]  # a tie across tiles (the first index wins)
+    w[5] = w[4]  # a tie inside a tile
+    x[0] = -x[0].abs()  # a row of mixed signs
+    kw["bias"][N // 2] = 50.0  # one row's maximum is large
+    keys = _empty_keys(M, device)
+    y = target_linear(x, w, config=cfg, argmax_keys=keys, **kw)
+    assert torch.equal(keys, argmax_keys_ref(y))
+    assert torch.equal(argmax_from_keys(keys), y.float().argmax(-1))
+    keys2 = _empty_keys(M, device)
+    assert target_linear(x, w, config=cfg, argmax_keys=keys2, store_output=False, **kw) is None
+    assert torch.equal(keys2, keys)
+    alone = _empty_keys(1, device)  # a row alone: the same key (batch invariance)
+    target_linear(x[M - 1:], w, config=cfg, argmax_keys=alone, store_output=False, **kw)
+    assert torch.equal(alone, keys[M - 1:])
+    zeros = torch.tensor([[-0.0, 0.0, -1.0]], device=device)
+    assert argmax_from_keys(argmax_keys_ref(zeros)).tolist() == [0] == zeros.argmax(-1).tolist()
+
+
+def test_rms_norm_resets_argmax_keys_and_bad_keys_are_named(device):
+    x, w, _ = _inputs(6, 5, 40, torch.float32, device, 1)
+    nw = torch.ones(40, device=device)
+    keys = torch.randint(0, 1 << 40, (6,), device=device)
+    y = target_rms_norm(x, nw, 1e-6, reset_argmax_keys=keys)
+    assert (keys == KEY_EMPTY).all() and torch.equal(y, target_rms_norm(x, nw, 1e-6))
+    with pytest.raises(TypeError, match="argmax_keys must have dtype"):
+        target_linear(x, w, argmax_keys=keys.int())
+    with pytest.raises(ValueError, match="argmax_keys must have shape"):
+        target_linear(x, w, argmax_keys=keys[:5])
+    with pytest.raises(ValueError, match="store_output=False needs argmax_keys"):
+        target_linear(x, w, store_output=False)
+    with pytest.raises(ValueError, match="reset_argmax_keys must have shape"):
+        target_rms_norm(x, nw, 1e-6, reset_argmax_keys=keys[:2])
 
 
 @pytest.mark.gpu

@@ -123,3 +123,24 @@ def test_tree_accept_greedy_errors(device):
                                                          torch.empty(1, dtype=torch.long)))
     with pytest.raises(ValueError, match="out tokens"):
         tree_accept_greedy(tok, ri, logits, out=(None, None, torch.empty(1, 2, dtype=torch.long), None))
+
+
+@pytest.mark.parametrize("B,T,V,W", [(1, 6, 300, 40), (2, 60, 129, 17), (2, 1, 1, 3)])
+def test_tree_accept_greedy_from_argmax_keys(B, T, V, W, device):
+    """The lm_head's packed argmax keys (``argmax_keys``, one per node, in place of the logits) give what the
+    logits give, in the kernel and in the reference; exactly one of the two is taken."""
+    from eagle_triton.ops.target_linear import argmax_keys_ref
+
+    seed = secrets.randbelow(1 << 30)
+    tok, ri, logits, feats = _case(B, T, V, W, torch.float32, device, torch.Generator().manual_seed(seed))
+    logits[..., :2] = logits.amax(-1, keepdim=True)  # ties: the first index wins
+    keys = argmax_keys_ref(logits.reshape(-1, V)).view(B, T + 1)
+    want = tree_accept_greedy_ref(tok, ri, logits, feats)
+    _assert_equal(tree_accept_greedy(tok, ri, None, feats, argmax_keys=keys), want)
+    _assert_equal(tree_accept_greedy_ref(tok, ri, None, feats, argmax_keys=keys), want)
+    with pytest.raises(ValueError, match="exactly one of logits and argmax_keys"):
+        tree_accept_greedy(tok, ri, logits, argmax_keys=keys)
+    with pytest.raises(ValueError, match="exactly one of logits and argmax_keys"):
+        tree_accept_greedy(tok, ri, None)
+    with pytest.raises(TypeError, match="argmax_keys must have dtype"):
+        tree_accept_greedy(tok, ri, None, argmax_keys=keys.int())

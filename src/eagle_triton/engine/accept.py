@@ -69,27 +69,39 @@ def _greedy_kernel(logits: torch.Tensor, use_kernel: bool | None) -> bool:
     return logits.dtype in (torch.float16, torch.bfloat16, torch.float32) and (logits.is_cuda or is_interpreter())
 
 
+def _scores(scores: torch.Tensor, keys: bool, use_kernel: bool | None):
+    """The accept function and its ``(logits, argmax_keys)`` arguments for ``scores``: logits, or with ``keys``
+    the int64 argmax keys of a target forward (:meth:`~eagle_triton.engine.target.LlamaTarget.verify_rows`)."""
+    if keys:
+        kernel = use_kernel if use_kernel is not None else (scores.is_cuda or is_interpreter())
+        return (tree_accept_greedy if kernel else tree_accept_greedy_ref), None, scores
+    return (tree_accept_greedy if _greedy_kernel(scores, use_kernel) else tree_accept_greedy_ref), scores, None
+
+
 def accept_greedy_rows(tree, logits: torch.Tensor, features: torch.Tensor | None = None, out: tuple | None = None,
-                       next_inputs: tuple | None = None, use_kernel: bool | None = None):
+                       next_inputs: tuple | None = None, use_kernel: bool | None = None, keys: bool = False):
     """Greedy verification of a :class:`~eagle_triton.DraftTree` for the engine's steps, with the features of the
     accepted rows gathered and every result optionally written into the caller's buffers (``out``, and the next
     draft's inputs ``next_inputs``): the two
     launches of :func:`eagle_triton.ops.tree_accept_greedy` on CUDA and under Triton's interpreter (the CPU tests;
-    ``use_kernel=None``), else its reference. Returns ``(accept_index, accept_len, tokens, features)``."""
-    fn = tree_accept_greedy if _greedy_kernel(logits, use_kernel) else tree_accept_greedy_ref
-    return fn(tree.draft_tokens, tree.retrieve_indices_padded, logits, features, out=out, next_inputs=next_inputs,
-              validate=False)
+    ``use_kernel=None``), else its reference. ``keys``: ``logits`` holds the target's argmax keys ``[B, N]``
+    instead (one launch). Returns ``(accept_index, accept_len, tokens, features)``."""
+    fn, lg, ak = _scores(logits, keys, use_kernel)
+    return fn(tree.draft_tokens, tree.retrieve_indices_padded, lg, features, out=out, next_inputs=next_inputs,
+              validate=False, argmax_keys=ak)
 
 
 def greedy_pick_rows(logits: torch.Tensor, root_paths: torch.Tensor, out_len: torch.Tensor, out_token: torch.Tensor,
-                     next_ids: torch.Tensor, next_num_new: torch.Tensor, use_kernel: bool | None = None) -> None:
+                     next_ids: torch.Tensor, next_num_new: torch.Tensor, use_kernel: bool | None = None,
+                     keys: bool = False) -> None:
     """Plain greedy decoding's pick, written into a step's buffers: each row's argmax of ``logits [B, V]`` as the
     acceptance of a tree with no drafts (:func:`accept_greedy_rows`' two launches, instead of torch's one-block
-    argmax and three copies). ``root_paths``: ``[B, 1, 1]`` zeros (the root's path); ``out_len`` ``[B]`` gets 0,
-    ``out_token`` ``[B, 1]`` and ``next_ids`` ``[B, 1]`` the token, ``next_num_new`` ``[B]`` int32 one."""
-    fn = tree_accept_greedy if _greedy_kernel(logits, use_kernel) else tree_accept_greedy_ref
-    fn(next_ids, root_paths, logits.unsqueeze(1), out=(None, out_len, out_token, None),
-       next_inputs=(next_ids, next_num_new), validate=False)
+    argmax and three copies; ``keys``: ``logits`` holds the argmax keys ``[B]``, one launch). ``root_paths``:
+    ``[B, 1, 1]`` zeros (the root's path); ``out_len`` ``[B]`` gets 0, ``out_token`` ``[B, 1]`` and ``next_ids``
+    ``[B, 1]`` the token, ``next_num_new`` ``[B]`` int32 one."""
+    fn, lg, ak = _scores(logits.unsqueeze(1), keys, use_kernel)
+    fn(next_ids, root_paths, lg, out=(None, out_len, out_token, None), next_inputs=(next_ids, next_num_new),
+       validate=False, argmax_keys=ak)
 
 
 def _accept_by_verify_rule(verify, draft_tokens: torch.Tensor, retrieve_indices: torch.Tensor, logits: torch.Tensor,

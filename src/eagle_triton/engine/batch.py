@@ -200,10 +200,11 @@ class BatchStepRunner(DeviceSteps):
         t = self.target
         if mode is not None:  # sampling verification walks the paths in lexicographic order
             tree = tree.in_sampling_order()
-        logits, tfeats = t.verify_rows(tree.draft_tokens, tree.positions, tree.tree_mask[:, 0], kv_bound)
+        keys = mode is None and t.fused_argmax  # greedy: the lm_head's argmax keys, no logits
+        logits, tfeats = t.verify_rows(tree.draft_tokens, tree.positions, tree.tree_mask[:, 0], kv_bound, argmax=keys)
         res = None if mode is None else accept_tree_probs(tree, probs_from_logits_rows(logits, self.sampling, *mode),
                                                           self.rng)
-        self._commit_accepted(tree, logits, tfeats, res, self.out[:, 0], self.out[:, 2:])
+        self._commit_accepted(tree, logits, tfeats, res, self.out[:, 0], self.out[:, 2:], keys)
         self._forget_idle()
         self.out[:, 1].copy_(self.first_token)
 
@@ -215,10 +216,11 @@ class BatchStepRunner(DeviceSteps):
         return self._pending(PendingBatch, occupants=occupants)
 
     def _plain_body(self, mode: tuple | None, kv_bound) -> None:
-        logits, _ = self.target.decode_rows(self.ids[:, :1], kv_bound, want_features=False)
+        keys = mode is None and self.target.fused_argmax
+        logits, _ = self.target.decode_rows(self.ids[:, :1], kv_bound, want_features=False, argmax=keys)
         if mode is None:  # the argmax kernels write the token into the output and the next input
             greedy_pick_rows(logits, self._root_paths, self.out[:, 0], self.out[:, 2:3], self.ids[:, :1],
-                             self.num_new)
+                             self.num_new, keys=keys)
         else:
             tok = sample_from_probs(probs_from_logits_rows(logits, self.sampling, *mode), self.rng)
             self.ids[:, 0].copy_(tok)

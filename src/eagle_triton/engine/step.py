@@ -189,16 +189,18 @@ class DeviceSteps:
         bucket = getattr(self.target, "attention_bucket", None)
         return bucket(kv_bound) if bucket is not None else None
 
-    def _commit_accepted(self, tree, logits, tfeats, res, out_len, out_tokens) -> None:
+    def _commit_accepted(self, tree, logits, tfeats, res, out_len, out_tokens, keys: bool = False) -> None:
         """Commit the accepted paths and leave this step's output (``out_len``, ``out_tokens``: views of ``out``)
         and the next draft's inputs in the subclass's static buffers (``feats``, ``ids``, ``num_new``): the features
         of root + accepted drafts, each paired with the token after it. ``res`` None (greedy): the accept kernel
-        writes all of it in place; else the sampling rule's :class:`~eagle_triton.engine.accept.AcceptResult`."""
+        writes all of it in place (``keys``: ``logits`` holds the target's argmax keys); else the sampling rule's
+        :class:`~eagle_triton.engine.accept.AcceptResult`."""
         t = self.target
         if res is None:
             feats_out = self.feats if tfeats is not None else None
             accept_index, accept_len, _, _ = accept_greedy_rows(
-                tree, logits, tfeats, out=(None, out_len, out_tokens, feats_out), next_inputs=(self.ids, self.num_new))
+                tree, logits, tfeats, out=(None, out_len, out_tokens, feats_out), next_inputs=(self.ids, self.num_new),
+                keys=keys)
             t.commit_rows(accept_index, accept_len, self.num_new)
             return
         torch.add(res.accept_len, 1, out=self.num_new)  # rows kept (int32): the compaction and the commit read it
@@ -284,9 +286,10 @@ class StepRunner(DeviceSteps):
         t = self.target
         if not params.greedy:  # sampling verification walks the paths in lexicographic order
             tree = tree.in_sampling_order()
-        logits, tfeats = t.verify_rows(tree.draft_tokens, tree.positions, tree.tree_mask[:, 0], kv_bound)
+        keys = params.greedy and t.fused_argmax  # greedy: the lm_head's argmax keys, no logits
+        logits, tfeats = t.verify_rows(tree.draft_tokens, tree.positions, tree.tree_mask[:, 0], kv_bound, argmax=keys)
         res = None if params.greedy else accept_tree(tree, logits, params, self.rng)
-        self._commit_accepted(tree, logits, tfeats, res, self.out[:1], self.out[1:].view(1, -1))
+        self._commit_accepted(tree, logits, tfeats, res, self.out[:1], self.out[1:].view(1, -1), keys)
 
     def plain_step(self, params: SamplingParams, kv_bound: int | None) -> PendingTokens:
         """Queue one plain decoding step: the target's next token after the pending one."""
@@ -297,10 +300,11 @@ class StepRunner(DeviceSteps):
         return self._pending()
 
     def _plain_body(self, params, kv_bound) -> None:
-        logits, _ = self.target.decode_rows(self.ids[:, :1], kv_bound, want_features=False)
+        keys = params.greedy and self.target.fused_argmax
+        logits, _ = self.target.decode_rows(self.ids[:, :1], kv_bound, want_features=False, argmax=keys)
         if params.greedy:  # the argmax kernels write the token into the output and the next input
             greedy_pick_rows(logits, self._root_paths, self.out[:1], self.out[1:2].view(1, 1), self.ids[:, :1],
-                             self.num_new)
+                             self.num_new, keys=keys)
             return
         tok = self.pick(logits, params, self.rng)
         self.ids[0, 0] = tok[0]

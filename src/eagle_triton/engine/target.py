@@ -570,14 +570,15 @@ class LlamaTarget(TargetModel):
 
     # -- forward -----------------------------------------------------------------------------------------------
     def _forward(self, tokens, positions, tree_mask, kv_limit, last_only: bool, slot: int | None = None,
-                 want_features: bool = True):
+                 want_features: bool = True, argmax: bool = False):
         """``kv_limit``: an upper bound on the rows any query row reads (or None): the fused forward plans its
         attention launches with it, the eager CPU ops read only that many rows. ``want_features=False``: no
-        features (plain decoding; the fused forward then skips gathering them)."""
+        features (plain decoding; the fused forward then skips gathering them). ``argmax`` (fused forward only,
+        every row's logits): return each row's argmax key instead of its logits (:attr:`fused_argmax`)."""
         tree_mask = self._tree_mask_arg(tree_mask)
         if self.fused_forward:
             return self._forward_fused(tokens, positions, tree_mask, last_only, slot=slot, kv_limit=kv_limit,
-                                       want_features=want_features)
+                                       want_features=want_features, argmax=argmax)
         limit = kv_limit if self.ops.reads_kv_limit else None
         logits, feats = self._forward_torch(tokens, positions, tree_mask, limit, last_only, slot=slot)
         return logits, (feats if want_features else None)
@@ -615,18 +616,23 @@ class LlamaTarget(TargetModel):
     def _forward_fused(self, tokens, positions, tree_mask, last_only: bool, want_logits: bool = True,
                        slot: int | None = None, cache_slots: torch.Tensor | None = None,
                        last_row: torch.Tensor | None = None, kv_limit: int | None = None,
-                       want_features: bool = True):
+                       want_features: bool = True, argmax: bool = False):
         """The fused batch-invariant forward of ``tokens [B, S]`` written at cache rows ``seqlens[b] + j`` (every
         slot, ``B = batch_size``; or ``B = 1`` into ``slot``). The weight products run over the ``B S`` rows,
         each row reduced in an order independent of the others, so a sequence's rows round as when it runs
         alone. ``cache_slots`` (int32 ``[B]`` on the device, instead of ``slot``): sequence ``b`` uses slot
         ``cache_slots[b]`` of the whole storage, chosen at run time (one prefill graph serves every slot).
         ``last_row`` (int64 ``[1]`` on the device, with ``last_only``): the row whose logits are computed.
-        ``kv_limit``: an upper bound on every row's key count (``target_attention``'s ``max_seqlen``)."""
+        ``kv_limit``: an upper bound on every row's key count (``target_attention``'s ``max_seqlen``).
+        ``argmax`` (with ``want_logits``, every row, ``last_only`` False): instead of the logits, each row's argmax
+        key (int64 ``[B, S]``, :func:`~eagle_triton.ops.target_linear.argmax_from_keys`): the lm_head merges its
+        tiles' maxima into them and stores no logits, and the final norm resets them (no launch of its own)."""
         from .. import ops as tops
         from ..ops.rope_kv import target_rope_kv
         from ..ops.target_linear import target_embedding, target_linear, target_rms_norm
 
+        if argmax and want_logits and (last_only or last_row is not None):
+            raise ValueError("argmax keys are made for every row (last_only=False, no last_row)")
         attention = tops.target_attention
         c, cfg = self.config, self._linear_configs
         if cache_slots is None:
@@ -679,7 +685,8 @@ class LlamaTarget(TargetModel):
             x = target_linear(h, L.w_down, L.b_down, residual=x, sumsq_out=ss_mlp, config=cfg["down"], out=out,
                               validate=False)
         # The final norm stays a kernel of its own: its output is both the lm_head input and the EAGLE-1 feature.
-        h = target_rms_norm(x, self.norm, eps, sumsq=ss_mlp, validate=False)
+        keys = torch.empty(M, dtype=torch.int64, device=self.device) if argmax and want_logits else None
+        h = target_rms_norm(x, self.norm, eps, sumsq=ss_mlp, validate=False, reset_argmax_keys=keys)
         if not want_features:
             feats = None
         elif self.feature_mode == "eagle3":
@@ -694,6 +701,10 @@ class LlamaTarget(TargetModel):
                 rows = h.view(B, S, -1).index_select(1, last_row).view(B, -1)
             else:
                 rows = h.view(B, S, -1)[:, -1] if last_only else h  # last_only: each sequence's last row
+            if keys is not None:
+                target_linear(h, self.lm_head_weight, config=cfg["lm_head"], validate=False, argmax_keys=keys,
+                              store_output=False)
+                return keys.view(B, S), feats
             logits = target_linear(rows, self.lm_head_weight, config=cfg["lm_head"],
                                    validate=False).view(B, 1 if last_only else S, -1)
         return logits, feats
@@ -926,14 +937,21 @@ class LlamaTarget(TargetModel):
             raise ValueError(f"{what} must have shape {list(shape)} (batch_size={self.batch_size}), got "
                              f"{list(t.shape)}")
 
+    @property
+    def fused_argmax(self) -> bool:
+        """Whether :meth:`verify_rows` and :meth:`decode_rows` can return argmax keys instead of logits
+        (``argmax=True``): the fused forward's lm_head writes them and no logits (greedy decoding)."""
+        return self.fused_forward
+
     def verify_rows(self, tokens: torch.Tensor, depths: torch.Tensor, tree_mask: torch.Tensor,
-                    kv_limit: int | None = None):
+                    kv_limit: int | None = None, argmax: bool = False):
         """:meth:`verify` of every slot at once, without device reads or its own CUDA graph (the caller captures
         the whole step): ``tokens [B, S]``, ``depths [B, S]``, ``tree_mask [B, S, S]`` bool, or float with cells
         ``> 0.5`` true (``B = batch_size``; sequences with smaller trees pad theirs with rows no real row sees; a
         drafter's float mask ``tree.tree_mask[:, 0]`` is read as it is by the fused forward, with no conversion
         launch in the step), written at rows
-        ``seqlens[b] + j`` and not committed. Returns ``(logits [B, S, V], features [B, S, W] or None)``.
+        ``seqlens[b] + j`` and not committed. Returns ``(logits [B, S, V], features [B, S, W] or None)``; with
+        ``argmax`` and :attr:`fused_argmax`, each row's argmax key (int64 ``[B, S]``) instead of its logits.
 
         ``kv_limit``: an upper bound on the rows the step reads in any slot (an exact shortcut of the eager CPU
         attention; the fused forward plans its attention launches with it: see :meth:`attention_bucket`).
@@ -945,18 +963,21 @@ class LlamaTarget(TargetModel):
         self._check_rows("tree_mask", tree_mask, (B, S, S))
         self._check_batch_room(S)
         positions = depths.long() + self.cache.seqlens.view(B, 1)  # int64 (one kernel: promotion in the add)
-        return self._forward(tokens, positions, tree_mask, kv_limit, last_only=False)
+        return self._forward(tokens, positions, tree_mask, kv_limit, last_only=False,
+                             argmax=argmax and self.fused_argmax)
 
-    def decode_rows(self, tokens: torch.Tensor, kv_limit: int | None = None, want_features: bool = True):
+    def decode_rows(self, tokens: torch.Tensor, kv_limit: int | None = None, want_features: bool = True,
+                    argmax: bool = False):
         """One plain decode step of ``tokens [B, 1]`` at row ``seqlens[b]`` of every slot, committed on the
         device only (see :meth:`note_committed`). Returns ``(logits [B, V], features [B, 1, W] or None)``;
-        ``want_features=False`` (plain decoding): None."""
+        ``want_features=False`` (plain decoding): None. ``argmax`` with :attr:`fused_argmax`: argmax keys
+        (int64 ``[B]``) instead of the logits."""
         B = self.batch_size
         self._check_rows("tokens", tokens, (B, 1))
         self._check_batch_room(1)
         positions = self.cache.seqlens.view(B, 1).long()
         logits, feats = self._forward(tokens, positions, None, kv_limit, last_only=False,
-                                      want_features=want_features)
+                                      want_features=want_features, argmax=argmax and self.fused_argmax)
         self.cache.seqlens.add_(1)
         return logits[:, -1], feats
 

@@ -3,7 +3,9 @@ epilogues, partial sums of squares for the next RMSNorm), the standalone RMSNorm
 their PyTorch references."""
 
 from .op import (
+           KEY_EMPTY,
            LinearConfig,
+           argmax_from_keys,
            default_config,
            fold_norm_weight,
            sumsq_width,
@@ -11,7 +13,8 @@ from .op import (
            target_linear,
            target_rms_norm,
 )
-from .reference import target_embedding_ref, target_linear_ref, target_rms_norm_ref
+from .reference import argmax_keys_ref, target_embedding_ref, target_linear_ref, target_rms_norm_ref
 
-__all__ = ["target_linear", "target_linear_ref", "target_rms_norm", "target_rms_norm_ref", "target_embedding",
+__all__ = ["target_linear", "target_linear_ref", "argmax_from_keys", "argmax_keys_ref", "KEY_EMPTY",
+           "target_rms_norm", "target_rms_norm_ref", "target_embedding",
            "target_embedding_ref", "sumsq_width", "LinearConfig", "default_config", "fold_norm_weight"]

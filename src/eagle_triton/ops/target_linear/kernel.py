@@ -178,9 +178,24 @@ def _w_chunk(acc, acc_u, x_rows, w_rows, u_rows, m_mask, n_mask, kk, rstd, nw_pt
     return _k_chunk(acc, acc_u, x_rows, m_mask, kk, w, wu, rstd, nw_ptr, K, HAS_NORM, TWO, PRECISION, dt)
 
 
+#: The smallest int64: the key of a row no tile has reported yet (every real key is larger).
+KEY_EMPTY = -(2 ** 63)
+
+
+@triton.jit
+def _argmax_key(y, cols, mask):
+    """int64 keys ordering ``(value, column)`` pairs by value, then by lower column: the fp32 value's bits made
+    monotonic as a signed int32 (negative values' magnitude bits flipped; -0.0 counted as +0.0, as comparisons
+    do) in the high word, ``2^32 - 1 - column`` in the low word; ``KEY_EMPTY`` where ``mask`` is false."""
+    bits = (y.to(tl.float32) + 0.0).to(tl.int32, bitcast=True)
+    ordered = tl.where(bits >= 0, bits, bits ^ 0x7FFFFFFF)
+    key = (ordered.to(tl.int64) << 32) | (4294967295 - cols.to(tl.int64))[None, :]
+    return tl.where(mask, key, -9223372036854775808)
+
+
 @triton.jit(do_not_specialize=["M"])
 def _bi_linear_kernel(
-    x_ptr, w_ptr, b_ptr, nw_ptr, r_ptr, y_ptr, sin_ptr, sout_ptr,
+    x_ptr, w_ptr, b_ptr, nw_ptr, r_ptr, y_ptr, sin_ptr, sout_ptr, key_ptr,
     M, N, K, stride_xm, stride_wn, stride_rm, stride_ym, stride_sin_m, stride_sout_m,
     eps,
     HAS_NORM: tl.constexpr, NUM_SS: tl.constexpr, NSS_P2: tl.constexpr, HAS_BIAS: tl.constexpr,
@@ -188,7 +203,7 @@ def _bi_linear_kernel(
     SILU_MUL: tl.constexpr, WRITE_SS: tl.constexpr,
     BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, PRECISION: tl.constexpr,
     PRE: tl.constexpr = 0, PDL: tl.constexpr = False, NORM_FOLDED: tl.constexpr = False, L2_PRE: tl.constexpr = 0,
-    ROTATE: tl.constexpr = False,
+    ROTATE: tl.constexpr = False, ARGMAX: tl.constexpr = False, STORE_Y: tl.constexpr = True,
 ):
     """Grid ``(cdiv(M, BM), cdiv(N, BN))``: the M tiles of one weight tile are neighbours, so they share it in L2.
 
@@ -204,6 +219,11 @@ def _bi_linear_kernel(
 
     ``ROTATE``: each program starts its reduction at chunk ``pid_n % cdiv(K, BK)`` (see :func:`_mainloop`); a
     tile-configuration choice (it changes the bits, the same for every ``M``).
+
+    ``ARGMAX``: each row's maximum over the tile's outputs (as rounded to the dtype) and its first column, packed
+    into one int64 key (:func:`_argmax_key`), go into ``key_ptr[row]`` by ``atomic_max``: the largest key of the row
+    over all tiles is its maximum with the first column holding it (``torch.argmax``), whatever order the tiles
+    finish in. ``STORE_Y=False``: the outputs themselves are not stored (greedy decoding needs only the keys).
 
     ``NORM_FOLDED`` (with ``NUM_SS`` partials, without ``HAS_NORM``): the RMSNorm weight is folded into W (the
     launcher's caller stores ``W * norm_weight``) and each row's ``rstd`` scales the fp32 accumulator before the
@@ -242,7 +262,10 @@ def _bi_linear_kernel(
     if HAS_RES:
         r = tl.load(r_ptr + offs_m[:, None].to(tl.int64) * stride_rm + offs_n[None, :], mask=out_mask, other=0.0)
         y = (r.to(tl.float32) + y.to(tl.float32)).to(dt)
-    tl.store(y_ptr + offs_m[:, None].to(tl.int64) * stride_ym + offs_n[None, :], y, mask=out_mask)
+    if STORE_Y:
+        tl.store(y_ptr + offs_m[:, None].to(tl.int64) * stride_ym + offs_n[None, :], y, mask=out_mask)
+    if ARGMAX:
+        tl.atomic_max(key_ptr + offs_m, tl.max(_argmax_key(y, offs_n, out_mask), 1), mask=m_mask, sem="relaxed")
     if WRITE_SS:
         # the squares of the values as stored (the next RMSNorm reads the rounded residual stream)
         yf = tl.where(out_mask, y.to(tl.float32), 0.0)
@@ -251,16 +274,20 @@ def _bi_linear_kernel(
 
 
 @triton.jit(do_not_specialize=["M"])
-def _rms_norm_kernel(x_ptr, w_ptr, y_ptr, s_ptr, M, K, stride_xm, stride_ym, stride_s_m, eps,
-                     BK: tl.constexpr, NUM_SS: tl.constexpr, NSS_P2: tl.constexpr, PDL: tl.constexpr = False):
+def _rms_norm_kernel(x_ptr, w_ptr, y_ptr, s_ptr, key_ptr, M, K, stride_xm, stride_ym, stride_s_m, eps,
+                     BK: tl.constexpr, NUM_SS: tl.constexpr, NSS_P2: tl.constexpr, PDL: tl.constexpr = False,
+                     RESET_KEY: tl.constexpr = False):
     """Standalone LlamaRMSNorm, one row per program, the same fixed ``BK`` chunk order as the linear prologue; with
     ``NUM_SS > 0`` the row's sum of squares is the sum of its partials (one pass over the row, not two), loaded as
-    one ``[1, NSS_P2]`` block."""
+    one ``[1, NSS_P2]`` block. ``RESET_KEY``: also set ``key_ptr[row]`` to ``KEY_EMPTY``, for the ``ARGMAX``
+    product that reads this norm's output (after its PDL wait, so after this store)."""
     row = tl.program_id(0)
     offs_k = tl.arange(0, BK)
     if PDL:
         tl.extra.cuda.gdc_wait()
         tl.extra.cuda.gdc_launch_dependents()
+    if RESET_KEY:
+        tl.store(key_ptr + row, -9223372036854775808)
     if NUM_SS > 0:
         one = row + tl.arange(0, 1)
         rstd = _partials_rstd(s_ptr, one, one < M, stride_s_m, K, eps, 1, NUM_SS, NSS_P2)

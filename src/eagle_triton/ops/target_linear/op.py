@@ -24,9 +24,10 @@ from dataclasses import dataclass
 import torch
 
 from .._utils import cdiv, check_tensor, is_interpreter, next_power_of_2, pdl_kwargs
-from .kernel import _bi_linear_kernel, _embedding_kernel, _rms_norm_kernel
+from .kernel import KEY_EMPTY, _bi_linear_kernel, _embedding_kernel, _rms_norm_kernel
 
-__all__ = ["target_linear", "fold_norm_weight", "target_rms_norm", "target_embedding", "sumsq_width", "LinearConfig",
+__all__ = ["target_linear", "argmax_from_keys", "KEY_EMPTY", "fold_norm_weight",
+           "target_rms_norm", "target_embedding", "sumsq_width", "LinearConfig",
            "default_config", "AOT_SPECS"]
 
 _FLOATS = (torch.float16, torch.bfloat16, torch.float32)
@@ -188,7 +189,9 @@ def target_linear(
     out: torch.Tensor | None = None,
     config: LinearConfig | None = None,
     validate: bool = True,
-) -> torch.Tensor:
+    argmax_keys: torch.Tensor | None = None,
+    store_output: bool = True,
+) -> torch.Tensor | None:
     """``y = x @ W.T (+ bias)`` with optional inline RMSNorm of ``x``, SiLU·mul and residual epilogues.
 
     Parameters
@@ -212,10 +215,16 @@ def target_linear(
     out : Tensor ``[M, N]`` to write into (it may not alias ``x``), or None.
     config : tile configuration; default :func:`default_config` ``(N, K)``.
     validate : check shapes/dtypes (host-only checks, no device sync).
+    argmax_keys : int64 ``[M]`` or None: each row's maximum output (as rounded to the dtype) and its first column,
+        packed (:func:`argmax_from_keys` reads the column), merged into the tensor by ``atomic_max``. It must hold
+        ``KEY_EMPTY`` beforehand (:func:`target_rms_norm`'s ``reset_argmax_keys`` sets it in the kernel that makes
+        a forward's last hidden rows).
+    store_output : False (with ``argmax_keys``): the outputs are not written (greedy decoding reads the keys only).
 
     Returns
     -------
-    Tensor ``[M, N]`` in the dtype of ``x``. Bit-identical for a given row whatever ``M`` is.
+    Tensor ``[M, N]`` in the dtype of ``x`` (None when ``store_output`` is False). Bit-identical for a given row
+    whatever ``M`` is.
     """
     rows_w = weight.shape[0] if weight.dim() == 2 else -1
     N = rows_w // 2 if silu_mul else rows_w
@@ -237,29 +246,44 @@ def target_linear(
                          last_dim_contiguous=True)
         if out is not None:
             check_tensor("out", out, shape=(M, N), dtypes=(x.dtype,), device=dev, last_dim_contiguous=True)
+        if argmax_keys is not None:
+            check_tensor("argmax_keys", argmax_keys, shape=(M,), dtypes=(torch.int64,), device=dev)
+            if argmax_keys.stride(0) != 1:
+                raise ValueError("argmax_keys must be contiguous")
+    if not store_output and argmax_keys is None:
+        raise ValueError("store_output=False needs argmax_keys (nothing would be computed)")
     M, K = x.shape
     cfg = config or default_config(N, K, x.device, x.dtype, silu_mul=bool(silu_mul))
     if validate and sumsq_out is not None:
         _check_sumsq("sumsq_out", sumsq_out, M, sumsq_width(N, cfg), x.device)
-    y = out if out is not None else torch.empty(M, N, device=x.device, dtype=x.dtype)
+    if store_output:
+        y = out if out is not None else torch.empty(M, N, device=x.device, dtype=x.dtype)
+    else:  # an unwritten stand-in (the kernel reads the dtype of its pointer)
+        y = x
     if M == 0 or N == 0:
-        return y
+        return y if store_output else None
     res = residual if residual is not None else y
     s_in = sumsq if sumsq is not None and (norm_weight is not None or norm_folded) else y
     s_out = sumsq_out if sumsq_out is not None else y
     nss = s_in.shape[1] if s_in is sumsq else 0
     grid = (cdiv(M, cfg.block_m), cdiv(N, cfg.block_n))
+    keys = argmax_keys if argmax_keys is not None else s_in  # an unread stand-in without keys
     _bi_linear_kernel[grid](
         x, weight, bias if bias is not None else weight, norm_weight if norm_weight is not None else weight,
-        res, y, s_in, s_out, M, N, K, x.stride(0), weight.stride(0), res.stride(0), y.stride(0),
+        res, y, s_in, s_out, keys, M, N, K, x.stride(0), weight.stride(0), res.stride(0), y.stride(0),
         s_in.stride(0), s_out.stride(0), float(eps),
         HAS_NORM=norm_weight is not None, NUM_SS=nss, NSS_P2=next_power_of_2(max(nss, 1)), HAS_BIAS=bias is not None,
         HAS_RES=residual is not None, SILU_MUL=bool(silu_mul), WRITE_SS=sumsq_out is not None,
         BM=cfg.block_m, BN=cfg.block_n, BK=cfg.block_k, PRECISION=_precision(x.dtype), PRE=cfg.prefetch,
-        NORM_FOLDED=bool(norm_folded), **_pdl_launch(x, cfg),
-        num_warps=cfg.num_warps, num_stages=cfg.num_stages,
+        NORM_FOLDED=bool(norm_folded), ARGMAX=argmax_keys is not None, STORE_Y=bool(store_output),
+        **_pdl_launch(x, cfg), num_warps=cfg.num_warps, num_stages=cfg.num_stages,
     )
-    return y
+    return y if store_output else None
+
+
+def argmax_from_keys(keys: torch.Tensor) -> torch.Tensor:
+    """The column of each key of :func:`target_linear`'s ``argmax_keys`` (int64, as ``torch.argmax`` returns)."""
+    return 4294967295 - (keys & 4294967295)
 
 
 def _pdl_launch(x: torch.Tensor, cfg: LinearConfig) -> dict:
@@ -282,17 +306,24 @@ def fold_norm_weight(weight: torch.Tensor, norm_weight: torch.Tensor) -> torch.T
 
 def target_rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6, *,
                     sumsq: torch.Tensor | None = None, validate: bool = True,
-                    block_k: int | None = None) -> torch.Tensor:
+                    block_k: int | None = None, reset_argmax_keys: torch.Tensor | None = None) -> torch.Tensor:
     """LlamaRMSNorm of each row of ``x [M, K]`` (one row per program, fixed chunk order: batch-invariant).
 
     ``sumsq``: fp32 ``[M, P]`` partial sums of squares of the rows, unit column stride (see the module doc): the
     row's sum of squares is their sum, and the kernel reads the row once instead of twice.
+    ``reset_argmax_keys``: int64 ``[M]``, set to ``KEY_EMPTY`` by the same launch, for a :func:`target_linear`
+    that reads these rows with ``argmax_keys`` (a forward's lm_head: no fill launch of its own).
     """
     if validate:
         check_tensor("x", x, ndim=2, dtypes=_FLOATS, last_dim_contiguous=True)
         check_tensor("weight", weight, shape=(x.shape[1],), dtypes=(x.dtype,), device=x.device)
         if sumsq is not None:
             _check_sumsq("sumsq", sumsq, x.shape[0], None, x.device)
+        if reset_argmax_keys is not None:
+            check_tensor("reset_argmax_keys", reset_argmax_keys, shape=(x.shape[0],), dtypes=(torch.int64,),
+                         device=x.device)
+            if reset_argmax_keys.stride(0) != 1:
+                raise ValueError("reset_argmax_keys must be contiguous")
     M, K = x.shape
     y = torch.empty_like(x, memory_format=torch.contiguous_format)
     if M == 0:
@@ -302,8 +333,10 @@ def target_rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6, *,
     bk = block_k or (min(64, next_power_of_2(K)) if is_interpreter() else min(8192, next_power_of_2(K)))
     s = sumsq if sumsq is not None else y
     nss = sumsq.shape[1] if sumsq is not None else 0
-    _rms_norm_kernel[(M,)](x, weight, y, s, M, K, x.stride(0), y.stride(0), s.stride(0), float(eps),
+    keys = reset_argmax_keys if reset_argmax_keys is not None else s  # an unwritten stand-in without keys
+    _rms_norm_kernel[(M,)](x, weight, y, s, keys, M, K, x.stride(0), y.stride(0), s.stride(0), float(eps),
                            BK=bk, NUM_SS=nss, NSS_P2=next_power_of_2(max(nss, 1)),
+                           RESET_KEY=reset_argmax_keys is not None,
                            num_warps=8 if bk >= 2048 else 4, **pdl_kwargs(x.device))
     return y
 
@@ -383,7 +416,7 @@ def _aot_specs():
             folded, norm = norm is None, bool(norm)
             sig = {n: "i32" for n in _bi_linear_kernel.arg_names}
             sig.update({p: f"*{dt}" for p in ("x_ptr", "w_ptr", "b_ptr", "nw_ptr", "r_ptr", "y_ptr")})
-            sig.update({"sin_ptr": "*fp32", "sout_ptr": "*fp32", "eps": "fp32"})
+            sig.update({"sin_ptr": "*fp32", "sout_ptr": "*fp32", "key_ptr": "*i64", "eps": "fp32"})
             const = dict(HAS_NORM=norm, NUM_SS=nss, NSS_P2=next_power_of_2(max(nss, 1)), HAS_BIAS=bias,
                          HAS_RES=res, SILU_MUL=silu, WRITE_SS=wss, BM=cfg.block_m, BN=cfg.block_n, BK=cfg.block_k,
                          PRECISION=prec, PRE=cfg.prefetch, PDL=dt == "bf16", NORM_FOLDED=folded,
@@ -394,14 +427,26 @@ def _aot_specs():
             specs.append((_bi_linear_kernel, sig, const,
                           {"num_warps": cfg.num_warps, "num_stages": cfg.num_stages, "div16": div + row_div,
                            "launch_pdl": dt == "bf16"}))
-    for dt, nss in (("bf16", 0), ("bf16", 128), ("fp32", 0), ("fp32", 18)):
+    # the 8B lm_head of a greedy step: argmax keys only (no logits stored), its default tiles
+    lm = default_config(128256, 4096, "cuda")
+    sig = {n: "i32" for n in _bi_linear_kernel.arg_names}
+    sig.update({p: "*bf16" for p in ("x_ptr", "w_ptr", "b_ptr", "nw_ptr", "r_ptr", "y_ptr")})
+    sig.update({"sin_ptr": "*fp32", "sout_ptr": "*fp32", "key_ptr": "*i64", "eps": "fp32"})
+    const = dict(HAS_NORM=False, NUM_SS=0, NSS_P2=1, HAS_BIAS=False, HAS_RES=False, SILU_MUL=False, WRITE_SS=False,
+                 BM=lm.block_m, BN=lm.block_n, BK=lm.block_k, PRECISION="tf32", PRE=lm.prefetch, PDL=True,
+                 NORM_FOLDED=False, L2_PRE=lm.l2_prefetch, ROTATE=lm.rotate, ARGMAX=True, STORE_Y=False)
+    sig.update({k: "constexpr" for k in const})
+    specs.append((_bi_linear_kernel, sig, const, {"num_warps": lm.num_warps, "num_stages": lm.num_stages,
+                                                  "div16": div, "launch_pdl": True}))
+    for dt, nss, reset in (("bf16", 0, False), ("bf16", 128, True), ("fp32", 0, False), ("fp32", 18, True)):
         sig = {n: "i32" for n in _rms_norm_kernel.arg_names}
-        sig.update({"x_ptr": f"*{dt}", "w_ptr": f"*{dt}", "y_ptr": f"*{dt}", "s_ptr": "*fp32", "eps": "fp32",
-                    "BK": "constexpr", "NUM_SS": "constexpr", "NSS_P2": "constexpr", "PDL": "constexpr"})
+        sig.update({"x_ptr": f"*{dt}", "w_ptr": f"*{dt}", "y_ptr": f"*{dt}", "s_ptr": "*fp32", "key_ptr": "*i64",
+                    "eps": "fp32", "BK": "constexpr", "NUM_SS": "constexpr", "NSS_P2": "constexpr",
+                    "PDL": "constexpr", "RESET_KEY": "constexpr"})
         row_div = ["stride_s_m"] if nss % 16 == 0 else []
         pdl = dt == "bf16"
         specs.append((_rms_norm_kernel, sig, {"BK": 4096, "NUM_SS": nss, "NSS_P2": next_power_of_2(max(nss, 1)),
-                                              "PDL": pdl},
+                                              "PDL": pdl, "RESET_KEY": reset},
                       {"num_warps": 8, "div16": ["K", "stride_xm", "stride_ym"] + row_div, "launch_pdl": pdl}))
     for dt, wss in (("bf16", True), ("fp32", False)):
         sig = {n: "i32" for n in _embedding_kernel.arg_names}

@@ -14,7 +14,7 @@ import torch.nn.functional as F
 
 from .._utils import cdiv
 
-__all__ = ["target_linear_ref", "target_rms_norm_ref", "target_embedding_ref"]
+__all__ = ["target_linear_ref", "target_rms_norm_ref", "target_embedding_ref", "argmax_keys_ref"]
 
 
 def _tile_sumsq(y: torch.Tensor, width: int, P: int) -> torch.Tensor:
@@ -24,10 +24,25 @@ def _tile_sumsq(y: torch.Tensor, width: int, P: int) -> torch.Tensor:
     return y32.pow(2).view(y.shape[0], P, width).sum(-1)
 
 
+def argmax_keys_ref(values: torch.Tensor) -> torch.Tensor:
+    """The ``argmax_keys`` packing of :func:`~eagle_triton.ops.target_linear.target_linear`: each row's key of
+    ``values [M, N]``, its maximum (widened to fp32, -0.0 as +0.0) made monotonic as a signed int32 in the high
+    word and ``2^32 - 1 -`` the first column holding it in the low word; the largest key is the argmax."""
+    v = values.float() + 0.0  # -0.0 -> +0.0
+    col = v.argmax(dim=-1)
+    bits = v.gather(-1, col[:, None]).squeeze(-1).view(torch.int32)
+    ordered = torch.where(bits >= 0, bits, bits ^ 0x7FFFFFFF).long()
+    return (ordered << 32) | (4294967295 - col)
+
+
 def target_rms_norm_ref(x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6, *,
-                        sumsq: torch.Tensor | None = None, **_: object) -> torch.Tensor:
+                        sumsq: torch.Tensor | None = None, reset_argmax_keys: torch.Tensor | None = None,
+                        **_: object) -> torch.Tensor:
     """transformers' LlamaRMSNorm over the last dim: fp32 normalisation, cast to ``x.dtype``, times ``weight``;
-    with ``sumsq`` the mean of squares is the sum of the partials over the row width."""
+    with ``sumsq`` the mean of squares is the sum of the partials over the row width. ``reset_argmax_keys`` is set
+    to the smallest int64."""
+    if reset_argmax_keys is not None:
+        reset_argmax_keys.fill_(-(2 ** 63))
     x32 = x.to(torch.float32)
     if sumsq is None:
         ms = x32.pow(2).mean(-1, keepdim=True)
@@ -51,8 +66,10 @@ def target_linear_ref(
     norm_folded: bool = False,
     out: torch.Tensor | None = None,
     config=None,
+    argmax_keys: torch.Tensor | None = None,
+    store_output: bool = True,
     **_: object,
-) -> torch.Tensor:
+) -> torch.Tensor | None:
     """Reference of :func:`~eagle_triton.ops.target_linear.target_linear` (same contract). ``sumsq_out``'s tiles
     are ``config.block_n`` wide; pass the op's ``config`` (the default here is :func:`default_config` for the
     dtype of ``x``, which differs from the op's when the reference runs in another precision)."""
@@ -82,6 +99,10 @@ def target_linear_ref(
             raise ValueError(f"sumsq_out must have shape [M={y.shape[0]}, {P}] (fp32 partial sums of squares), "
                              f"got {list(sumsq_out.shape)}")
         sumsq_out.copy_(_tile_sumsq(y, cfg.block_n, P))
+    if argmax_keys is not None:
+        torch.maximum(argmax_keys, argmax_keys_ref(y).to(argmax_keys.device), out=argmax_keys)
+    if not store_output:
+        return None
     if out is not None:
         out.copy_(y)
         return out

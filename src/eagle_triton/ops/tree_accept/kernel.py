@@ -6,11 +6,13 @@ Status: tested under ``TRITON_INTERPRET=1`` and compiled for sm_90 (Triton 3.9);
   and its first index (values compared in fp32: an exact widening, so ties are the input's ties).
 * :func:`_tree_accept_kernel` (grid ``(B, C)``, or ``(B, 1)`` without features): every program of a sequence
   reduces the split maxima to each node's argmax (the first index among the splits holding the maximum: torch's
-  ``argmax``), walks the root-to-leaf paths of ``retrieve_indices``, takes the longest prefix whose tokens equal
-  their parent's argmax (the first such path on ties; tied paths share that prefix), and copies feature row ``c`` of
-  the accepted path; program ``(b, 0)`` writes the path, its length, the emitted tokens and the next draft's inputs.
-  Every program of ``b`` writes the same argmax row into ``pred`` and reads it back after a block barrier (its own
-  writes): the gathers of path nodes are then plain loads.
+  ``argmax``), or with ``KEYS`` unpacks it from the argmax keys a product wrote
+  (:func:`~eagle_triton.ops.target_linear.target_linear`'s ``argmax_keys``), walks the root-to-leaf paths of
+  ``retrieve_indices``, takes the longest prefix whose tokens equal their parent's argmax (the first such path on
+  ties; tied paths share that prefix), and copies feature row ``c`` of the accepted path; program ``(b, 0)``
+  writes the path, its length, the emitted tokens and the next draft's inputs. Every program of ``b`` writes the
+  same argmax row into ``pred`` and reads it back after a block barrier (its own writes): the gathers of path
+  nodes are then plain loads.
 """
 
 from __future__ import annotations
@@ -36,28 +38,31 @@ def _argmax_split_kernel(x_ptr, max_ptr, idx_ptr, N, V, S, stride_b, stride_n, B
 
 @triton.jit
 def _tree_accept_kernel(
-    tok_ptr, ri_ptr, max_ptr, idx_ptr, pred_ptr, feat_ptr,
+    tok_ptr, ri_ptr, max_ptr, idx_ptr, key_ptr, pred_ptr, feat_ptr,
     acc_idx_ptr, acc_len_ptr, tokens_ptr, out_feat_ptr, ids_ptr, num_new_ptr,
     N, R, C, S, W,
     stride_tb, stride_rb, stride_rr,
     stride_fb, stride_fn, stride_ob, stride_oc,
     stride_ab, stride_lb, stride_kb, stride_ib, stride_nb,
     BLOCK_N: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_C: tl.constexpr, BLOCK_S: tl.constexpr,
-    BLOCK_W: tl.constexpr, FEATS: tl.constexpr, NEXT: tl.constexpr,
+    BLOCK_W: tl.constexpr, FEATS: tl.constexpr, NEXT: tl.constexpr, KEYS: tl.constexpr = False,
 ):
     b = tl.program_id(0)
     cp = tl.program_id(1)
     b64 = b.to(tl.int64)
-    # each node's argmax from its split maxima (first index among the splits that hold the maximum)
     offs_n = tl.arange(0, BLOCK_N)
-    offs_s = tl.arange(0, BLOCK_S)
-    ns_mask = (offs_n[:, None] < N) & (offs_s[None, :] < S)
-    part = (b64 * N + offs_n[:, None]) * S + offs_s[None, :]
-    pm = tl.load(max_ptr + part, mask=ns_mask, other=float("-inf"))
-    pi = tl.load(idx_ptr + part, mask=ns_mask, other=2147483647)
-    mx = tl.max(pm, 1)
-    pred = tl.min(tl.where(pm == mx[:, None], pi, 2147483647), 1)
-    tl.store(pred_ptr + b64 * N + offs_n, pred.to(tl.int64), mask=offs_n < N)
+    if KEYS:  # each node's argmax packed in an int64 key (the low word: 2^32 - 1 - column)
+        key = tl.load(key_ptr + b64 * N + offs_n, mask=offs_n < N, other=0)
+        pred = 4294967295 - (key & 4294967295)
+    else:  # each node's argmax from its split maxima (first index among the splits that hold the maximum)
+        offs_s = tl.arange(0, BLOCK_S)
+        ns_mask = (offs_n[:, None] < N) & (offs_s[None, :] < S)
+        part = (b64 * N + offs_n[:, None]) * S + offs_s[None, :]
+        pm = tl.load(max_ptr + part, mask=ns_mask, other=float("-inf"))
+        pi = tl.load(idx_ptr + part, mask=ns_mask, other=2147483647)
+        mx = tl.max(pm, 1)
+        pred = tl.min(tl.where(pm == mx[:, None], pi, 2147483647), 1).to(tl.int64)
+    tl.store(pred_ptr + b64 * N + offs_n, pred, mask=offs_n < N)
     tl.debug_barrier()  # this program's own writes, read back below by other threads of the block
 
     offs_r = tl.arange(0, BLOCK_R)

@@ -34,11 +34,12 @@ def _check_out(out, B: int, C: int, features):
 def tree_accept_greedy(
     draft_tokens: torch.Tensor,
     retrieve_indices: torch.Tensor,
-    logits: torch.Tensor,
+    logits: torch.Tensor | None,
     features: torch.Tensor | None = None,
     out: tuple | None = None,
     next_inputs: tuple | None = None,
     validate: bool = True,
+    argmax_keys: torch.Tensor | None = None,
 ):
     """Greedy verification of EAGLE trees (SafeAILab ``evaluate_posterior``, greedy): the longest root-to-leaf
     prefix whose every draft equals the target's argmax after its parent, the bonus token (the argmax after the
@@ -52,7 +53,7 @@ def tree_accept_greedy(
     retrieve_indices : ``[B, R, C]`` int64 root-to-leaf node paths, -1 padded (``DraftTree.retrieve_indices_padded``),
         valid rows first.
     logits : ``[B, N, V]`` fp16/bf16/fp32 target logits after each node (NaN-free; argmax ties go to the first
-        index, as ``torch.argmax``).
+        index, as ``torch.argmax``); None with ``argmax_keys``.
     features : optional ``[B, N, W]`` rows to gather along the accepted path (e.g. the target features the next
         draft ingests).
     out : optional ``(accept_index, accept_len, tokens, features)`` tensors to write into (each may be None);
@@ -61,6 +62,9 @@ def tree_accept_greedy(
         emitted tokens with the -1 padding as 0, and ``accept_len + 1`` (the rows it ingests).
     validate : check ``retrieve_indices`` values on the host (a device sync) when no CUDA graph is being captured;
         the kernels clamp every node index, so unchecked input never reads out of bounds.
+    argmax_keys : ``[B, N]`` int64 instead of ``logits``: each node's argmax packed as
+        :func:`~eagle_triton.ops.target_linear.target_linear` writes it (``argmax_keys``, e.g. a target forward's
+        lm_head that stores no logits): one launch, no argmax pass over the logits.
 
     Returns
     -------
@@ -76,10 +80,19 @@ def tree_accept_greedy(
     if retrieve_indices.shape[0] != B:
         raise ValueError(f"retrieve_indices holds {retrieve_indices.shape[0]} sequences, draft_tokens {B}")
     R, C = retrieve_indices.shape[1:]
-    check_tensor("logits", logits, ndim=3, dtypes=_FLOATS, device=dev, last_dim_contiguous=True)
-    if tuple(logits.shape[:2]) != (B, N):
-        raise ValueError(f"logits must be [B={B}, N={N}, V], got {list(logits.shape)}")
-    V = logits.shape[2]
+    if (logits is None) == (argmax_keys is None):
+        raise ValueError("give exactly one of logits and argmax_keys")
+    if argmax_keys is not None:
+        check_tensor("argmax_keys", argmax_keys, shape=(B, N), dtypes=(torch.int64,), device=dev,
+                     last_dim_contiguous=True)
+        if argmax_keys.stride(0) != N:
+            raise ValueError("argmax_keys must be contiguous")
+        V = 1
+    else:
+        check_tensor("logits", logits, ndim=3, dtypes=_FLOATS, device=dev, last_dim_contiguous=True)
+        if tuple(logits.shape[:2]) != (B, N):
+            raise ValueError(f"logits must be [B={B}, N={N}, V], got {list(logits.shape)}")
+        V = logits.shape[2]
     if R < 1 or C < 1 or N < 1 or V < 1:
         raise ValueError(f"empty tree or vocabulary: N={N}, R={R}, C={C}, V={V}")
     if features is not None:
@@ -108,19 +121,23 @@ def tree_accept_greedy(
     if B == 0:
         return acc_idx, acc_len, tokens, feats
     interp = is_interpreter()
-    block_v = min(next_power_of_2(V), 128 if interp else 4096)  # small slices in tests: several splits per row
-    S = cdiv(V, block_v)
-    pmax = torch.empty(B * N * S, dtype=torch.float32, device=dev)
-    pidx = torch.empty(B * N * S, dtype=torch.int32, device=dev)
-    _argmax_split_kernel[(B * N, S)](logits, pmax, pidx, N, V, S, logits.stride(0), logits.stride(1),
-                                     BLOCK_V=block_v, num_warps=1 if interp else 4)
+    if argmax_keys is None:
+        block_v = min(next_power_of_2(V), 128 if interp else 4096)  # small slices in tests: several splits per row
+        S = cdiv(V, block_v)
+        pmax = torch.empty(B * N * S, dtype=torch.float32, device=dev)
+        pidx = torch.empty(B * N * S, dtype=torch.int32, device=dev)
+        _argmax_split_kernel[(B * N, S)](logits, pmax, pidx, N, V, S, logits.stride(0), logits.stride(1),
+                                         BLOCK_V=block_v, num_warps=1 if interp else 4)
+        keys = draft_tokens  # an unread stand-in
+    else:
+        S, pmax, pidx, keys = 1, draft_tokens, draft_tokens, argmax_keys  # unread stand-ins for the split maxima
     pred = torch.empty(B, N, dtype=torch.int64, device=dev)
     f = features if features is not None else draft_tokens  # an unread stand-in
     fo = feats if feats is not None else draft_tokens.view(B, N, 1)
     ids, num_new = next_inputs if next_inputs is not None else (tokens, acc_len)  # unread stand-ins
     W = features.shape[2] if features is not None else 1
     _tree_accept_kernel[(B, C if features is not None else 1)](  # programs past the first copy features only
-        draft_tokens, retrieve_indices, pmax, pidx, pred, f, acc_idx, acc_len, tokens, fo, ids, num_new,
+        draft_tokens, retrieve_indices, pmax, pidx, keys, pred, f, acc_idx, acc_len, tokens, fo, ids, num_new,
         N, R, C, S, W,
         draft_tokens.stride(0), retrieve_indices.stride(0), retrieve_indices.stride(1),
         f.stride(0), f.stride(1), fo.stride(0), fo.stride(1),
@@ -128,7 +145,8 @@ def tree_accept_greedy(
         BLOCK_N=max(2, next_power_of_2(N)), BLOCK_R=max(2, next_power_of_2(R)), BLOCK_C=max(2, next_power_of_2(C)),
         BLOCK_S=max(2, next_power_of_2(S)),
         BLOCK_W=min(16 if interp else _FEATURE_BLOCK, max(16, next_power_of_2(W))),
-        FEATS=features is not None, NEXT=next_inputs is not None, num_warps=1 if interp else 4,
+        FEATS=features is not None, NEXT=next_inputs is not None, KEYS=argmax_keys is not None,
+        num_warps=1 if interp else 4,
     )
     return acc_idx, acc_len, tokens, feats
 
@@ -140,13 +158,15 @@ def _aot_specs():
     sig.update({"x_ptr": "*bf16", "max_ptr": "*fp32", "idx_ptr": "*i32", "BLOCK_V": "constexpr"})
     specs = [(_argmax_split_kernel, sig, {"BLOCK_V": 4096}, {"num_warps": 4, "div16": ["V", "stride_b", "stride_n"]})]
     sig = {n: "i32" for n in _tree_accept_kernel.arg_names}
-    sig.update({n: "*i64" for n in ("tok_ptr", "ri_ptr", "pred_ptr", "acc_idx_ptr", "acc_len_ptr", "tokens_ptr",
-                                    "ids_ptr")})
+    sig.update({n: "*i64" for n in ("tok_ptr", "ri_ptr", "key_ptr", "pred_ptr", "acc_idx_ptr", "acc_len_ptr",
+                                    "tokens_ptr", "ids_ptr")})
     sig.update({"max_ptr": "*fp32", "idx_ptr": "*i32", "feat_ptr": "*bf16", "out_feat_ptr": "*bf16",
                 "num_new_ptr": "*i32"})
     const = dict(BLOCK_N=64, BLOCK_R=64, BLOCK_C=16, BLOCK_S=32, BLOCK_W=16384, FEATS=True, NEXT=True)
     sig.update({k: "constexpr" for k in const})
     specs.append((_tree_accept_kernel, sig, const, {"num_warps": 4}))
+    keys = dict(const, KEYS=True)  # the argmax keys of the lm_head instead of the split maxima
+    specs.append((_tree_accept_kernel, {**sig, "KEYS": "constexpr"}, keys, {"num_warps": 4}))
     return specs
 
 

@@ -11,17 +11,21 @@ __all__ = ["tree_accept_greedy_ref"]
 def tree_accept_greedy_ref(
     draft_tokens: torch.Tensor,
     retrieve_indices: torch.Tensor,
-    logits: torch.Tensor,
+    logits: torch.Tensor | None,
     features: torch.Tensor | None = None,
     out: tuple | None = None,
     next_inputs: tuple | None = None,
     validate: bool = True,
+    argmax_keys: torch.Tensor | None = None,
 ):
     """Reference of :func:`~eagle_triton.ops.tree_accept.tree_accept_greedy` (same contract; ``out`` is filled the
     same way, ``validate`` is accepted for signature parity)."""
     del validate
     B, R, C = retrieve_indices.shape
-    pred = logits.argmax(dim=-1)  # [B, N], first index on ties
+    if argmax_keys is not None:  # the low word holds 2^32 - 1 - column
+        pred = 4294967295 - (argmax_keys & 4294967295)
+    else:
+        pred = logits.argmax(dim=-1)  # [B, N], first index on ties
     valid = retrieve_indices >= 0
     idx = retrieve_indices.clamp(min=0).view(B, R * C)
     cand = torch.where(valid, draft_tokens.gather(1, idx).view(B, R, C), torch.full_like(retrieve_indices, -1))
