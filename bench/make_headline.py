@@ -526,7 +526,7 @@ def session26_entries() -> list[dict]:
              "the committed code measured 8.445 ms against 7.339 ms (1.151x)", "8.445", "7.339", "1.151",
              "the working tree after 80c9e4f (gate/up and q/k/v+RoPE in rotated chunk order)"),
             ("spec_step_8b_60_7_10_s26_lease_e", "bench_engine_8b_e2_new.json",
-             "argmax key instead of its logits measured 8.403 ms\nagainst 7.343 ms (1.144x)", "8.403", "7.343",
+             "argmax key instead of its logits measured 8.403 ms against 7.343 ms (1.144x)", "8.403", "7.343",
              "1.144", "the working tree after 7dbf41d (the lm_head's argmax keys in greedy steps)")):
         src = "session26_2026-11-28/" + src
         out.append(prose_entry(name, "ms", src, tree + ["step_ms"], 3, _adding_commit(ROOT / RESULTS / src)
