@@ -28,6 +28,9 @@
 #               TIMELINE_BATCHES (8), TIMELINE_TREES (8/2/3); the real SmolLM2 target when TARGET names its GGUF
 #   starts      how a prompt gets into the drafter's KV at the SmolLM2 head shape, batches 8 and 16 (batch_starts.json,
 #               bench/probes/batch_probe.py's promptdraft part): one eager draft, start_rows, graphed start chunks
+#   ab          the working tree against another version of the library on this machine, alternated
+#               (bench/ab_libraries.py): AB_BASE names that version's src folder (git archive <rev> src | tar -x),
+#               AB_WHAT (engine, drafter; default engine), AB_ROUNDS (2); ab/ab.json holds the medians
 #   heads       the shipped head against OLD_HEAD (a head folder), issue 22's report (acceptance_heads.json, .png):
 #               MT-bench, HumanEval and the self-sampled held-out set, trees 60/7/10, 32/5/6, 16/3/4, greedy and
 #               T=0.7, 40 prompts x 128 tokens each, fused drafter, bf16
@@ -69,6 +72,10 @@ part_heads()      { [ -d "${OLD_HEAD:-}" ] || { echo "gpu_check heads: OLD_HEAD 
                       --datasets mtbench,humaneval,selfheldout --trees 60/7/10,32/5/6,16/3/4 --temperatures 0,0.7 \
                       --drafter triton --dtype bfloat16 --limit 40 --max-new-tokens 128 --budget-s 1e9 --tag heads \
                       --out "$OUTDIR"; }
+part_ab()         { [ -d "${AB_BASE:-}" ] || { echo "gpu_check ab: AB_BASE must name a src folder" | tee -a "$summary";
+                                               failed=1; return; }
+                    run ab 590 "$PY" bench/ab_libraries.py --base "$AB_BASE" --what "${AB_WHAT:-engine}" \
+                      --rounds "${AB_ROUNDS:-2}" --out "$OUTDIR/ab"; }
 part_drafters()   { run drafters 240 "$PY" bench/check_drafters_gpu.py --backends "${DRAFTERS:-graph,triton}" \
                       --out "$OUTDIR"; }
 

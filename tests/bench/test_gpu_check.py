@@ -63,3 +63,53 @@ def test_heads_part_needs_old_head_and_says_so(tmp_path):
     assert r.returncode == 1
     assert "OLD_HEAD must name a head folder" in (out / "summary.txt").read_text()
     assert not (out / "heads.log").exists()  # nothing ran
+
+
+def test_ab_part_needs_a_base_and_says_so(tmp_path):
+    out = tmp_path / "set"
+    r = _run(["bash", "bench/gpu_check.sh", "--out", str(out), "ab"])
+    assert r.returncode == 1
+    assert "AB_BASE must name a src folder" in (out / "summary.txt").read_text()
+
+
+def test_ab_libraries_alternates_the_versions_and_refuses_bad_folders(tmp_path):
+    """Round 0 runs base then new, round 1 new then base, each with its own src on PYTHONPATH; a base without the
+    package and an output folder with files in it are refused before anything runs."""
+    base = tmp_path / "base" / "src"
+    (base / "eagle_triton").mkdir(parents=True)
+    (base / "eagle_triton" / "__init__.py").write_text("")
+    r = _run([sys.executable, "bench/ab_libraries.py", "--base", str(base), "--out", str(tmp_path / "ab"),
+              "--what", "engine,drafter", "--dry-run"])
+    assert r.returncode == 0, r.stderr
+    lines = r.stdout.splitlines()
+    assert [line.split(":")[0] for line in lines] == [
+        "engine base round 0", "engine new round 0", "drafter base round 0", "drafter new round 0",
+        "engine new round 1", "engine base round 1", "drafter new round 1", "drafter base round 1"]
+    assert f"PYTHONPATH={base}" in lines[0] and f"PYTHONPATH={ROOT / 'src'}" in lines[1]
+    assert "bench/bench_engine.py --parts b --trees-8b 60/7/10" in lines[0]
+    r = _run([sys.executable, "bench/ab_libraries.py", "--base", str(tmp_path), "--out", str(tmp_path / "ab")])
+    assert r.returncode == 2 and "holds no eagle_triton package" in r.stderr
+    (tmp_path / "full").mkdir()
+    (tmp_path / "full" / "x.json").write_text("{}")
+    r = _run([sys.executable, "bench/ab_libraries.py", "--base", str(base), "--out", str(tmp_path / "full")])
+    assert r.returncode == 2 and "is not empty" in r.stderr
+    r = _run([sys.executable, "bench/ab_libraries.py", "--base", str(base), "--out", str(tmp_path / "ab"),
+              "--what", "speed"])
+    assert r.returncode == 2 and "--what takes" in r.stderr
+
+
+def test_ab_libraries_reads_the_figures_of_a_committed_run(tmp_path):
+    """The engine figures an A/B compares, read from a committed bench_engine.json (session 26, lease E)."""
+    import shutil
+
+    sys.path.insert(0, str(ROOT / "bench"))
+    try:
+        import ab_libraries
+    finally:
+        sys.path.remove(str(ROOT / "bench"))
+    src = ROOT / "bench/results/session26_2026-11-28/bench_engine_8b_e2_new.json"
+    shutil.copy(src, tmp_path / "bench_engine.json")
+    got = ab_libraries.figures("engine", tmp_path)
+    assert round(got["spec_step_ms"], 3) == 8.403 and round(got["spec_floor_ms"], 3) == 7.343
+    assert round(got["plain_ms"], 3) == 5.547 and got["plain_floor_ms"] > 5
+    assert ab_libraries.figures("drafter", tmp_path) == {}  # no drafter JSON there
