@@ -108,6 +108,59 @@ def test_sampling_order_and_odd_head_shapes():
         assert_same_kv(drafters["torch"].stable_kv, drafters["triton"].stable_kv)
 
 
+@pytest.mark.parametrize("tree,batch,peaked", [((20, 3, 4), 1, True), ((14, 2, 4), 2, False), ((4, 0, 4), 1, True)],
+                         ids=["20-3-4", "2x4-rows-flat", "depth0"])
+def test_hidden_half_early_matches_reference(tree, batch, peaked):
+    """``hidden_half_early``: each tree step's q/k/v adds the hidden half its rows' parents got during the previous
+    step's RM and SEL (one program here: after its SEL) to the embedding half it streams itself. Trees and draft KV
+    as the reference's, over calls with KV growth; the launch parameters turn it on only where the tree rows fit
+    one row tile."""
+    head = make_head(peaked)
+    tc = TreeConfig(*tree)
+    cfg = DrafterConfig.from_head(head, tc, max_batch=batch, max_len=64, max_new_rows=8, hidden_half_early=True)
+    p = cfg.launch_params("cpu", batch, 8)
+    assert p["HQ"] and p["HQ_P0"] == 0 and p["NSEGH"] == 1
+    assert not cfg.launch_params("cpu", batch * 4, 8)["HQ"] or batch * 4 * tc.top_k <= p["BM"]
+    w = Weights.from_head(head, cfg.max_len + tc.depth + 1)
+    bufs, bufs_ref = Buffers.allocate(cfg, "cpu"), Buffers.allocate(cfg, "cpu")
+    V = head.config.vocab_size
+    gen = torch.Generator().manual_seed(int(torch.randint(0, 2**31, ())))
+    for _ in range(3):
+        num_new = torch.randint(1, 8, (batch,), generator=gen).tolist()
+        X = DraftInputs(torch.randn(batch, 7, head.feature_width), torch.randint(0, V, (batch, 7)),
+                        torch.tensor(num_new, dtype=torch.int32))
+        out = launch_drafter(cfg, X, w, bufs)
+        ref = launch_drafter_ref(cfg, X, w, bufs_ref)
+        for a, b in zip(out, ref, strict=True):
+            assert torch.equal(a, b)
+        assert torch.equal(bufs.kv_len, bufs_ref.kv_len)
+        for b, n in enumerate(bufs.kv_len.tolist()):  # each sequence's held rows (past them: tree scratch)
+            torch.testing.assert_close(bufs.k_cache[b, :n], bufs_ref.k_cache[b, :n], atol=1e-5, rtol=1e-5)
+            torch.testing.assert_close(bufs.v_cache[b, :n], bufs_ref.v_cache[b, :n], atol=1e-5, rtol=1e-5)
+
+
+def test_hidden_half_early_schedule_covers_every_chunk_once():
+    """The hidden half's schedule as the kernel computes it (stream-K ranges of the programs from HQ_P0 on): every
+    (tile, chunk) of the hidden half is reduced by exactly one program, which stores it in slot ``program - owner``
+    of its tile, below NSEGH; the owner of the tile's q/k/v sums slots 0.. of the programs holding it."""
+    from eagle_triton.fused.host import streamk_max_sharing, streamk_owner, streamk_range
+
+    for n_t, nch, nh in ((48, 16, 116), (48, 16, 1), (7, 3, 5), (96, 32, 100), (40, 4, 131), (3, 2, 9)):
+        total = n_t * nch
+        nsegh = streamk_max_sharing(n_t, nch, nh)
+        seen = {}
+        for lp in range(nh):
+            lo, hi = streamk_range(lp, total, nh)
+            for g in range(lo, hi):
+                t = g // nch
+                slot = lp - streamk_owner(t * nch, total, nh)
+                assert 0 <= slot < nsegh, (n_t, nch, nh, lp, t)
+                seen.setdefault((t, slot), set()).add(g % nch)
+        for t in range(n_t):
+            got = sorted(c for (tt, _), cs in seen.items() if tt == t for c in cs)
+            assert got == list(range(nch)), (n_t, nch, nh, t)
+
+
 @pytest.mark.parametrize("tree,batch", [((14, 2, 4), 2), ((20, 2, 6), 3)], ids=["2x4-rows", "3x6-rows-two-tiles"])
 def test_batched_launch_matches_per_sequence_reference(tree, batch):
     """Several sequences in one launch, different KV lengths and different numbers of new rows (padded input).
@@ -439,6 +492,40 @@ def test_gpu_llama8b_fp8_bf16_separated_trees_identical():
     assert same_sep == sep
     if sep == 0:
         pytest.skip("no reference tree was separated at 4 ulps: the FP8 bf16 comparison decided nothing")
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("shape", ["small", "8b"])
+def test_gpu_hidden_half_early_fp32_identical_trees(shape):
+    """``hidden_half_early`` with one program per SM: the programs past the row tile compute the next step's
+    hidden half during RM and SEL (arriving at the RM barrier without waiting); fp32 trees and held KV identical
+    to the reference, batch 1 and 2, across calls."""
+    torch.backends.cuda.matmul.allow_tf32 = False
+    if shape == "small":
+        head = make_head(True, hidden_size=256, intermediate_size=512, num_attention_heads=8, num_key_value_heads=2,
+                         vocab_size=1024, draft_vocab_size=512).cuda()
+        tc, batches = TreeConfig(30, 4, 6), (1, 2)
+    else:
+        head, tc, batches = llama8b_head(False, torch.float32), TreeConfig(60, 7, 10), (1,)
+    V = head.config.vocab_size
+    w = Weights.from_head(head, 140)
+    for batch in batches:
+        cfg = DrafterConfig.from_head(head, tc, max_batch=batch, max_len=128, max_new_rows=16, hidden_half_early=True)
+        p = cfg.launch_params("cuda", batch, 16)
+        assert p["HQ"] and p["HQ_P0"] == p["BM"] and p["NPROG"] > p["BM"]
+        bufs, bufs_ref = Buffers.allocate(cfg, "cuda"), Buffers.allocate(cfg, "cuda")
+        for _ in range(3):
+            num_new = torch.randint(1, 16, (batch,)).tolist()
+            X = DraftInputs(torch.randn(batch, 16, head.feature_width, device="cuda"),
+                            torch.randint(0, V, (batch, 16), device="cuda"),
+                            torch.tensor(num_new, dtype=torch.int32, device="cuda"))
+            out, ref = launch_drafter(cfg, X, w, bufs), launch_drafter_ref(cfg, X, w, bufs_ref)
+            for a, b in zip(out, ref, strict=True):
+                assert torch.equal(a, b)
+            for b, n in enumerate(bufs.kv_len.tolist()):
+                torch.testing.assert_close(bufs.k_cache[b, :n], bufs_ref.k_cache[b, :n], atol=1e-3, rtol=1e-3)
+    del head
+    torch.cuda.empty_cache()
 
 
 @pytest.mark.gpu

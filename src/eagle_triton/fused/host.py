@@ -75,6 +75,10 @@ class DrafterConfig:
     Weights: ``weight_dtype`` ``None`` (the model dtype) or ``torch.float8_e4m3fn`` (weight-only FP8 linear layers,
     converted in registers, per-output-channel scales in the epilogues: :mod:`eagle_triton.heads.fp8`);
     ``attention_bias``: q/k/v and o_proj biases.
+    ``hidden_half_early`` (experimental, off by default: not yet measured on a GPU): where a tree step's rows fit
+    one row tile and programs are left over, those programs compute the hidden half of the next step's q/k/v
+    product during RM and SEL, and the next q/k/v streams only the embedding half (docs/fused_drafter.md, "A lever
+    not yet tried"). The same arithmetic in another summation order.
 
     Shapes the kernel cannot run are refused here or in :meth:`launch_params`, before any launch, with the reason:
     head_dim not a power of two >= 16 (RoPE pairs features within one power-of-two tile), hidden size not a multiple
@@ -113,6 +117,7 @@ class DrafterConfig:
     lm_warp_rank: bool | None = None
     weight_dtype: torch.dtype | None = None
     attention_bias: bool = False
+    hidden_half_early: bool = False
 
     def __post_init__(self):
         TreeConfig(self.total_tokens, self.depth, self.top_k)  # validates the tree shape
@@ -262,8 +267,14 @@ class DrafterConfig:
         nth = -(-H // bn)
         # the most programs sharing one stream-K q/k/v tile at either chunking (sizes the partial-sum buffer)
         # (a power of two: the owner polls the flags of all parts of a tile as one vector)
+        # the hidden half early (hidden_half_early): programs hq_p0.. have no RM or SEL unit (the tree rows fit one
+        # row tile: RM's units are rows, SEL's sequences); one program (the interpreter) does it after its SEL
+        hq_p0 = min(nprog - 1, bm)
+        hq = bool(self.hidden_half_early) and mq <= bm
         nseg = _pow2(max(streamk_max_sharing(self.qkv_tiles(bnq), 2 * H // bkq, nprog),
-                         streamk_max_sharing(self.qkv_tiles(bnqr), 2 * H // bkqr, nprog)))
+                         streamk_max_sharing(self.qkv_tiles(bnqr), 2 * H // bkqr, nprog),
+                         streamk_max_sharing(self.qkv_tiles(bnq), H // bkq, nprog) if hq else 1))
+        nsegh = _pow2(streamk_max_sharing(self.qkv_tiles(bnq), H // bkq, nprog - hq_p0)) if hq else 1
         nsplit = self.nsplit or (2 if interp else max(1, min(32, _pow2(max(1, nprog // (batch * self.num_kv_heads))) )))
         nsplit = _pow2(nsplit)
         npp = _pow2(nprog)
@@ -284,7 +295,7 @@ class DrafterConfig:
             BM=bm, BN=bn, BNQ=bnq, BNQR=bnqr, BNG=bng, BNV=bnv, BKL=bkl, BKG=bkg, BK=bk, num_warps=warps, BKV=bkv,
             BQ=max(16, _pow2(K * gq)), NTH=nth, NTHP=_pow2(nth), BKQ=bkq, NSEG=nseg, BMR=bmr, BKR=bkr, BKQR=bkqr,
             IEEE=self.dtype == torch.float32, STAGES=1 if interp else self.stages,
-            LMW=lmw, W8=self.fp8, HAS_BIAS=bool(self.attention_bias),
+            LMW=lmw, W8=self.fp8, HAS_BIAS=bool(self.attention_bias), HQ=hq, HQ_P0=hq_p0 if hq else 0, NSEGH=nsegh,
         )
 
 
@@ -520,6 +531,9 @@ class FusedDrafterBuffers:
         scratch = dict(
             hbuf=e(2, mcap, H), hss=e(2, mcap, NTH, dtype=torch.float32), qbuf=e(mcap, QW),
             part=e(n_part, dtype=torch.float32), flag=z(n_flag),
+            # the hidden half of the next q/k/v, one part per (tile, program holding chunks of it)
+            hq_part=e(cfg.qkv_tiles(p["BNQ"]) * p["NSEGH"] * p["BM"] * p["BNQ"] if p["HQ"] else 1,
+                      dtype=torch.float32),
             att_o=e(mq * cfg.num_heads * NSPLIT, cfg.head_dim, dtype=torch.float32),
             att_ml=e(mq * cfg.num_heads * NSPLIT * 2, dtype=torch.float32), attn=e(mq, QW), h1=e(mq, H),
             h1ss=e(mq, NTH, dtype=torch.float32),
@@ -745,8 +759,8 @@ def launch_drafter(cfg: DrafterConfig, X, weights: Weights, bufs: Buffers, fallb
         w.w_down, w.final_norm, w.lm_head, w.d2t, w.cos, w.sin, w.wsc, w.wb,
         X.features, X.input_ids, num_new,
         bufs.k_cache, bufs.v_cache, bufs.kv_len,
-        sc["hbuf"], sc["hss"], sc["qbuf"], sc["part"], sc["flag"], sc["att_o"], sc["att_ml"], sc["attn"], sc["h1"],
-        sc["h1ss"], sc["act"], sc["lm_key"],
+        sc["hbuf"], sc["hss"], sc["qbuf"], sc["part"], sc["flag"], sc["hq_part"], sc["att_o"], sc["att_ml"],
+        sc["attn"], sc["h1"], sc["h1ss"], sc["act"], sc["lm_key"],
         sc["lm_ms"], sc["lm_scr"], sc["ch_lp"], sc["ch_id"], sc["tok_in"], sc["src"], sc["sc"], sc["fr"], sc["anc"],
         sc["cand_sc"], sc["cand_tok"], sc["par_list"], sc["node_of"], sc["selg"], sc["pnode"], sc["posb"],
         bufs.draft_tokens, bufs.retrieve, bufs.tree_mask, bufs.positions, bufs.parents, bufs.num_leaves,

@@ -100,6 +100,17 @@ def _grid_sync(bar_ptr, target, NPROG: tl.constexpr, prof, PROFILE: tl.constexpr
         tl.debug_barrier()
 
 
+@triton.jit
+def _grid_arrive(bar_ptr, target, NPROG: tl.constexpr, prof, PROFILE: tl.constexpr):
+    """Arrive at a grid barrier without waiting: for a program that publishes nothing the next phase reads (the
+    counter is monotonic, so its later barriers keep their targets)."""
+    tl.debug_barrier()
+    if PROFILE:
+        tl.store(prof + tl.program_id(0) * PROF_SLOTS + target // NPROG, _now())
+    if NPROG > 1:
+        tl.atomic_add(bar_ptr, 1, sem="release")
+
+
 # FP8 (e4m3) weights to bf16 with integer operations. Triton's own conversion goes through fp16 with two ``cvt``
 # instructions per element, and ``cvt`` issues at a fraction of the ALU rate: it limited the FP8 phases (the probe
 # bench/probes/fp8_convert.py: 8B down 69 -> 55 us, lm_head 83 -> 69 us, H100). Per pair of bytes: ``prmt`` places
@@ -456,16 +467,19 @@ def _qkv_phase(s, emb_off, emb_rstd, g_qkv, wq, wk, wv, cos_t, sin_t, ids, nnew,
                part, flag, tok_in, src, status, wsc, wb, B, S, LMAX, MCAP, eps, pid, H: tl.constexpr, NH: tl.constexpr,
                NKV: tl.constexpr, HD: tl.constexpr, K: tl.constexpr, NTH: tl.constexpr, NTHP: tl.constexpr,
                NSEG: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, IEEE: tl.constexpr,
-               STAGES: tl.constexpr, NPROG: tl.constexpr, W8: tl.constexpr, HAS_B: tl.constexpr):
+               STAGES: tl.constexpr, NPROG: tl.constexpr, W8: tl.constexpr, HAS_B: tl.constexpr,
+               HQ_IN: tl.constexpr = 0, hq_part=None, NSEGH: tl.constexpr = 1, NHQ: tl.constexpr = 1):
     """q/k/v of the step's rows from RMSNorm(embedding) ++ RMSNorm(hidden), RoPE inline; K/V into the draft KV.
     Stream-K over (output tile, BK chunk of the 2H reduction) with one row tile (every tree step, and root steps
-    of at most BM rows)."""
+    of at most BM rows). ``HQ_IN`` (tree steps, with one row tile): the hidden half was computed in the previous
+    step (:func:`_hq_phase`, per parent row): the stream-K covers the embedding half only, and each tile's owner
+    adds the hidden half's parts of its rows' parents (``src``)."""
     DT: tl.constexpr = hbuf.dtype.element_ty
     QW: tl.constexpr = NH * HD
     KVW: tl.constexpr = NKV * HD
     BH: tl.constexpr = BN // 2
     NCH: tl.constexpr = H // BK  # chunks per half (the host makes BK divide H)
-    NC: tl.constexpr = 2 * NCH
+    NC: tl.constexpr = (2 - HQ_IN) * NCH
     offm = tl.arange(0, BM)
     is_root = s == 0
     lvl = s - 1
@@ -511,6 +525,9 @@ def _qkv_phase(s, emb_off, emb_rstd, g_qkv, wq, wk, wv, cos_t, sin_t, ids, nnew,
             acc = _mm_qkv(acc, hbuf, e_off, h_off, rok[:, None], r_e, r_h, g_qkv, w_row, fok[:, None], s0 * BK,
                           s1 * BK, H, BK, DT, IEEE, STAGES)
             acc, own = _streamk_fixup(acc, t, s0, n_t, NC, split, part, flag, pid, NSEG, NPROG)
+            if HQ_IN:
+                if own:
+                    acc += _hq_parts(hq_part, t, hrow, rok, n_t, NCH, NSEGH, NHQ, BM, BN)
             if own:
                 # scales of q, k, v follow fc's H in wsc; biases of q, k, v (then o) start wb
                 moff = tl.where(which == 0, 0, tl.where(which == 1, QW, QW + KVW))
@@ -537,6 +554,66 @@ def _qkv_phase(s, emb_off, emb_rstd, g_qkv, wq, wk, wv, cos_t, sin_t, ids, nnew,
                         tl.store(kc + kvp, y.to(DT), mask=smask)
                     else:
                         tl.store(vc + kvp, y.to(DT), mask=smask)
+
+
+@triton.jit
+def _hq_parts(hq_part, t, hrow, rok, n_t, NCH: tl.constexpr, NSEGH: tl.constexpr, NHQ: tl.constexpr,
+              BM: tl.constexpr, BN: tl.constexpr):
+    """The hidden half of q/k/v tile ``t`` for rows whose parents are ``hrow``: the parts :func:`_hq_phase`'s
+    programs stored (one per program holding chunks of the tile), added in chunk order."""
+    offn = tl.arange(0, BN)[None, :]
+    TOT = n_t * NCH
+    owner = _streamk_owner(t * NCH, TOT, NHQ)
+    last = _streamk_owner(t * NCH + NCH - 1, TOT, NHQ)
+    acc = tl.zeros([BM, BN], dtype=tl.float32)
+    for k in tl.static_range(NSEGH):
+        held = _streamk_holds(owner + k, last, TOT, NHQ)
+        seg = (t * NSEGH + k).to(tl.int64)
+        acc += tl.load(hq_part + (seg * BM + hrow.to(tl.int64)[:, None]) * BN + offn,
+                       mask=rok[:, None] & (offn < tl.where(held, BN, 0)), other=0.0, cache_modifier=".cg")
+    return acc
+
+
+@triton.jit(noinline=True)
+def _hq_phase(s, hbuf, hss, g_qkv, wq, wk, wv, hq_part, B, MCAP, eps, lp, H: tl.constexpr, NH: tl.constexpr,
+              NKV: tl.constexpr, HD: tl.constexpr, K: tl.constexpr, NTH: tl.constexpr, NTHP: tl.constexpr,
+              NSEGH: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, IEEE: tl.constexpr,
+              STAGES: tl.constexpr, NHQ: tl.constexpr):
+    """The hidden half of the next step's q/k/v for every row of step ``s`` (the next rows' possible parents):
+    ``W_qkv[:, H:2H] @ RMSNorm_h(hidden[r])``, unscaled fp32 parts (the owner applies FP8 scales, bias and RoPE
+    to the sum). Program ``lp`` of the ``NHQ`` taking part reduces its stream-K range of (tile, chunk) pairs of
+    the hidden half and stores one part per tile in slot ``lp - owner`` of that tile (:func:`_hq_parts`)."""
+    DT: tl.constexpr = hbuf.dtype.element_ty
+    QW: tl.constexpr = NH * HD
+    KVW: tl.constexpr = NKV * HD
+    NCH: tl.constexpr = H // BK
+    offm = tl.arange(0, BM)
+    offn = tl.arange(0, BN)[None, :]
+    MQ = tl.where(s == 0, B, B * K)  # the rows step s computed (its DOWN wrote their hidden states)
+    rok = offm < MQ
+    in_off = ((s + 1) % 2) * MCAP  # the hbuf parity step s + 1 reads
+    h_off = (in_off + offm).to(tl.int64)[:, None] * H
+    r_h = _rstd_parts(hss + (in_off + offm).to(tl.int64)[:, None] * NTH, rok[:, None], NTH, NTHP, H, eps)
+    r_e = tl.full([BM], 1.0, tl.float32)  # the embedding half is not read (every chunk lies in the hidden half)
+    n_t = (QW + BN - 1) // BN + 2 * ((KVW + BN - 1) // BN)
+    TOT = n_t * NCH
+    c_lo, c_hi, t0, n_seg = _streamk_span(lp, n_t, NCH, True, NHQ)
+    for i in range(0, n_seg):
+        t, s0, s1 = _streamk_segment(i, c_lo, c_hi, t0, NCH, True, lp, NHQ)
+        which, rope, jj, f = _qkv_tile_rows(t, H, NH, NKV, HD, BN)
+        fok = f < tl.where(which == 0, QW, KVW)
+        if which == 0:
+            wbase = wq
+        elif which == 1:
+            wbase = wk
+        else:
+            wbase = wv
+        w_row = wbase + f.to(tl.int64)[:, None] * (2 * H)
+        acc = tl.zeros([BM, BN], dtype=tl.float32)
+        acc = _mm_qkv(acc, hbuf, h_off, h_off, rok[:, None], r_e, r_h, g_qkv, w_row, fok[:, None], H + s0 * BK,
+                      H + s1 * BK, H, BK, DT, IEEE, STAGES)
+        seg = (t * NSEGH + lp - _streamk_owner(t * NCH, TOT, NHQ)).to(tl.int64)
+        tl.store(hq_part + (seg * BM + offm[:, None]) * BN + offn, acc)
 
 
 @triton.jit(noinline=True)
@@ -1050,7 +1127,8 @@ def fused_drafter_kernel(
     # persistent state: draft KV [B, LMAX, NKV, HD] and rows held [B]
     kc, vc, kvlen,
     # scratch (hss / h1ss: per-tile sums of squares of hbuf / h1 rows; part / flag: QKV split-K partials)
-    hbuf, hss, qbuf, part, flag, att_o, att_ml, attn, h1, h1ss, act, lm_key, lm_ms, lm_scr, ch_lp, ch_id, tok_in, src,
+    hbuf, hss, qbuf, part, flag, hq_part, att_o, att_ml, attn, h1, h1ss, act, lm_key, lm_ms, lm_scr, ch_lp, ch_id,
+    tok_in, src,
     sc, fr, anc, cand_sc, cand_tok, par_list, node_of, selg, pnode, posb,
     # outputs
     o_tokens, o_retrieve, o_mask, o_pos, o_parents, o_nleaves, o_maxdepth,
@@ -1074,6 +1152,10 @@ def fused_drafter_kernel(
     NSEG: tl.constexpr, BMR: tl.constexpr, BKR: tl.constexpr, BKQR: tl.constexpr,
     IEEE: tl.constexpr, STAGES: tl.constexpr, LMW: tl.constexpr, W8: tl.constexpr = False,
     HAS_BIAS: tl.constexpr = False, PROFILE: tl.constexpr = False,
+    # HQ: the hidden half of each tree step's q/k/v is computed during the previous step's RM and SEL by programs
+    # HQ_P0.. (which have no RM or SEL unit: HQ_P0 >= the row tile; 0 when one program runs everything); NSEGH >=
+    # the programs sharing one of its tiles (a power of two)
+    HQ: tl.constexpr = False, HQ_P0: tl.constexpr = 0, NSEGH: tl.constexpr = 1,
 ):
     pid = tl.program_id(0)
     DT: tl.constexpr = hbuf.dtype.element_ty
@@ -1098,6 +1180,11 @@ def fused_drafter_kernel(
             _qkv_phase(s, emb_off, emb_rstd, g_qkv, wq, wk, wv, cos_t, sin_t, ids, nnew, kvlen, kc, vc, hbuf, hss,
                        qbuf, part, flag, tok_in, src, status, wsc, wb, B, S, LMAX, MCAP, eps, pid, H, NH, NKV, HD,
                        K, NTH, NTHP, NSEG, BMR, BNQR, BKQR, IEEE, STAGES, NPROG, W8, HAS_BIAS)
+        elif HQ and (s > 0):  # the hidden half came from the previous step's idle programs
+            _qkv_phase(s, emb_off, emb_rstd, g_qkv, wq, wk, wv, cos_t, sin_t, ids, nnew, kvlen, kc, vc, hbuf, hss,
+                       qbuf, part, flag, tok_in, src, status, wsc, wb, B, S, LMAX, MCAP, eps, pid, H, NH, NKV, HD,
+                       K, NTH, NTHP, NSEG, BM, BNQ, BKQ, IEEE, STAGES, NPROG, W8, HAS_BIAS, 1, hq_part, NSEGH,
+                       NPROG - HQ_P0)
         else:
             _qkv_phase(s, emb_off, emb_rstd, g_qkv, wq, wk, wv, cos_t, sin_t, ids, nnew, kvlen, kc, vc, hbuf, hss,
                        qbuf, part, flag, tok_in, src, status, wsc, wb, B, S, LMAX, MCAP, eps, pid, H, NH, NKV, HD,
@@ -1127,11 +1214,21 @@ def fused_drafter_kernel(
                   NPP, NTH, NTHP, BM, BNV, BK, IEEE, STAGES, NPROG, LMW, W8)
         bt += NPROG
         _grid_sync(bar, bt, NPROG, prof, PROFILE)
-        _rm_phase(s, lm_key, lm_ms, ch_lp, ch_id, B, pid, prof, DT, K, KP, NPP, NPROG, PROFILE)
-        bt += NPROG
-        _grid_sync(bar, bt, NPROG, prof, PROFILE)
-        _sel_phase(s, ch_lp, ch_id, d2t, cand_sc, cand_tok, par_list, tok_in, src, sc, fr, anc, B, pid, DT, HAS_D2T,
-                   K, KP, D, NCP, CP, NPROG)
+        hq_step = HQ and (s < D)  # this step's rows are the next step's parents
+        if hq_step and (HQ_P0 > 0) and (pid >= HQ_P0):  # no RM or SEL unit here: the next q/k/v's hidden half
+            bt += NPROG
+            _grid_arrive(bar, bt, NPROG, prof, PROFILE)
+            _hq_phase(s, hbuf, hss, g_qkv, wq, wk, wv, hq_part, B, MCAP, eps, pid - HQ_P0, H, NH, NKV, HD, K, NTH,
+                      NTHP, NSEGH, BM, BNQ, BKQ, IEEE, STAGES, NPROG - HQ_P0)
+        else:
+            _rm_phase(s, lm_key, lm_ms, ch_lp, ch_id, B, pid, prof, DT, K, KP, NPP, NPROG, PROFILE)
+            bt += NPROG
+            _grid_sync(bar, bt, NPROG, prof, PROFILE)
+            _sel_phase(s, ch_lp, ch_id, d2t, cand_sc, cand_tok, par_list, tok_in, src, sc, fr, anc, B, pid, DT,
+                       HAS_D2T, K, KP, D, NCP, CP, NPROG)
+            if hq_step and (pid >= HQ_P0):  # HQ_P0 == 0: one program does every phase in turn
+                _hq_phase(s, hbuf, hss, g_qkv, wq, wk, wv, hq_part, B, MCAP, eps, pid - HQ_P0, H, NH, NKV, HD, K,
+                          NTH, NTHP, NSEGH, BM, BNQ, BKQ, IEEE, STAGES, NPROG - HQ_P0)
         if s < D:
             bt += NPROG
             _grid_sync(bar, bt, NPROG, prof, PROFILE)

@@ -11,7 +11,7 @@ _I64 = {"d2t", "ids", "tok_in", "cand_tok", "o_tokens", "o_retrieve", "o_pos", "
 _I32 = {"nnew", "kvlen", "ch_id", "src", "fr", "anc", "par_list", "node_of", "selg", "pnode", "posb", "bar",
         "status", "flag"}
 _F32 = {"cos_t", "sin_t", "att_o", "att_ml", "lm_ms", "ch_lp", "sc", "cand_sc", "o_mask", "emb_rstd", "hss", "h1ss",
-        "part", "wsc"}
+        "part", "hq_part", "wsc"}
 _MATRICES = {"fc_w", "wq", "wk", "wv", "wo", "wg", "wu", "wd", "wlm"}  # fp8e4nv when the constexpr W8 is set
 _SCALARS = {"B": "i32", "S": "i32", "LMAX": "i32", "MCAP": "i32", "emb_off": "i64", "eps": "fp32", "sm_scale": "fp32"}
 
@@ -41,7 +41,7 @@ def kernel_signature(dtype: str, constexprs: dict) -> dict:
 
 
 def _gpu_spec(dtype: str, nprog: int, batch: int, fp8: bool = False, bias: bool = False, hidden=4096, heads=32,
-              kv_heads=8, inter=14336, vocab=128256, draft_vocab=32000) -> tuple:
+              kv_heads=8, inter=14336, vocab=128256, draft_vocab=32000, hidden_half_early: bool = False) -> tuple:
     """The launch of :func:`launch_drafter` on an H100 (``nprog`` programs) for a Llama-class head, 60/7/10 tree,
     ``batch`` sequences of 4 new rows: the constexprs are :meth:`DrafterConfig.launch_params`' own. The 8B shape by
     default."""
@@ -53,7 +53,8 @@ def _gpu_spec(dtype: str, nprog: int, batch: int, fp8: bool = False, bias: bool 
     cfg = DrafterConfig(hidden_size=hidden, num_heads=heads, num_kv_heads=kv_heads, head_dim=hidden // heads,
                         intermediate_size=inter, draft_vocab=draft_vocab, feature_width=3 * hidden, vocab_size=vocab,
                         rms_eps=1e-5, has_d2t=True, max_batch=batch, dtype=tdt, nprog=nprog,
-                        weight_dtype=torch.float8_e4m3fn if fp8 else None, attention_bias=bias)
+                        weight_dtype=torch.float8_e4m3fn if fp8 else None, attention_bias=bias,
+                        hidden_half_early=hidden_half_early)
     const = cfg.launch_params(torch.device("cuda"), batch, 4)
     opts = dict(num_warps=const.pop("num_warps"), num_stages=4, div16=["emb_off"])
     const["PROFILE"] = False
@@ -66,13 +67,15 @@ def _tiny(dtype: str) -> tuple:
                  NCP=64, CP=8, NPROG=1, NPP=1, NSPLIT=2, BM=16, BN=16, BNQ=16, BNQR=16, BNG=16, BNV=16, BKL=32,
                  BKG=32, BK=32, BKV=16,
                  BQ=16, NTH=4, NTHP=4, BKQ=32, NSEG=1, BMR=32, BKR=32, BKQR=32, IEEE=dtype == "fp32", STAGES=1,
-                 LMW=True, W8=False, HAS_BIAS=False, PROFILE=False)
+                 LMW=True, W8=False, HAS_BIAS=False, PROFILE=False, HQ=False, HQ_P0=0, NSEGH=1)
     return (fused_drafter_kernel, kernel_signature(dtype, const), const)
 
 
 #: Built by the compile-only gate (H100, 132 SMs): the Llama-3.1-8B EAGLE-3 shape in bf16 and with FP8 weights, a
 #: Llama-3.2-1B-class head (head_dim 64, FP8, attention biases, batch 16), the Llama-3.3-70B shape (GQA 8: 128-row
-#: attention query blocks), and a tiny fp32 shape.
+#: attention query blocks), the 8B shape with the hidden half computed early (``hidden_half_early``), and a tiny
+#: fp32 shape.
 AOT_SPECS = [_gpu_spec("bf16", 132, 1), _gpu_spec("bf16", 132, 1, fp8=True),
+             _gpu_spec("bf16", 132, 1, hidden_half_early=True),
              _gpu_spec("bf16", 132, 16, fp8=True, bias=True, hidden=2048, inter=8192),
              _gpu_spec("bf16", 132, 1, hidden=8192, heads=64, inter=28672), _tiny("fp32")]
