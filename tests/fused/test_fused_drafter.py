@@ -139,6 +139,19 @@ def test_hidden_half_early_matches_reference(tree, batch, peaked):
             torch.testing.assert_close(bufs.v_cache[b, :n], bufs_ref.v_cache[b, :n], atol=1e-5, rtol=1e-5)
 
 
+def test_hidden_half_early_needs_one_row_tile_and_half_the_programs():
+    """132 programs at the 8B shape, 60/7/10: on for batch 1-6 (row tiles of 16-64 rows leave 116-68 programs),
+    off for batch 7-12 (128-row tiles leave 4) and beyond one row tile; never without the flag."""
+    cfg = DrafterConfig(hidden_size=4096, num_heads=32, num_kv_heads=8, head_dim=128, intermediate_size=14336,
+                        draft_vocab=32000, feature_width=3 * 4096, vocab_size=128256, rms_eps=1e-5, has_d2t=True,
+                        max_batch=16, nprog=132, hidden_half_early=True)
+    on = {b: cfg.launch_params("cuda", b, 4)["HQ"] for b in range(1, 17)}
+    assert on == {b: b <= 6 for b in range(1, 17)}
+    p = cfg.launch_params("cuda", 1, 4)
+    assert (p["HQ_P0"], p["BM"], p["NSEGH"]) == (16, 16, 4)
+    assert not cfg.with_(hidden_half_early=False).launch_params("cuda", 1, 4)["HQ"]
+
+
 def test_hidden_half_early_schedule_covers_every_chunk_once():
     """The hidden half's schedule as the kernel computes it (stream-K ranges of the programs from HQ_P0 on): every
     (tile, chunk) of the hidden half is reduced by exactly one program, which stores it in slot ``program - owner``

@@ -270,7 +270,8 @@ class DrafterConfig:
         # the hidden half early (hidden_half_early): programs hq_p0.. have no RM or SEL unit (the tree rows fit one
         # row tile: RM's units are rows, SEL's sequences); one program (the interpreter) does it after its SEL
         hq_p0 = min(nprog - 1, bm)
-        hq = bool(self.hidden_half_early) and mq <= bm
+        # and at least half the programs are left for it (at 128-row tiles only 4 of 132 would be)
+        hq = bool(self.hidden_half_early) and mq <= bm and nprog - hq_p0 >= nprog // 2
         nseg = _pow2(max(streamk_max_sharing(self.qkv_tiles(bnq), 2 * H // bkq, nprog),
                          streamk_max_sharing(self.qkv_tiles(bnqr), 2 * H // bkqr, nprog),
                          streamk_max_sharing(self.qkv_tiles(bnq), H // bkq, nprog) if hq else 1))
