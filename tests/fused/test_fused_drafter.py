@@ -108,26 +108,28 @@ def test_sampling_order_and_odd_head_shapes():
         assert_same_kv(drafters["torch"].stable_kv, drafters["triton"].stable_kv)
 
 
-@pytest.mark.parametrize("tree,batch,peaked", [((20, 3, 4), 1, True), ((14, 2, 4), 2, False), ((4, 0, 4), 1, True)],
-                         ids=["20-3-4", "2x4-rows-flat", "depth0"])
-def test_hidden_half_early_matches_reference(tree, batch, peaked):
+@pytest.mark.parametrize("tree,batch,peaked,rows", [((20, 3, 4), 1, True, 7), ((14, 2, 4), 2, False, 7),
+                                                    ((4, 0, 4), 1, True, 7), ((12, 2, 3), 1, True, 37)],
+                         ids=["20-3-4", "2x4-rows-flat", "depth0", "long-prompt-root-tiles"])
+def test_hidden_half_early_matches_reference(tree, batch, peaked, rows):
     """``hidden_half_early``: each tree step's q/k/v adds the hidden half its rows' parents got during the previous
     step's RM and SEL (one program here: after its SEL) to the embedding half it streams itself. Trees and draft KV
     as the reference's, over calls with KV growth; the launch parameters turn it on only where the tree rows fit
     one row tile."""
     head = make_head(peaked)
     tc = TreeConfig(*tree)
-    cfg = DrafterConfig.from_head(head, tc, max_batch=batch, max_len=64, max_new_rows=8, hidden_half_early=True)
-    p = cfg.launch_params("cpu", batch, 8)
+    cfg = DrafterConfig.from_head(head, tc, max_batch=batch, max_len=128, max_new_rows=max(8, rows),
+                                  hidden_half_early=True)
+    p = cfg.launch_params("cpu", batch, rows)
     assert p["HQ"] and p["HQ_P0"] == 0 and p["NSEGH"] == 1
     assert not cfg.launch_params("cpu", batch * 4, 8)["HQ"] or batch * 4 * tc.top_k <= p["BM"]
     w = Weights.from_head(head, cfg.max_len + tc.depth + 1)
     bufs, bufs_ref = Buffers.allocate(cfg, "cpu"), Buffers.allocate(cfg, "cpu")
     V = head.config.vocab_size
     gen = torch.Generator().manual_seed(int(torch.randint(0, 2**31, ())))
-    for _ in range(3):
-        num_new = torch.randint(1, 8, (batch,), generator=gen).tolist()
-        X = DraftInputs(torch.randn(batch, 7, head.feature_width), torch.randint(0, V, (batch, 7)),
+    for call in range(3):  # a long prompt first (root tiles of BMR rows when rows > BM), then decode steps
+        num_new = [rows] * batch if call == 0 else torch.randint(1, 8, (batch,), generator=gen).tolist()
+        X = DraftInputs(torch.randn(batch, rows, head.feature_width), torch.randint(0, V, (batch, rows)),
                         torch.tensor(num_new, dtype=torch.int32))
         out = launch_drafter(cfg, X, w, bufs)
         ref = launch_drafter_ref(cfg, X, w, bufs_ref)
