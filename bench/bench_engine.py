@@ -208,7 +208,8 @@ def part_smollm2(args, dev: torch.device, budget_s: float, keep_tokens: dict) ->
         for tree in trees:  # one engine (and target) per tree: nothing shared between their CUDA graphs
             engines[tree] = EagleEngine.from_pretrained(
                 target_src, draft_src, TreeConfig(*map(int, tree.split("/"))), device=dev, dtype=dtype,
-                max_length=args.max_length, drafter_backend=args.drafter, tokenizer=tok)
+                max_length=args.max_length, drafter_backend=args.drafter, tokenizer=tok,
+                drafter_options=drafter_options(args))
         plain_engine = engines[trees[0]]
         for eng in engines.values():  # warm-up: graph capture (every prefill chunk kind) and compilation stay out
             eng.warmup(speculative=True)
@@ -316,7 +317,8 @@ def part_llama8b(args, budget_s: float, dev: torch.device) -> dict:
             continue
         tc = TreeConfig(*map(int, tree.split("/")))
         eng = EagleEngine.from_pretrained(model, head, tc, device=dev, dtype="bfloat16", max_length=max_len,
-                                          tokenizer=False, drafter_backend=args.drafter)
+                                          tokenizer=False, drafter_backend=args.drafter,
+                                          drafter_options=drafter_options(args))
         eng.generate(input_ids=ids, max_new_tokens=8, eos_token_id=None)  # warm-up: capture, compilation
         if "plain" not in out:
             eng.generate(input_ids=ids, max_new_tokens=8, speculative=False, eos_token_id=None)
@@ -489,6 +491,20 @@ def write_default_tree(doc: dict, source: str) -> None:
     print(f"wrote the default tree {part['best_tree']} for {kind} to {path}")
 
 
+
+def drafter_options(args) -> dict | None:
+    """``--drafter-option KEY=VALUE`` entries as EagleEngine's ``drafter_options`` (integer values)."""
+    out = {}
+    for item in args.drafter_option:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise SystemExit(f"--drafter-option takes KEY=VALUE, got {item!r}")
+        try:
+            out[key] = int(value)
+        except ValueError:
+            raise SystemExit(f"--drafter-option {key}: an integer value, got {value!r}") from None
+    return out or None
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("questions", nargs="?", default=None, help="MT-bench question.jsonl (default: bench/data/ or "
@@ -507,6 +523,9 @@ def main(argv=None) -> int:
     p.add_argument("--device", default="auto")
     p.add_argument("--drafter", choices=["auto", "torch", "triton", "graph"], default="auto",
                    help="tree drafter back end")
+    p.add_argument("--drafter-option", action="append", default=[], metavar="KEY=VALUE",
+                   help="an option of the drafter back end, e.g. hidden_half_early=1 (integers; repeatable): "
+                        "EagleEngine's drafter_options")
     p.add_argument("--max-length", type=int, default=2048)
     p.add_argument("--budget-smollm2", type=float, default=220.0, help="seconds for part a (split over the dtypes)")
     p.add_argument("--budget-llama8b", type=float, default=150.0, help="seconds for part b")

@@ -259,3 +259,14 @@ def test_llama8b_part_runs_end_to_end_on_a_tiny_stand_in(monkeypatch):
     assert bench_engine.part_llama8b(args, 0.0, torch.device("cpu"))["trees"][0]["skipped"] == "time budget"
     figs = {f["name"] for f in _check_printed({"parts": {"llama8b": out}})}  # what the part writes, the table reads
     assert {"plain_step_8b", "spec_step_8b_8_2_3", "projected_8b_8_2_3_tok_s_tau6"} <= figs
+
+
+def test_drafter_options_are_parsed_as_integers():
+    import argparse
+
+    ns = argparse.Namespace(drafter_option=["hidden_half_early=1", "nprog=33"])
+    assert bench_engine.drafter_options(ns) == {"hidden_half_early": 1, "nprog": 33}
+    assert bench_engine.drafter_options(argparse.Namespace(drafter_option=[])) is None
+    for bad in ("hidden_half_early", "nprog=many", "=3"):
+        with pytest.raises(SystemExit, match="--drafter-option"):
+            bench_engine.drafter_options(argparse.Namespace(drafter_option=[bad]))

@@ -89,6 +89,26 @@ def test_fused_drafter_device_paced_equals_reference_host_paced(tiny_model, targ
     assert sa.accept_length_histogram == sb.accept_length_histogram and sa.steps == sb.steps
 
 
+def test_drafter_options_reach_the_fused_drafter(tiny_model, target):
+    """``drafter_options`` go to every drafter the engine builds: the fused drafter with ``hidden_half_early``
+    (one program under the interpreter) gives the reference drafter's tokens and accepted lengths; options
+    without a head, and options the back end does not take, are refused."""
+    tree = TreeConfig(8, 2, 3)
+    head = _head(seed=4)
+    fused = EagleEngine(target, head, tree, max_length=96, drafter_backend="triton",
+                        drafter_options={"hidden_half_early": True})
+    assert fused.drafter._impl._tuning["hidden_half_early"] is True
+    ref = EagleEngine(target, head, tree, max_length=96, drafter_backend="torch")
+    prompt = _prompt(8, 11)
+    a, sa = fused.generate(input_ids=prompt, max_new_tokens=14)
+    b, sb = ref.generate(input_ids=prompt, max_new_tokens=14)
+    assert a == b and sa.accept_length_histogram == sb.accept_length_histogram
+    with pytest.raises(ValueError, match="drafter_options configure the drafter built from a draft head"):
+        EagleEngine(target, drafter=TreeDrafter(_head(), tree, backend="stub"), drafter_options={"nprog": 1})
+    with pytest.raises(TypeError, match="hidden_half_early"):
+        EagleEngine(target, head, tree, drafter_backend="torch", drafter_options={"hidden_half_early": True})
+
+
 def test_device_rng_stream_is_counter_based():
     rng = DeviceRNG("cpu", seed=7)
     u1 = rng.uniform(3, 5)

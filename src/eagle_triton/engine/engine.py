@@ -62,11 +62,14 @@ class EagleEngine:
     expect_kind: ``"eagle3"`` or ``"eagle1"``: reject a head of the other kind.
     batch_trees: ``{batch bucket: TreeConfig}``: the tree :meth:`generate_batch` drafts when its slots run in that
         bucket (smaller trees verify cheaper as the batch grows); other buckets use ``tree_config``. Needs ``head``.
+    drafter_options: keyword options of the drafter back end (the fused drafter's
+        :class:`~eagle_triton.fused.DrafterConfig` fields such as ``nprog`` or ``hidden_half_early``), passed to
+        every :class:`~eagle_triton.TreeDrafter` the engine builds; the back end refuses options it does not take.
     """
 
     def __init__(self, target: TargetModel, head: DraftHead | None = None, tree_config: TreeConfig | None = None,
                  max_length: int = 2048, tokenizer=None, drafter=None, drafter_backend: str = "auto",
-                 expect_kind: str | None = None, batch_trees: dict | None = None):
+                 expect_kind: str | None = None, batch_trees: dict | None = None, drafter_options: dict | None = None):
         if not isinstance(target, TargetModel):
             raise TypeError(f"target must be a TargetModel (see EagleEngine.from_pretrained), got "
                             f"{type(target).__name__}")
@@ -79,6 +82,9 @@ class EagleEngine:
         self.head = None
         if head is not None and drafter is not None:
             raise ValueError("pass a draft head or a drafter, not both")
+        if drafter_options and head is None:
+            raise ValueError("drafter_options configure the drafter built from a draft head: pass head")
+        self._drafter_options = dict(drafter_options or {})
         if head is not None:
             self.head = self._fit_head(head, expect_kind)
             self.drafter = self._make_drafter(self.head, drafter_backend)
@@ -161,14 +167,15 @@ class EagleEngine:
         # under no GPU the fused kernel would only run in Triton's interpreter.
         if backend == "auto":
             backend = "triton" if head.kind == "eagle3" and head.device.type == "cuda" else "torch"
-        return TreeDrafter(head, tree or self.tree_config, backend=backend)
+        return TreeDrafter(head, tree or self.tree_config, backend=backend, **self._drafter_options)
 
     @classmethod
     def from_pretrained(cls, target, draft=None, tree_config: TreeConfig | None = None, *, device=None, dtype=None,
                         max_length: int = 2048, target_impl: str = "auto", draft_kind: str | None = None,
                         gguf_file: str | None = None, attention: str = "auto", cuda_graphs: bool | None = None,
                         drafter_backend: str = "auto", tokenizer=True, draft_dtype: str | None = None,
-                        batch_trees: dict | None = None, norm_mode: str | None = None) -> EagleEngine:
+                        batch_trees: dict | None = None, norm_mode: str | None = None,
+                        drafter_options: dict | None = None) -> EagleEngine:
         """Build an engine from paths.
 
         Parameters
@@ -189,6 +196,7 @@ class EagleEngine:
             shipped SmolLM2 head, trained on transformers' features, accepts about 6% more tokens per step with it
             on the H100, while plain decoding is about 11% slower). Not for a generic target or a built
             :class:`TargetModel`.
+        drafter_options: options of the drafter back end (see the class).
         """
         kwargs = {}
         if not isinstance(target, TargetModel) and target_impl != "generic":
@@ -212,7 +220,7 @@ class EagleEngine:
         elif draft_dtype not in (None, "model"):
             raise ValueError(f"draft_dtype={draft_dtype!r} needs a draft head")
         return cls(runner, head, tree_config, max_length=max_length, tokenizer=tok, drafter_backend=drafter_backend,
-                   expect_kind=draft_kind, batch_trees=batch_trees)
+                   expect_kind=draft_kind, batch_trees=batch_trees, drafter_options=drafter_options)
 
     # -- generation --------------------------------------------------------------------------------------------
     @property
