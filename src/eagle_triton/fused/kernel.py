@@ -462,6 +462,22 @@ def _qkv_tile_rows(t, H: tl.constexpr, NH: tl.constexpr, NKV: tl.constexpr, HD: 
     return which, rope, jj, f
 
 
+@triton.jit
+def _qkv_tile_weights(t, wq, wk, wv, H: tl.constexpr, NH: tl.constexpr, NKV: tl.constexpr, HD: tl.constexpr,
+                      BN: tl.constexpr):
+    """:func:`_qkv_tile_rows` of tile ``t``, which of its features exist, and the row pointers ``[BN, 1]`` of its
+    weight matrix (each row 2H long: the embedding half, then the hidden half)."""
+    which, rope, jj, f = _qkv_tile_rows(t, H, NH, NKV, HD, BN)
+    fok = f < tl.where(which == 0, NH * HD, NKV * HD)
+    if which == 0:
+        wbase = wq
+    elif which == 1:
+        wbase = wk
+    else:
+        wbase = wv
+    return which, rope, jj, f, fok, wbase + f.to(tl.int64)[:, None] * (2 * H)
+
+
 @triton.jit(noinline=True)
 def _qkv_phase(s, emb_off, emb_rstd, g_qkv, wq, wk, wv, cos_t, sin_t, ids, nnew, kvlen, kc, vc, hbuf, hss, qbuf,
                part, flag, tok_in, src, status, wsc, wb, B, S, LMAX, MCAP, eps, pid, H: tl.constexpr, NH: tl.constexpr,
@@ -511,16 +527,7 @@ def _qkv_phase(s, emb_off, emb_rstd, g_qkv, wq, wk, wv, cos_t, sin_t, ids, nnew,
         r_h = _rstd_parts(hss + (in_off + hrow).to(tl.int64)[:, None] * NTH, rok[:, None], NTH, NTHP, H, eps)
         for i in range(0, n_seg):
             t, s0, s1 = _streamk_segment(i, c_lo, c_hi, t0, NC, split, pid, NPROG)
-            which, rope, jj, f = _qkv_tile_rows(t, H, NH, NKV, HD, BN)
-            nout = tl.where(which == 0, QW, KVW)
-            fok = f < nout
-            if which == 0:
-                wbase = wq
-            elif which == 1:
-                wbase = wk
-            else:
-                wbase = wv
-            w_row = wbase + f.to(tl.int64)[:, None] * (2 * H)
+            which, rope, jj, f, fok, w_row = _qkv_tile_weights(t, wq, wk, wv, H, NH, NKV, HD, BN)
             acc = tl.zeros([BM, BN], dtype=tl.float32)
             acc = _mm_qkv(acc, hbuf, e_off, h_off, rok[:, None], r_e, r_h, g_qkv, w_row, fok[:, None], s0 * BK,
                           s1 * BK, H, BK, DT, IEEE, STAGES)
@@ -600,15 +607,7 @@ def _hq_phase(s, hbuf, hss, g_qkv, wq, wk, wv, hq_part, B, MCAP, eps, lp, H: tl.
     c_lo, c_hi, t0, n_seg = _streamk_span(lp, n_t, NCH, True, NHQ)
     for i in range(0, n_seg):
         t, s0, s1 = _streamk_segment(i, c_lo, c_hi, t0, NCH, True, lp, NHQ)
-        which, rope, jj, f = _qkv_tile_rows(t, H, NH, NKV, HD, BN)
-        fok = f < tl.where(which == 0, QW, KVW)
-        if which == 0:
-            wbase = wq
-        elif which == 1:
-            wbase = wk
-        else:
-            wbase = wv
-        w_row = wbase + f.to(tl.int64)[:, None] * (2 * H)
+        which, rope, jj, f, fok, w_row = _qkv_tile_weights(t, wq, wk, wv, H, NH, NKV, HD, BN)
         acc = tl.zeros([BM, BN], dtype=tl.float32)
         acc = _mm_qkv(acc, hbuf, h_off, h_off, rok[:, None], r_e, r_h, g_qkv, w_row, fok[:, None], H + s0 * BK,
                       H + s1 * BK, H, BK, DT, IEEE, STAGES)
