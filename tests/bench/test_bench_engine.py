@@ -246,7 +246,7 @@ def test_llama8b_part_runs_end_to_end_on_a_tiny_stand_in(monkeypatch):
     monkeypatch.setattr(bench_target, "build_8b", lambda: tiny_llama(vocab=257, hidden=32, layers=4).to(torch.bfloat16))
     monkeypatch.setattr(bench_fused_drafter, "make_head", lambda *a, **k: head)
     args = argparse.Namespace(trees_8b="8/2/3,6/1/4", prompt_len_8b=12, new_tokens_8b=6, reps_8b=3, drafter="torch",
-                              drafter_alone=False)
+                              drafter_alone=False, drafter_option=[])
     out = bench_engine.part_llama8b(args, 60.0, torch.device("cpu"))
     assert out["target_floor_ms"] == pytest.approx(out["target_bytes"] / 1e11 * 1e3)
     assert out["plain"]["step_ms"] > 0 and len(out["plain"]["reps"]) == 3

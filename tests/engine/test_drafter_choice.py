@@ -25,6 +25,6 @@ def test_auto_drafter_choice(monkeypatch, kind, device, asked, expected):
 
     monkeypatch.setattr(engine_mod, "TreeDrafter", fake_tree_drafter)
     head = SimpleNamespace(kind=kind, device=torch.device(device))
-    fake_engine = SimpleNamespace(tree_config=TreeConfig(20, 3, 4))
+    fake_engine = SimpleNamespace(tree_config=TreeConfig(20, 3, 4), _drafter_options={})
     assert engine_mod.EagleEngine._make_drafter(fake_engine, head, asked) == "drafter"
     assert made["backend"] == expected and made["head"] is head
