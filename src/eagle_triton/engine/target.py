@@ -702,7 +702,7 @@ class LlamaTarget(TargetModel):
             else:
                 rows = h.view(B, S, -1)[:, -1] if last_only else h  # last_only: each sequence's last row
             if keys is not None:
-                target_linear(h, self.lm_head_weight, config=cfg["lm_head"], validate=False, argmax_keys=keys,
+                target_linear(rows, self.lm_head_weight, config=cfg["lm_head"], validate=False, argmax_keys=keys,
                               store_output=False)
                 return keys.view(B, S), feats
             logits = target_linear(rows, self.lm_head_weight, config=cfg["lm_head"],

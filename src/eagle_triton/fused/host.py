@@ -265,13 +265,13 @@ class DrafterConfig:
         bk, bkg, bkl, bkr = chunk(bnv), chunk(2 * bng), chunk(bn), chunk(bn, bmr)
         bkq, bkqr = bkq_of(chunk(bnq)), bkq_of(chunk(bnqr, bmr))
         nth = -(-H // bn)
-        # the most programs sharing one stream-K q/k/v tile at either chunking (sizes the partial-sum buffer)
-        # (a power of two: the owner polls the flags of all parts of a tile as one vector)
         # the hidden half early (hidden_half_early): programs hq_p0.. have no RM or SEL unit (the tree rows fit one
-        # row tile: RM's units are rows, SEL's sequences); one program (the interpreter) does it after its SEL
+        # row tile: RM's units are rows, SEL's sequences); one program (the interpreter) does it after its SEL; on
+        # only where at least half the programs are left for it (at 128-row tiles only 4 of 132 would be)
         hq_p0 = min(nprog - 1, bm)
-        # and at least half the programs are left for it (at 128-row tiles only 4 of 132 would be)
         hq = bool(self.hidden_half_early) and mq <= bm and nprog - hq_p0 >= nprog // 2
+        # the most programs sharing one stream-K q/k/v tile at any chunking (sizes the partial-sum buffer)
+        # (a power of two: the owner polls the flags of all parts of a tile as one vector)
         nseg = _pow2(max(streamk_max_sharing(self.qkv_tiles(bnq), 2 * H // bkq, nprog),
                          streamk_max_sharing(self.qkv_tiles(bnqr), 2 * H // bkqr, nprog),
                          streamk_max_sharing(self.qkv_tiles(bnq), H // bkq, nprog) if hq else 1))

@@ -11,7 +11,7 @@ from ..target_linear.op import (
     LinearConfig,
     _check_norm_inputs,
     _check_norm_mode,
-    _pdl_launch,
+    _launch_options,
     _precision,
     default_config,
     interpreter_tiles,
@@ -239,7 +239,7 @@ def target_qkv_rope(
         NSS_P2=next_power_of_2(max(nss, 1)), NORM_FOLDED=bool(norm_folded), HAS_BIAS=bias is not None,
         BM=cfg.block_m, BN=cfg.block_n, BK=cfg.block_k, PRECISION=_precision(x.dtype), PRE=cfg.prefetch,
         HAS_SLOTS=cache_slots is not None, num_warps=cfg.num_warps, num_stages=cfg.num_stages,
-        **_pdl_launch(x, cfg),  # fp fusion as target_linear's launch (the rotation rounds between its steps)
+        **_launch_options(x, cfg),  # fp fusion as target_linear's launch (the rotation rounds between its steps)
     )
     return q
 

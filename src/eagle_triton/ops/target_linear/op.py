@@ -276,7 +276,7 @@ def target_linear(
         HAS_RES=residual is not None, SILU_MUL=bool(silu_mul), WRITE_SS=sumsq_out is not None,
         BM=cfg.block_m, BN=cfg.block_n, BK=cfg.block_k, PRECISION=_precision(x.dtype), PRE=cfg.prefetch,
         NORM_FOLDED=bool(norm_folded), ARGMAX=argmax_keys is not None, STORE_Y=bool(store_output),
-        **_pdl_launch(x, cfg), num_warps=cfg.num_warps, num_stages=cfg.num_stages,
+        **_launch_options(x, cfg), num_warps=cfg.num_warps, num_stages=cfg.num_stages,
     )
     return y if store_output else None
 
@@ -286,8 +286,9 @@ def argmax_from_keys(keys: torch.Tensor) -> torch.Tensor:
     return 4294967295 - (keys & 4294967295)
 
 
-def _pdl_launch(x: torch.Tensor, cfg: LinearConfig) -> dict:
-    """The PDL launch keywords and, with PDL, the config's L2 prefetch (``L2_PRE``)."""
+def _launch_options(x: torch.Tensor, cfg: LinearConfig) -> dict:
+    """The launch keywords a config adds: programmatic dependent launch and, with it, the L2 prefetch
+    (``L2_PRE``); the rotated chunk order (``ROTATE``)."""
     kw = pdl_kwargs(x.device)
     if kw and cfg.l2_prefetch:
         kw["L2_PRE"] = cfg.l2_prefetch

@@ -13,6 +13,7 @@ import torch
 import torch.nn.functional as F
 
 from .._utils import cdiv
+from .kernel import KEY_EMPTY
 
 __all__ = ["target_linear_ref", "target_rms_norm_ref", "target_embedding_ref", "argmax_keys_ref"]
 
@@ -40,9 +41,9 @@ def target_rms_norm_ref(x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6
                         **_: object) -> torch.Tensor:
     """transformers' LlamaRMSNorm over the last dim: fp32 normalisation, cast to ``x.dtype``, times ``weight``;
     with ``sumsq`` the mean of squares is the sum of the partials over the row width. ``reset_argmax_keys`` is set
-    to the smallest int64."""
+    to ``KEY_EMPTY``."""
     if reset_argmax_keys is not None:
-        reset_argmax_keys.fill_(-(2 ** 63))
+        reset_argmax_keys.fill_(KEY_EMPTY)
     x32 = x.to(torch.float32)
     if sumsq is None:
         ms = x32.pow(2).mean(-1, keepdim=True)

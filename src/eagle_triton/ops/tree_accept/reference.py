@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import torch
 
+from ..target_linear.op import argmax_from_keys
+
 __all__ = ["tree_accept_greedy_ref"]
 
 
@@ -22,8 +24,8 @@ def tree_accept_greedy_ref(
     same way, ``validate`` is accepted for signature parity)."""
     del validate
     B, R, C = retrieve_indices.shape
-    if argmax_keys is not None:  # the low word holds 2^32 - 1 - column
-        pred = 4294967295 - (argmax_keys & 4294967295)
+    if argmax_keys is not None:
+        pred = argmax_from_keys(argmax_keys)
     else:
         pred = logits.argmax(dim=-1)  # [B, N], first index on ties
     valid = retrieve_indices >= 0
