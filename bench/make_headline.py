@@ -536,6 +536,19 @@ def session26_entries() -> list[dict]:
     return out
 
 
+def session27_entries() -> list[dict]:
+    """Session 27's 8B step: the drafter's hidden half computed early, by default at batch 1, one lease, alternated
+    with the same code without it (``--drafter-option hidden_half_early=0``)."""
+    tree = ["parts", "llama8b", "trees", {"tree": "60/7/10"}]
+    src = "session27_2026-11-28/bench_engine_8b_c_on1.json"
+    return [prose_entry("spec_step_8b_60_7_10_s27_lease_c", "ms", src, tree + ["step_ms"], 3,
+                        _adding_commit(ROOT / RESULTS / src) or "uncommitted",
+                        "the step measured 8.358 ms against 7.345 ms (1.138x)", "8.358",
+                        "bench/bench_engine.py --parts b --trees-8b 60/7/10 --no-drafter-alone, the working tree "
+                        "after 95e6913 (the drafter's hidden half early by default at batch 1)",
+                        tree + ["spec_floor_ms"], "floor", "7.345", "1.138", date="2026-11-28")]
+
+
 ENGINE_TABLES = ("smollm2", "llama8b")  # the parts of bench_engine.json that each print a README table
 
 
@@ -659,6 +672,7 @@ def main() -> None:
                               + session9_entries() + session10_entries() + session12_entries()
                               + session13_entries() + session14_entries() + session15_entries() + session16_entries()
                               + shipped_head_entries() + session24_entries() + session25_entries() + session26_entries()
+                              + session27_entries()
                               + engine_parts_entries()
                               + batch_entries())}
     path = ROOT / RESULTS / "headline.json"

@@ -154,6 +154,23 @@ def test_hidden_half_early_needs_one_row_tile_and_half_the_programs():
     assert not cfg.with_(hidden_half_early=False).launch_params("cuda", 1, 4)["HQ"]
 
 
+def test_hidden_half_early_by_default_where_it_measured_faster():
+    """The default (None): on an H100's 132 programs, only one sequence with 16-bit weights and a hidden size of
+    at least 1024 (batch 2-6 and FP8 weights measured slower, SmolLM2's head flat)."""
+    big = dict(hidden_size=4096, num_heads=32, num_kv_heads=8, head_dim=128, intermediate_size=14336,
+               draft_vocab=32000, feature_width=3 * 4096, vocab_size=128256, rms_eps=1e-5, has_d2t=True,
+               max_batch=16, nprog=132)
+    cfg = DrafterConfig(**big)
+    assert cfg.hidden_half_early is None
+    assert {b: cfg.launch_params("cuda", b, 4)["HQ"] for b in range(1, 17)} == {b: b == 1 for b in range(1, 17)}
+    assert not cfg.with_(weight_dtype=torch.float8_e4m3fn).launch_params("cuda", 1, 4)["HQ"]
+    small = DrafterConfig(hidden_size=576, num_heads=9, num_kv_heads=3, head_dim=64, intermediate_size=1536,
+                          draft_vocab=12288, feature_width=3 * 576, vocab_size=49152, rms_eps=1e-5, has_d2t=True,
+                          nprog=132)
+    assert not small.launch_params("cuda", 1, 4)["HQ"]
+    assert small.with_(hidden_half_early=True).launch_params("cuda", 1, 4)["HQ"]
+
+
 def test_hidden_half_early_schedule_covers_every_chunk_once():
     """The hidden half's schedule as the kernel computes it (stream-K ranges of the programs from HQ_P0 on): every
     (tile, chunk) of the hidden half is reduced by exactly one program, which stores it in slot ``program - owner``

@@ -75,10 +75,12 @@ class DrafterConfig:
     Weights: ``weight_dtype`` ``None`` (the model dtype) or ``torch.float8_e4m3fn`` (weight-only FP8 linear layers,
     converted in registers, per-output-channel scales in the epilogues: :mod:`eagle_triton.heads.fp8`);
     ``attention_bias``: q/k/v and o_proj biases.
-    ``hidden_half_early`` (experimental, off by default: not yet measured on a GPU): where a tree step's rows fit
-    one row tile and programs are left over, those programs compute the hidden half of the next step's q/k/v
-    product during RM and SEL, and the next q/k/v streams only the embedding half (docs/fused_drafter.md, "A lever
-    not yet tried"). The same arithmetic in another summation order.
+    ``hidden_half_early``: where a tree step's rows fit one row tile and programs are left over, those programs
+    compute the hidden half of the next step's q/k/v product during RM and SEL, and the next q/k/v streams only the
+    embedding half (docs/fused_drafter.md, "The hidden half early"). The same arithmetic in another summation
+    order. ``None`` (the default): where it measured faster on an H100, one sequence with 16-bit weights of a
+    hidden size >= 1024 (8B 60/7/10 2.50 -> 2.46 ms); ``True``: wherever a row tile leaves half the programs idle;
+    ``False``: never.
 
     Shapes the kernel cannot run are refused here or in :meth:`launch_params`, before any launch, with the reason:
     head_dim not a power of two >= 16 (RoPE pairs features within one power-of-two tile), hidden size not a multiple
@@ -117,7 +119,7 @@ class DrafterConfig:
     lm_warp_rank: bool | None = None
     weight_dtype: torch.dtype | None = None
     attention_bias: bool = False
-    hidden_half_early: bool = False
+    hidden_half_early: bool | None = None
 
     def __post_init__(self):
         TreeConfig(self.total_tokens, self.depth, self.top_k)  # validates the tree shape
@@ -269,7 +271,11 @@ class DrafterConfig:
         # row tile: RM's units are rows, SEL's sequences); one program (the interpreter) does it after its SEL; on
         # only where at least half the programs are left for it (at 128-row tiles only 4 of 132 would be)
         hq_p0 = min(nprog - 1, bm)
-        hq = bool(self.hidden_half_early) and mq <= bm and nprog - hq_p0 >= nprog // 2
+        # None: where it measured faster (bench/results/session27_2026-11-28: batch 1 -34 to -42 us per 60/7/10
+        # draft at the 8B and Qwen3-8B shapes, -21 at 70B; slower at batch 2-6 (+23 to +200 us) and with FP8 weights
+        # (+39); flat at SmolLM2's head)
+        want = (batch == 1 and not self.fp8 and not small) if self.hidden_half_early is None else self.hidden_half_early
+        hq = bool(want) and mq <= bm and nprog - hq_p0 >= nprog // 2
         # the most programs sharing one stream-K q/k/v tile at any chunking (sizes the partial-sum buffer)
         # (a power of two: the owner polls the flags of all parts of a tile as one vector)
         nseg = _pow2(max(streamk_max_sharing(self.qkv_tiles(bnq), 2 * H // bkq, nprog),
