@@ -14,7 +14,12 @@ do), 8 warps, and times the conversion variants against the bf16 product:
   exact, subnormals included): the fused drafter's ``_wcast`` (this probe first held its own copy of the PTX,
   session 15's ``fp8_convert.json`` was measured with it);
 - ``fp8-f16``: e4m3 -> fp16 (one ``cvt.rn.f16x2.e4m3x2`` per pair) with the activations cast to fp16 (fp16
-  products; not what the drafter computes, timed only to see the conversion's cost).
+  products; not what the drafter computes, timed only to see the conversion's cost);
+- ``bf16-swap``, ``fp8-swap`` (session 27): the product transposed, ``acc[BN, BM] += W_tile @ x.T``: the weight
+  tile is the MMA's M side (64 or 128 rows), which sm_90 runs as ``wgmma`` (bf16: both operands from shared
+  memory; FP8: the converted weights from registers), where the 16-row product runs as ``mma.sync`` with both
+  operands staged through registers. Compiled for sm_90 without a GPU, the swapped products are the only ones
+  that use ``wgmma``.
 
 Each variant also checks its product against ``x @ dequant(W).T`` in fp32 (bits of the dequantised weights are exact
 in all variants, so only the accumulation order differs). Runs back to back on two copies of the weights (no L2
@@ -46,7 +51,8 @@ from eagle_triton.fused.kernel import _wcast  # noqa: E402  (the drafter's own c
 @triton.jit
 def stream_kernel(X, W, Y, M, N: tl.constexpr, K: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr,
                   BK: tl.constexpr, STAGES: tl.constexpr, NPROG: tl.constexpr, MODE: tl.constexpr):
-    """MODE 0: W in X's dtype; 1: e4m3 W, ``.to(bf16)``; 2: e4m3 W, integer conversion; 3: e4m3 W and X as fp16."""
+    """MODE 0: W in X's dtype; 1: e4m3 W, ``.to(bf16)``; 2: e4m3 W, integer conversion; 3: e4m3 W and X as fp16;
+    4: MODE 2 transposed (``acc[BN, BM] += W @ x.T``); 5: MODE 0 transposed."""
     pid = tl.program_id(0)
     offm = tl.arange(0, BM)
     offn = tl.arange(0, BN)
@@ -55,7 +61,10 @@ def stream_kernel(X, W, Y, M, N: tl.constexpr, K: tl.constexpr, BM: tl.constexpr
     NC: tl.constexpr = K // BK
     NT: tl.constexpr = N // BN
     for t in range(pid, NT, NPROG):
-        acc = tl.zeros([BM, BN], dtype=tl.float32)
+        if MODE < 4:
+            acc = tl.zeros([BM, BN], dtype=tl.float32)
+        else:
+            acc = tl.zeros([BN, BM], dtype=tl.float32)
         for c in tl.range(0, NC, num_stages=STAGES):
             woff = (t * BN + offn).to(tl.int64)[:, None] * K + c * BK + offk[None, :]
             x = tl.load(X + offm[:, None] * K + c * BK + offk[None, :], mask=rok[:, None], other=0.0,
@@ -67,21 +76,34 @@ def stream_kernel(X, W, Y, M, N: tl.constexpr, K: tl.constexpr, BM: tl.constexpr
                 acc = tl.dot(x, tl.trans(w.to(x.dtype)), acc)
             elif MODE == 2:
                 acc = tl.dot(x, tl.trans(_wcast(w, tl.bfloat16)), acc)
-            else:
+            elif MODE == 3:
                 acc = tl.dot(x.to(tl.float16), tl.trans(w.to(tl.float16)), acc)
-        tl.store(Y + offm[:, None] * N + t * BN + offn[None, :], acc, mask=rok[:, None])
+            elif MODE == 4:
+                acc = tl.dot(_wcast(w, tl.bfloat16), tl.trans(x), acc)
+            else:
+                acc = tl.dot(w, tl.trans(x), acc)
+        if MODE < 4:
+            tl.store(Y + offm[:, None] * N + t * BN + offn[None, :], acc, mask=rok[:, None])
+        else:
+            tl.store(Y + offm[None, :] * N + t * BN + offn[:, None], acc, mask=rok[None, :])
 
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--out", required=True)
+    ap.add_argument("--modes", default=None, help="comma list of the variants to time (default: all)")
     args = ap.parse_args(argv)
     dev = torch.device("cuda")
     sms = torch.cuda.get_device_properties(dev).multi_processor_count
     # the 8B EAGLE-3 head's products (N outputs x K reduction) and the drafter's tile widths
     shapes = {"o 4096x4096": (4096, 4096, 64), "down 4096x14336": (4096, 14336, 64),
               "gate 14336x4096": (14336, 4096, 64), "lm_head 32000x4096": (32000, 4096, 128)}
-    modes = {"bf16": 0, "fp8-cvt": 1, "fp8-bits": 2, "fp8-f16": 3}
+    modes = {"bf16": 0, "fp8-cvt": 1, "fp8-bits": 2, "fp8-f16": 3, "fp8-swap": 4, "bf16-swap": 5}
+    if args.modes:
+        unknown = sorted(set(args.modes.split(",")) - set(modes))
+        if unknown:
+            raise SystemExit(f"--modes: unknown {unknown}; known: {', '.join(modes)}")
+        modes = {m: modes[m] for m in args.modes.split(",")}
     rows = []
     torch.manual_seed(0)
     for name, (n, k, bn) in shapes.items():
@@ -93,7 +115,7 @@ def main(argv=None) -> int:
         y = torch.empty(10, n, device=dev, dtype=torch.float32)
         for mname, mode in modes.items():
             for bk, stages in ((256, 4), (512, 3), (128, 6)):
-                ws = wb if mode == 0 else w8
+                ws = wb if mode in (0, 5) else w8
                 nbytes = n * k * ws[0].element_size()
                 it = [0]
 
@@ -111,7 +133,7 @@ def main(argv=None) -> int:
                 go()
                 torch.cuda.synchronize()
                 err = None
-                if mode in (1, 2):
+                if mode in (1, 2, 4):
                     err = float((y - ref).abs().max() / ref.abs().max())
                 rows.append(dict(shape=name, mode=mname, bk=bk, stages=stages, us=ms * 1e3,
                                  TBps=nbytes / (ms * 1e-3) / 1e12, max_rel_err=err))

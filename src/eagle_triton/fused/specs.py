@@ -41,7 +41,7 @@ def kernel_signature(dtype: str, constexprs: dict) -> dict:
 
 
 def _gpu_spec(dtype: str, nprog: int, batch: int, fp8: bool = False, bias: bool = False, hidden=4096, heads=32,
-              kv_heads=8, inter=14336, vocab=128256, draft_vocab=32000) -> tuple:
+              kv_heads=8, inter=14336, vocab=128256, draft_vocab=32000, swap_ab: bool = False) -> tuple:
     """The launch of :func:`launch_drafter` on an H100 (``nprog`` programs) for a Llama-class head, 60/7/10 tree,
     ``batch`` sequences of 4 new rows: the constexprs are :meth:`DrafterConfig.launch_params`' own. The 8B shape by
     default."""
@@ -53,7 +53,7 @@ def _gpu_spec(dtype: str, nprog: int, batch: int, fp8: bool = False, bias: bool 
     cfg = DrafterConfig(hidden_size=hidden, num_heads=heads, num_kv_heads=kv_heads, head_dim=hidden // heads,
                         intermediate_size=inter, draft_vocab=draft_vocab, feature_width=3 * hidden, vocab_size=vocab,
                         rms_eps=1e-5, has_d2t=True, max_batch=batch, dtype=tdt, nprog=nprog,
-                        weight_dtype=torch.float8_e4m3fn if fp8 else None, attention_bias=bias)
+                        weight_dtype=torch.float8_e4m3fn if fp8 else None, attention_bias=bias, swap_ab=swap_ab)
     const = cfg.launch_params(torch.device("cuda"), batch, 4)
     opts = dict(num_warps=const.pop("num_warps"), num_stages=4, div16=["emb_off"])
     const["PROFILE"] = False
@@ -65,15 +65,17 @@ def _tiny(dtype: str) -> tuple:
     const = dict(H=64, W=192, NH=4, NKV=2, HD=16, INTER=96, VD=96, HAS_D2T=True, K=4, KP=4, D=3, T=19, TP=32,
                  NCP=64, CP=8, NPROG=1, NPP=1, NSPLIT=2, BM=16, BN=16, BNQ=16, BNQR=16, BNG=16, BNV=16, BKL=32,
                  BKG=32, BK=32, BKV=16,
-                 BQ=16, NTH=4, NTHP=4, BKQ=32, NSEG=1, BMR=32, BKR=32, BKQR=32, IEEE=dtype == "fp32", STAGES=1,
-                 LMW=True, W8=False, HAS_BIAS=False, PROFILE=False, HQ=False, HQ_P0=0, NSEGH=1)
+                 BQ=16, NTH=4, NTHP=4, BKQ=32, NSEG=1, BMR=32, BKR=32, BKQR=32, STAGES=1,
+                 MMA=1 if dtype == "fp32" else 0, LMW=True, W8=False, HAS_BIAS=False, PROFILE=False, HQ=False,
+                 HQ_P0=0, NSEGH=1)
     return (fused_drafter_kernel, kernel_signature(dtype, const), const)
 
 
 #: Built by the compile-only gate (H100, 132 SMs): the Llama-3.1-8B EAGLE-3 shape in bf16 and with FP8 weights, a
 #: Llama-3.2-1B-class head (head_dim 64, FP8, attention biases, batch 16), the Llama-3.3-70B shape (GQA 8: 128-row
-#: attention query blocks) and a tiny fp32 shape. The bf16 batch-1 shapes compute the hidden half early (the
-#: default there), the others do not.
+#: attention query blocks), the 8B shape with its weight products swapped (``swap_ab``, bf16 and FP8 weights) and a
+#: tiny fp32 shape. The bf16 batch-1 shapes compute the hidden half early (the default there), the others do not.
 AOT_SPECS = [_gpu_spec("bf16", 132, 1), _gpu_spec("bf16", 132, 1, fp8=True),
+             _gpu_spec("bf16", 132, 1, swap_ab=True), _gpu_spec("bf16", 132, 1, fp8=True, swap_ab=True),
              _gpu_spec("bf16", 132, 16, fp8=True, bias=True, hidden=2048, inter=8192),
              _gpu_spec("bf16", 132, 1, hidden=8192, heads=64, inter=28672), _tiny("fp32")]
