@@ -277,8 +277,8 @@ class DrafterConfig:
         # only where at least half the programs are left for it (at 128-row tiles only 4 of 132 would be)
         hq_p0 = min(nprog - 1, bm)
         # None: where it measured faster (bench/results/session27_2026-11-28: batch 1 -34 to -42 us per 60/7/10
-        # draft at the 8B and Qwen3-8B shapes, -21 at 70B; slower at batch 2-6 (+23 to +200 us) and with FP8 weights
-        # (+39); flat at SmolLM2's head)
+        # draft at the 8B and Qwen3-8B shapes, -21 at 70B; slower at batch 2-6 (8B +26 to +202 us, 70B up to +540)
+        # and with FP8 weights (+39); flat at SmolLM2's head)
         want = (batch == 1 and not self.fp8 and not small) if self.hidden_half_early is None else self.hidden_half_early
         hq = bool(want) and mq <= bm and nprog - hq_p0 >= nprog // 2
         # the most programs sharing one stream-K q/k/v tile at any chunking (sizes the partial-sum buffer)
@@ -306,6 +306,7 @@ class DrafterConfig:
             NPROG=nprog, NPP=npp, NSPLIT=nsplit,
             BM=bm, BN=bn, BNQ=bnq, BNQR=bnqr, BNG=bng, BNV=bnv, BKL=bkl, BKG=bkg, BK=bk, num_warps=warps, BKV=bkv,
             BQ=max(16, _pow2(K * gq)), NTH=nth, NTHP=_pow2(nth), BKQ=bkq, NSEG=nseg, BMR=bmr, BKR=bkr, BKQR=bkqr,
+            # the products' MMA mode (kernel.py, MMA_ROWS / MMA_IEEE / MMA_SWAP)
             MMA=1 if self.dtype == torch.float32 else 2 if self.swap_ab else 0, STAGES=1 if interp else self.stages,
             LMW=lmw, W8=self.fp8, HAS_BIAS=bool(self.attention_bias), HQ=hq, HQ_P0=hq_p0 if hq else 0, NSEGH=nsegh,
         )
