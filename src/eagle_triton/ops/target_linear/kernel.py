@@ -25,6 +25,7 @@ import triton
 import triton.language as tl
 
 from .._prefetch import l2_prefetch_rows
+from ..lm_head_topk.kernel import _pack_keys
 
 
 @triton.jit
@@ -180,17 +181,15 @@ def _w_chunk(acc, acc_u, x_rows, w_rows, u_rows, m_mask, n_mask, kk, rstd, nw_pt
 
 #: The smallest int64: the key of a row no tile has reported yet (every real key is larger).
 KEY_EMPTY = -(2 ** 63)
+_KEY_EMPTY = tl.constexpr(KEY_EMPTY)
 
 
 @triton.jit
 def _argmax_key(y, cols, mask):
-    """int64 keys ordering ``(value, column)`` pairs by value, then by lower column: the fp32 value's bits made
-    monotonic as a signed int32 (negative values' magnitude bits flipped; -0.0 counted as +0.0, as comparisons
-    do) in the high word, ``2^32 - 1 - column`` in the low word; ``KEY_EMPTY`` where ``mask`` is false."""
-    bits = (y.to(tl.float32) + 0.0).to(tl.int32, bitcast=True)
-    ordered = tl.where(bits >= 0, bits, bits ^ 0x7FFFFFFF)
-    key = (ordered.to(tl.int64) << 32) | (4294967295 - cols.to(tl.int64))[None, :]
-    return tl.where(mask, key, -9223372036854775808)
+    """int64 keys ordering ``(value, column)`` pairs by value, then by lower column: the LM-head top-k's keys
+    (:func:`~eagle_triton.ops.lm_head_topk.kernel._pack_keys`: -0.0 counted as +0.0, as comparisons do) of the
+    values widened to fp32; ``KEY_EMPTY`` where ``mask`` is false."""
+    return tl.where(mask, _pack_keys(y.to(tl.float32), cols.to(tl.int64)[None, :]), _KEY_EMPTY)
 
 
 @triton.jit(do_not_specialize=["M"])
@@ -287,7 +286,7 @@ def _rms_norm_kernel(x_ptr, w_ptr, y_ptr, s_ptr, key_ptr, M, K, stride_xm, strid
         tl.extra.cuda.gdc_wait()
         tl.extra.cuda.gdc_launch_dependents()
     if RESET_KEY:
-        tl.store(key_ptr + row, -9223372036854775808)
+        tl.store(key_ptr + row, _KEY_EMPTY)
     if NUM_SS > 0:
         one = row + tl.arange(0, 1)
         rstd = _partials_rstd(s_ptr, one, one < M, stride_s_m, K, eps, 1, NUM_SS, NSS_P2)

@@ -20,6 +20,8 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
+from ..lm_head_topk.kernel import _unpack_keys
+
 
 @triton.jit
 def _argmax_split_kernel(x_ptr, max_ptr, idx_ptr, N, V, S, stride_b, stride_n, BLOCK_V: tl.constexpr):
@@ -51,9 +53,8 @@ def _tree_accept_kernel(
     cp = tl.program_id(1)
     b64 = b.to(tl.int64)
     offs_n = tl.arange(0, BLOCK_N)
-    if KEYS:  # each node's argmax packed in an int64 key (the low word: 2^32 - 1 - column)
-        key = tl.load(key_ptr + b64 * N + offs_n, mask=offs_n < N, other=0)
-        pred = 4294967295 - (key & 4294967295)
+    if KEYS:  # each node's argmax packed in an int64 key (target_linear's argmax_keys)
+        _, pred = _unpack_keys(tl.load(key_ptr + b64 * N + offs_n, mask=offs_n < N, other=0))
     else:  # each node's argmax from its split maxima (first index among the splits that hold the maximum)
         offs_s = tl.arange(0, BLOCK_S)
         ns_mask = (offs_n[:, None] < N) & (offs_s[None, :] < S)
