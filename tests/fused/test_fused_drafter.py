@@ -575,10 +575,14 @@ def test_gpu_llama8b_fp8_bf16_separated_trees_identical():
 def test_gpu_swap_ab_separated_trees_identical(fp8):
     """``swap_ab`` (the weight tiles on the MMA's M side: wgmma) at the 8B shape, bf16 activations, compared as
     for the default: every tree separated at 4 ulps identical to the reference's."""
+    separated = 0
     for tree, n_in, scale in (((60, 7, 10), 8, 1.0), ((10, 2, 4), 16, 4.0)):
         n, same, sep, same_sep = match_rate_8b(n_in, True, tree=tree, lm_scale=scale, fp8=fp8, swap_ab=True)
         print(f"8B swap_ab fp8={fp8} {tree}: {same}/{n} identical, {sep} separated, {same_sep} of those identical")
         assert same_sep == sep
+        separated += sep
+    if separated == 0:
+        pytest.skip("no reference tree was separated at 4 ulps: the swap_ab comparison decided nothing")
 
 
 @pytest.mark.gpu

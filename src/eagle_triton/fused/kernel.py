@@ -84,23 +84,6 @@ def _stamp(prof, slot, PROFILE: tl.constexpr):
 
 
 @triton.jit
-def _grid_sync(bar_ptr, target, NPROG: tl.constexpr, prof, PROFILE: tl.constexpr):
-    """All programs wait until the counter reaches ``target`` (= NPROG x barriers so far in this launch).
-
-    With ``PROFILE`` each program first records its arrival time in ``prof[pid, target // NPROG]``: the phase
-    breakdown of bench/bench_fused_drafter.py --profile (slowest program per phase, load imbalance)."""
-    tl.debug_barrier()
-    if PROFILE:
-        tl.store(prof + tl.program_id(0) * PROF_SLOTS + target // NPROG, _now())
-    if NPROG > 1:
-        tl.atomic_add(bar_ptr, 1, sem="release")
-        seen = tl.atomic_add(bar_ptr, 0, sem="acquire")
-        while seen < target:
-            seen = tl.atomic_add(bar_ptr, 0, sem="acquire")
-        tl.debug_barrier()
-
-
-@triton.jit
 def _grid_arrive(bar_ptr, target, NPROG: tl.constexpr, prof, PROFILE: tl.constexpr):
     """Arrive at a grid barrier without waiting: for a program that publishes nothing the next phase reads (the
     counter is monotonic, so its later barriers keep their targets)."""
@@ -109,6 +92,20 @@ def _grid_arrive(bar_ptr, target, NPROG: tl.constexpr, prof, PROFILE: tl.constex
         tl.store(prof + tl.program_id(0) * PROF_SLOTS + target // NPROG, _now())
     if NPROG > 1:
         tl.atomic_add(bar_ptr, 1, sem="release")
+
+
+@triton.jit
+def _grid_sync(bar_ptr, target, NPROG: tl.constexpr, prof, PROFILE: tl.constexpr):
+    """All programs wait until the counter reaches ``target`` (= NPROG x barriers so far in this launch).
+
+    With ``PROFILE`` each program first records its arrival time in ``prof[pid, target // NPROG]``: the phase
+    breakdown of bench/bench_fused_drafter.py --profile (slowest program per phase, load imbalance)."""
+    _grid_arrive(bar_ptr, target, NPROG, prof, PROFILE)
+    if NPROG > 1:
+        seen = tl.atomic_add(bar_ptr, 0, sem="acquire")
+        while seen < target:
+            seen = tl.atomic_add(bar_ptr, 0, sem="acquire")
+        tl.debug_barrier()
 
 
 # FP8 (e4m3) weights to bf16 with integer operations. Triton's own conversion goes through fp16 with two ``cvt``
