@@ -21,9 +21,6 @@
 # Parts outside the default:
 #   profile     fused drafter phase breakdown at 8B 60/7/10 batch 1 and the tunings in TUNINGS
 #   drafters    drafter back ends (DRAFTERS) against the reference, SmolLM2 head shape
-#   swap        the fused drafter's swap_ab (weight tiles on the MMA's M side) against its default: the product
-#               probe (fp8_convert.json: bf16, FP8, both swapped), then the 8B drafter at batch 1 and 16 with and
-#               without it, bf16 (swap_bf16.json) and FP8 weights (swap_fp8.json), then its GPU tests
 #   batch       batched generation (bench_batch.json, .png): SmolLM2 total tok/s and speculative/plain per batch
 #               size 1-16 (best tree per size), 8B-shape batched step times; BATCH_ARGS adds options (e.g. --quick)
 #   timeline    where a continuous-batching job's time goes (batch_timeline.json, bench/probes/batch_probe.py's job
@@ -79,15 +76,6 @@ part_ab()         { [ -d "${AB_BASE:-}" ] || { echo "gpu_check ab: AB_BASE must 
                                                failed=1; return; }
                     run ab 590 "$PY" bench/ab_libraries.py --base "$AB_BASE" --what "${AB_WHAT:-engine}" \
                       --rounds "${AB_ROUNDS:-2}" --out "$OUTDIR/ab"; }
-part_swap()       { run swapprobe 150 "$PY" bench/probes/fp8_convert.py --out "$OUTDIR" \
-                      --modes bf16,fp8-bits,bf16-swap,fp8-swap
-                    for w in bf16 fp8; do
-                      run "swap_$w" 200 "$PY" bench/bench_fused_drafter.py --no-sweep --no-ref --no-graph --weights "$w" \
-                        --tune-case llama31-8b:60/7/10 --name "swap_$w" --out "$OUTDIR" \
-                        --tunings "0:0:0:0,0:0:0:0+swap_ab=1,0:0:0:0:0:16,0:0:0:0:0:16+swap_ab=1"
-                    done
-                    run swaptest 300 "$PY" -m pytest -q -p no:cacheprovider -rs -s tests/fused/test_fused_drafter.py \
-                      -k gpu_swap_ab; }
 part_drafters()   { run drafters 240 "$PY" bench/check_drafters_gpu.py --backends "${DRAFTERS:-graph,triton}" \
                       --out "$OUTDIR"; }
 

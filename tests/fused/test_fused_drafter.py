@@ -141,36 +141,6 @@ def test_hidden_half_early_matches_reference(tree, batch, peaked, rows):
             torch.testing.assert_close(bufs.v_cache[b, :n], bufs_ref.v_cache[b, :n], atol=1e-5, rtol=1e-5)
 
 
-@pytest.mark.parametrize("tree,batch,rows", [((20, 3, 4), 1, 7), ((14, 2, 4), 2, 5), ((12, 2, 3), 1, 37)],
-                         ids=["20-3-4", "2x4-rows", "long-prompt-root-tiles"])
-def test_swap_ab_products_match_reference(tree, batch, rows, monkeypatch):
-    """``swap_ab``: every weight product transposed (the weight tile on the MMA's M side, accumulators transposed
-    until the epilogue). The GPU runs it for 16-bit weights only; here the kernel is made to run it in fp32 (the
-    launch's ``MMA`` set to the swapped mode), where the reference's trees and KV must come out as without it."""
-    head = make_head(True)
-    tc = TreeConfig(*tree)
-    cfg = DrafterConfig.from_head(head, tc, max_batch=batch, max_len=128, max_new_rows=max(8, rows), swap_ab=True)
-    assert cfg.launch_params("cpu", batch, rows)["MMA"] == 1  # fp32: true fp32 products, swap_ab has no effect
-    assert cfg.with_(dtype=torch.bfloat16).launch_params("cpu", 1, 4)["MMA"] == 2
-    assert cfg.with_(dtype=torch.bfloat16, swap_ab=False).launch_params("cpu", 1, 4)["MMA"] == 0
-    params = DrafterConfig.launch_params
-    monkeypatch.setattr(DrafterConfig, "launch_params", lambda self, *a: {**params(self, *a), "MMA": 2})
-    w = Weights.from_head(head, cfg.max_len + tc.depth + 1)
-    bufs, bufs_ref = Buffers.allocate(cfg, "cpu"), Buffers.allocate(cfg, "cpu")
-    V = head.config.vocab_size
-    gen = torch.Generator().manual_seed(int(torch.randint(0, 2**31, ())))
-    for call in range(2):
-        num_new = [rows] * batch if call == 0 else torch.randint(1, min(rows, 7) + 1, (batch,), generator=gen).tolist()
-        X = DraftInputs(torch.randn(batch, rows, head.feature_width), torch.randint(0, V, (batch, rows)),
-                        torch.tensor(num_new, dtype=torch.int32))
-        out, ref = launch_drafter(cfg, X, w, bufs), launch_drafter_ref(cfg, X, w, bufs_ref)
-        for a, b in zip(out, ref, strict=True):
-            assert torch.equal(a, b)
-        for b, n in enumerate(bufs.kv_len.tolist()):
-            torch.testing.assert_close(bufs.k_cache[b, :n], bufs_ref.k_cache[b, :n], atol=1e-5, rtol=1e-5)
-            torch.testing.assert_close(bufs.v_cache[b, :n], bufs_ref.v_cache[b, :n], atol=1e-5, rtol=1e-5)
-
-
 def test_hidden_half_early_needs_one_row_tile_and_half_the_programs():
     """132 programs at the 8B shape, 60/7/10: on for batch 1-6 (row tiles of 16-64 rows leave 116-68 programs),
     off for batch 7-12 (128-row tiles leave 4) and beyond one row tile; never without the flag."""
@@ -507,11 +477,10 @@ def llama8b_head(peaked: bool, dtype=torch.bfloat16, seed=0, fp8: bool = False):
 
 
 def match_rate_8b(n_inputs: int, peaked: bool, dtype=torch.bfloat16, ulps: float = 4.0, prompt=96,
-                  tree=(60, 7, 10), lm_scale: float = 1.0, fp8: bool = False, **options):
+                  tree=(60, 7, 10), lm_scale: float = 1.0, fp8: bool = False):
     """Kernel vs reference at the Llama-3.1-8B shape in ``dtype`` over fresh prefill inputs (``lm_scale``
-    multiplies the head's lm_head: wider log-prob gaps; ``fp8``: FP8 weights, the scale applied before;
-    ``options``: the fused drafter's DrafterConfig options). Returns (trees, identical, separated at ``ulps``,
-    identical among separated)."""
+    multiplies the head's lm_head: wider log-prob gaps; ``fp8``: FP8 weights, the scale applied before). Returns
+    (trees, identical, separated at ``ulps``, identical among separated)."""
     head = llama8b_head(peaked, dtype)
     if lm_scale != 1.0:
         with torch.no_grad():
@@ -524,7 +493,7 @@ def match_rate_8b(n_inputs: int, peaked: bool, dtype=torch.bfloat16, ulps: float
         feats = torch.randn(1, prompt, head.feature_width, device="cuda", dtype=dtype)
         ids = torch.randint(0, 128256, (1, prompt + 1), device="cuda")
         a = TreeDrafter(head, tc).draft(feats, ids)
-        b = TreeDrafter(head, tc, backend="triton", **options).draft(feats, ids)
+        b = TreeDrafter(head, tc, backend="triton").draft(feats, ids)
         same = bool(torch.equal(a.draft_tokens, b.draft_tokens) and torch.equal(a.parents, b.parents))
         sep = reference_margins(head, tc, feats, ids) > ulps
         stats[0] += 1
@@ -568,21 +537,6 @@ def test_gpu_llama8b_fp8_bf16_separated_trees_identical():
     assert same_sep == sep
     if sep == 0:
         pytest.skip("no reference tree was separated at 4 ulps: the FP8 bf16 comparison decided nothing")
-
-
-@pytest.mark.gpu
-@pytest.mark.parametrize("fp8", [False, True], ids=["bf16", "fp8-weights"])
-def test_gpu_swap_ab_separated_trees_identical(fp8):
-    """``swap_ab`` (the weight tiles on the MMA's M side: wgmma) at the 8B shape, bf16 activations, compared as
-    for the default: every tree separated at 4 ulps identical to the reference's."""
-    separated = 0
-    for tree, n_in, scale in (((60, 7, 10), 8, 1.0), ((10, 2, 4), 16, 4.0)):
-        n, same, sep, same_sep = match_rate_8b(n_in, True, tree=tree, lm_scale=scale, fp8=fp8, swap_ab=True)
-        print(f"8B swap_ab fp8={fp8} {tree}: {same}/{n} identical, {sep} separated, {same_sep} of those identical")
-        assert same_sep == sep
-        separated += sep
-    if separated == 0:
-        pytest.skip("no reference tree was separated at 4 ulps: the swap_ab comparison decided nothing")
 
 
 @pytest.mark.gpu

@@ -81,10 +81,6 @@ class DrafterConfig:
     order. ``None`` (the default): where it measured faster on an H100, one sequence with 16-bit weights of a
     hidden size >= 1024 (8B 60/7/10 2.50 -> 2.46 ms); ``True``: wherever a row tile leaves half the programs idle;
     ``False``: never.
-    ``swap_ab`` (experimental, off: not yet measured on a GPU): 16-bit weight products computed transposed,
-    ``acc.T += W_tile @ x.T``, so that the 64- and 128-row weight tiles are the MMA's M side and sm_90 runs them as
-    wgmma (16 tree rows run as mma.sync, both operands through registers); the same products in another
-    accumulation order inside the MMA units. No effect in fp32.
 
     Shapes the kernel cannot run are refused here or in :meth:`launch_params`, before any launch, with the reason:
     head_dim not a power of two >= 16 (RoPE pairs features within one power-of-two tile), hidden size not a multiple
@@ -124,7 +120,6 @@ class DrafterConfig:
     weight_dtype: torch.dtype | None = None
     attention_bias: bool = False
     hidden_half_early: bool | None = None
-    swap_ab: bool = False
 
     def __post_init__(self):
         TreeConfig(self.total_tokens, self.depth, self.top_k)  # validates the tree shape
@@ -306,8 +301,8 @@ class DrafterConfig:
             NPROG=nprog, NPP=npp, NSPLIT=nsplit,
             BM=bm, BN=bn, BNQ=bnq, BNQR=bnqr, BNG=bng, BNV=bnv, BKL=bkl, BKG=bkg, BK=bk, num_warps=warps, BKV=bkv,
             BQ=max(16, _pow2(K * gq)), NTH=nth, NTHP=_pow2(nth), BKQ=bkq, NSEG=nseg, BMR=bmr, BKR=bkr, BKQR=bkqr,
-            # the products' MMA mode (kernel.py, MMA_ROWS / MMA_IEEE / MMA_SWAP)
-            MMA=1 if self.dtype == torch.float32 else 2 if self.swap_ab else 0, STAGES=1 if interp else self.stages,
+            # the products' MMA mode (kernel.py, MMA_ROWS / MMA_IEEE)
+            MMA=1 if self.dtype == torch.float32 else 0, STAGES=1 if interp else self.stages,
             LMW=lmw, W8=self.fp8, HAS_BIAS=bool(self.attention_bias), HQ=hq, HQ_P0=hq_p0 if hq else 0, NSEGH=nsegh,
         )
 

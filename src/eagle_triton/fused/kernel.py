@@ -212,14 +212,11 @@ def _kth_largest(keys, k):
     return top
 
 
-# How the products use the MMA units (the kernel's ``MMA`` constexpr): 0 (16-bit) rows on the MMA's M side; 1 (fp32)
-# true fp32 products (no TF32); 2 (16-bit, ``swap_ab``) the weight tile on the M side, ``acc.T += W @ x.T``: 64- or
-# 128-row weight tiles make the M that sm_90's wgmma needs (16 tree rows do not: those products run as mma.sync,
-# both operands staged through registers), so bf16 weights feed wgmma from shared memory and FP8 weights, converted,
-# from registers. The weight-side products keep their accumulators transposed until the epilogue.
+# How the products use the MMA units (the kernel's ``MMA`` constexpr): 0 (16-bit) the default products; 1 (fp32) true
+# fp32 products (no TF32). (Session 27 built a mode 2 with the weight tile on the MMA's M side, wgmma instead of
+# mma.sync; session 28 measured it slower everywhere and removed it: docs/fused_drafter.md, levers table.)
 MMA_ROWS: tl.constexpr = tl.constexpr(0)
 MMA_IEEE: tl.constexpr = tl.constexpr(1)
-MMA_SWAP: tl.constexpr = tl.constexpr(2)
 
 
 @triton.jit
@@ -229,26 +226,6 @@ def _dot(x, w, acc, MMA: tl.constexpr):
         acc = tl.dot(x, tl.trans(w), acc, input_precision="ieee")
     else:
         acc = tl.dot(x, tl.trans(w), acc)
-    return acc
-
-
-@triton.jit
-def _wdot(x, w, acc, MMA: tl.constexpr):
-    """A weight product's step: :func:`_dot`, or for MMA_SWAP ``acc [BN, BM] + w @ x.T`` (the weight tile ``w
-    [BN, BK]`` on the MMA's M side)."""
-    if MMA == MMA_SWAP:
-        acc = tl.dot(w, tl.trans(x), acc)
-    else:
-        acc = _dot(x, w, acc, MMA)
-    return acc
-
-
-@triton.jit
-def _wacc(acc, MMA: tl.constexpr):
-    """A weight product's accumulator ``[BM, BN]`` in the orientation :func:`_wdot` keeps (and back: transposing
-    is its own inverse)."""
-    if MMA == MMA_SWAP:
-        acc = tl.trans(acc)
     return acc
 
 
@@ -267,13 +244,12 @@ def _mm_plain(acc, x_row, row_ok, w_row, w_ok, KDIM: tl.constexpr, BK: tl.conste
               STAGES: tl.constexpr):
     """``acc [BM, BN] += X[rows, :KDIM] @ W[cols, :KDIM].T`` (row pointers ``[BM, 1]`` and ``[BN, 1]``)."""
     offk = tl.arange(0, BK)[None, :]
-    acc = _wacc(acc, MMA)
     for k0 in tl.range(0, KDIM, BK, num_stages=STAGES):
         km = k0 + offk < KDIM
         x = tl.load(x_row + k0 + offk, mask=row_ok & km, other=0.0, cache_modifier=".cg")
         w = _wcast(tl.load(w_row + k0 + offk, mask=w_ok & km, other=0.0), x.dtype)  # FP8 weights: converted here
-        acc = _wdot(x, w, acc, MMA)
-    return _wacc(acc, MMA)
+        acc = _dot(x, w, acc, MMA)
+    return acc
 
 
 @triton.jit
@@ -285,7 +261,6 @@ def _mm_qkv(acc, base, e_off, h_off, row_ok, r_e, r_h, g_ptr, w_row, w_ok, k_lo,
     scalar, and two loads per chunk (one masked off) spill and double the shared memory. ``g_ptr``: the two
     RMSNorm weights concatenated."""
     offk = tl.arange(0, BK)[None, :]
-    acc = _wacc(acc, MMA)
     for k0 in tl.range(k_lo, k_hi, BK, num_stages=STAGES):
         is_e = k0 < H
         xo = h_off + (k0 - H) + is_e.to(tl.int64) * (e_off - h_off + H)
@@ -294,8 +269,8 @@ def _mm_qkv(acc, base, e_off, h_off, row_ok, r_e, r_h, g_ptr, w_row, w_ok, k_lo,
         rs = tl.where(is_e, r_e, r_h)
         xn = (g * _rnd(x * rs[:, None], DT)).to(DT)
         w = _wcast(tl.load(w_row + k0 + offk, mask=w_ok, other=0.0), DT)
-        acc = _wdot(xn, w, acc, MMA)
-    return _wacc(acc, MMA)
+        acc = _dot(xn, w, acc, MMA)
+    return acc
 
 
 @triton.jit
@@ -307,8 +282,8 @@ def _chunk_gu(x_row, row_ok, rstd, g_ptr, wg_row, wu_row, w_ok, k0, ag, au, KDIM
     x = tl.load(x_row + offk, mask=row_ok & km, other=0.0, cache_modifier=".cg").to(tl.float32)
     g = tl.load(g_ptr + offk, mask=km, other=0.0).to(tl.float32)
     xn = (g * _rnd(x * rstd[:, None], DT)).to(DT)
-    ag = _wdot(xn, _wcast(tl.load(wg_row + offk, mask=w_ok & km, other=0.0), DT), ag, MMA)
-    au = _wdot(xn, _wcast(tl.load(wu_row + offk, mask=w_ok & km, other=0.0), DT), au, MMA)
+    ag = _dot(xn, _wcast(tl.load(wg_row + offk, mask=w_ok & km, other=0.0), DT), ag, MMA)
+    au = _dot(xn, _wcast(tl.load(wu_row + offk, mask=w_ok & km, other=0.0), DT), au, MMA)
     return ag, au
 
 
@@ -781,14 +756,13 @@ def _gu_phase(s, h1, h1ss, g_post, wg, wu, act, sc_g, B, eps, pid, H: tl.constex
         for t in range(pid, n_it, NPROG):
             cols = t * BN + offn
             cok = cols < INTER
-            ag = _wacc(tl.zeros([BM, BN], dtype=tl.float32), MMA)
-            au = _wacc(tl.zeros([BM, BN], dtype=tl.float32), MMA)
+            ag = tl.zeros([BM, BN], dtype=tl.float32)
+            au = tl.zeros([BM, BN], dtype=tl.float32)
             wg_row = wg + cols.to(tl.int64)[:, None] * H
             wu_row = wu + cols.to(tl.int64)[:, None] * H
             for k0 in tl.range(0, H, BK, num_stages=STAGES):
                 ag, au = _chunk_gu(x_row, rok[:, None], rs, g_post, wg_row, wu_row, cok[:, None], k0, ag, au, H, BK,
                                    DT, MMA)
-            ag, au = _wacc(ag, MMA), _wacc(au, MMA)
             gr = _epi(ag, sc_g, sc_g, cols, cok, W8, False, DT)  # (gate's scales, then up's: sc_g + INTER)
             a = _rnd(_rnd(gr / (1.0 + tl.exp(-gr)), DT) * _epi(au, sc_g + INTER, sc_g, cols, cok, W8, False, DT), DT)
             tl.store(act + r.to(tl.int64)[:, None] * INTER + cols[None, :], a.to(DT), mask=rok[:, None] & cok[None, :])
@@ -929,7 +903,7 @@ def _lm_phase(s, hbuf, hss, g_norm, wlm, lm_key, lm_ms, lm_scr, sc_lm, B, MCAP, 
             tl.debug_barrier()  # the previous row chunk's keys have been read
         # one pipelined loop over (this program's tiles x K chunks): the next tile's weights are in flight while a
         # tile's epilogue runs (a loop per tile would drain and refill the pipeline each time)
-        acc = _wacc(tl.zeros([BM, BNV], dtype=tl.float32), MMA)
+        acc = tl.zeros([BM, BNV], dtype=tl.float32)
         for it in tl.range(0, n_my * NKL, num_stages=STAGES):
             tt = it // NKL
             kk = it - tt * NKL
@@ -942,9 +916,9 @@ def _lm_phase(s, hbuf, hss, g_norm, wlm, lm_key, lm_ms, lm_scr, sc_lm, B, MCAP, 
             xn = (g * _rnd(x * rs[:, None], DT)).to(DT)
             w = _wcast(tl.load(wlm + cols.to(tl.int64)[:, None] * H + k0 + offk, mask=cok[:, None] & km, other=0.0),
                        DT)
-            acc = _wdot(xn, w, acc, MMA)
+            acc = _dot(xn, w, acc, MMA)
             if kk == NKL - 1:
-                lg = _epi(_wacc(acc, MMA), sc_lm, sc_lm, cols, cok, W8, False, DT)
+                lg = _epi(acc, sc_lm, sc_lm, cols, cok, W8, False, DT)
                 if LMW:
                     # local index tt * BNV + column: ordered as the vocabulary rows within this program
                     key = tl.where(cok[None, :] & rok[:, None],
@@ -958,7 +932,7 @@ def _lm_phase(s, hbuf, hss, g_norm, wlm, lm_key, lm_ms, lm_scr, sc_lm, B, MCAP, 
                     run_m = m_new
                     key = tl.where(cok[None, :] & rok[:, None], _pack(lg, cols[None, :] + r[:, None] * 0), _MINKEY)
                     run_key = _topk_merge(run_key, key, K, _MINKEY)
-                acc = _wacc(tl.zeros([BM, BNV], dtype=tl.float32), MMA)
+                acc = tl.zeros([BM, BNV], dtype=tl.float32)
         prow = r.to(tl.int64) * NPP + pid
         if LMW:
             tl.debug_barrier()
