@@ -15,8 +15,9 @@ H100 = "NVIDIA H100 80GB HBM3"
 CPU = "CPU of this project's machine"
 
 # the current fused drafter sweep (the README's drafter table) and the commit that added it
-DRAFTER_SWEEP, DRAFTER_COMMIT = "gpu_2026-11-22g/fused_drafter.json", "cc4e62f"
-DRAFTER_NOTE = "commit: the commit that added the source; the code measured is its parent 09ceb31 (plus a docstring)"
+# the README's drafter table (bench_fused_drafter.py's default sweep); the commit is the one that added the file
+DRAFTER_SWEEP, DRAFTER_DATE = "session28_2026-11-28/fused_drafter.json", "2026-11-28"
+DRAFTER_NOTE = "the code measured is c370fb7 (session 27's last commit)"
 DRAFTER_ROWS = ([("60/7/10", "decode", b) for b in (1, 2, 4, 8, 16)]
                 + [("60/7/10", "prefill", b) for b in (1, 2, 4, 8, 16)]
                 + [("60/5/10", "decode", 1), ("60/5/10", "decode", 16), ("60/5/10", "prefill", 1),
@@ -91,6 +92,7 @@ def prose_entry(name, unit, source, path, decimals, commit, text, printed, note=
 
 
 def drafter_entries() -> list[dict]:
+    commit = _adding_commit(ROOT / RESULTS / DRAFTER_SWEEP) or "uncommitted"
     out = []
     for tree, scen, b in DRAFTER_ROWS:
         name = f"draft_8b_{tree.replace('/', '_')}_" + ("" if scen == "decode" else "prefill_") + f"b{b}"
@@ -103,23 +105,24 @@ def drafter_entries() -> list[dict]:
             readme = [{"row": row, "column": column, "field": "value"}]
             if not suffix:
                 readme.append({"row": row, "column": "floor", "field": "floor"})
-            out.append(entry(name + suffix, "ms", DRAFTER_SWEEP, ["rows", sel, field], 3, H100, DRAFTER_COMMIT,
+            out.append(entry(name + suffix, "ms", DRAFTER_SWEEP, ["rows", sel, field], 3, H100, commit,
                              readme, floor, "floor",
                              "the reference drafter's time varies from run to run (see "
-                             "draft_8b_60_7_10_b1_reference_run15)" if suffix == "_reference" else DRAFTER_NOTE))
-    quoted = {"fused_ms": ("", "the fused kernel takes 0.47 to 1.68 ms from batch 1 to batch 16", ("0.47", "1.68")),
-              "graph_ms": ("_graph", "against 2.68 to 4.53 ms for the graph version", ("2.68", "4.53"))}
+                             "draft_8b_60_7_10_b1_reference_session6)" if suffix == "_reference" else DRAFTER_NOTE,
+                             date=DRAFTER_DATE))
+    quoted = {"fused_ms": ("", "the fused kernel takes 0.44 to 1.41 ms from batch 1 to batch 16", ("0.44", "1.41")),
+              "graph_ms": ("_graph", "against 2.66 to 4.53 ms for the graph version", ("2.66", "4.53"))}
     for field, (suffix, text, printed) in quoted.items():
         for b, p in zip((1, 16), printed, strict=True):
             sel = {"shape": "smollm2-135m", "peaked": False, "tree": "60/7/10", "scenario": "decode", "batch": b}
             out.append(entry(f"draft_smollm2_60_7_10_b{b}{suffix}", "ms", DRAFTER_SWEEP, ["rows", sel, field], 3,
-                             H100, DRAFTER_COMMIT, [{"text": text, "printed": p}], ["rows", sel, "floor_ms"], "floor",
-                             DRAFTER_NOTE))
+                             H100, commit, [{"text": text, "printed": p}], ["rows", sel, "floor_ms"], "floor",
+                             DRAFTER_NOTE, date=DRAFTER_DATE))
     sel = {"shape": "llama31-8b", "peaked": False, "tree": "60/7/10", "scenario": "decode", "batch": 1}
-    out.append(entry("draft_8b_60_7_10_b1_reference_run15", "ms", "gpu_2026-11-22f/run15/fused_drafter.json",
-                     ["rows", sel, "ref_ms"], 3, H100, "2f28fe0",
-                     [{"text": "16.4 ms in an earlier sweep", "printed": "16.4"}],
-                     note="an earlier sweep (session 5, another machine)"))
+    out.append(entry("draft_8b_60_7_10_b1_reference_session6", "ms", "gpu_2026-11-22g/fused_drafter.json",
+                     ["rows", sel, "ref_ms"], 3, H100, "cc4e62f",
+                     [{"text": "24.2 ms in session 6's sweep", "printed": "24.2"}],
+                     note="session 6's sweep (another machine, the code of 2026-11-22)"))
     return out
 
 
@@ -198,8 +201,6 @@ def session7_entries() -> list[dict]:
            "bf16 speculative output is identical to plain on 20 of 20 MT-bench prompts", "20"),
         drafter("draft_8b_fp8_60_7_10_b1", "llama31-8b", "fp8", 1, "FP8 weights 2.21 ms (floor 1.02 ms)", "2.21",
                 "1.02"),
-        drafter("draft_8b_60_7_10_b1_rerun", "llama31-8b", "bf16", 1, "re-measured after the moves: 2.508 ms",
-                "2.508"),
         drafter("draft_qwen3_8b_60_7_10_b1", "qwen3-8b", "bf16", 1, "Qwen3-8B head shape 2.39 ms (floor 1.90 ms)",
                 "2.39", "1.90"),
         drafter("draft_70b_60_7_10_b1", "llama33-70b", "bf16", 1, "Llama-3.3-70B head shape 7.10 ms (floor 6.53 ms)",
@@ -549,6 +550,36 @@ def session27_entries() -> list[dict]:
                         tree + ["spec_floor_ms"], "floor", "7.345", "1.138", date="2026-11-28")]
 
 
+def session28_entries() -> list[dict]:
+    """Session 28's H100 figures: the draft inside the 8B step (issue 18, the step probe beside the engine benchmark's
+    run of the same code) and the drafter at each head shape and weight dtype (issue 19's names), from the README's
+    head-shape table (bench_fused_drafter.py --shapes ... --weights bf16,fp8 --batches 1,16)."""
+    s28 = "session28_2026-11-28/"
+    probe, shapes = s28 + "step_probe_8b.json", s28 + "drafter_shapes.json"
+    out = [prose_entry("drafter_in_step_8b", "ms", probe, ["runs", 0, "spec_60/7/10_draft_in_step_ms"], 2,
+                       _adding_commit(ROOT / RESULTS / probe) or "uncommitted",
+                       "the draft costs 2.44 ms inside the step", "2.44",
+                       "bench/probes/step_probe.py, code c370fb7: the 60/7/10 step graph replayed minus the same graph "
+                       "without its draft (the last tree reused); the drafter alone: 2.47 ms in the same lease",
+                       date="2026-11-28")]
+    commit = _adding_commit(ROOT / RESULTS / shapes) or "uncommitted"
+    names = {"llama31-8b": "Llama-3.1-8B", "qwen3-8b": "Qwen3-8B", "llama33-70b": "Llama-3.3-70B",
+             "llama32-1b": "Llama-3.2-1B"}
+    for name, shape, weights in (("draft_qwen3_8b_60_7_10_b1", "qwen3-8b", "bf16"),
+                                 ("draft_70b_60_7_10_b1", "llama33-70b", "bf16"),
+                                 ("draft_1b_60_7_10_b1", "llama32-1b", "bf16"),
+                                 ("draft_8b_fp8_60_7_10_b1", "llama31-8b", "fp8"),
+                                 ("draft_70b_fp8_60_7_10_b1", "llama33-70b", "fp8")):
+        sel = ["rows", {"shape": shape, "weights": weights, "batch": 1, "tree": "60/7/10", "scenario": "decode"}]
+        row = [names[shape], weights, "1"]
+        out.append(entry(name, "ms", shapes, sel + ["fused_ms"], 3, H100, commit,
+                         [{"row": row, "column": "fused ms"}, {"row": row, "column": "floor ms", "field": "floor"}],
+                         sel + ["floor_ms"], "floor",
+                         "random head, decode (4 new rows on a 512-row prefix), code c370fb7",
+                         date="2026-11-28"))
+    return out
+
+
 ENGINE_TABLES = ("smollm2", "llama8b")  # the parts of bench_engine.json that each print a README table
 
 
@@ -672,7 +703,7 @@ def main() -> None:
                               + session9_entries() + session10_entries() + session12_entries()
                               + session13_entries() + session14_entries() + session15_entries() + session16_entries()
                               + shipped_head_entries() + session24_entries() + session25_entries() + session26_entries()
-                              + session27_entries()
+                              + session27_entries() + session28_entries()
                               + engine_parts_entries()
                               + batch_entries())}
     path = ROOT / RESULTS / "headline.json"
