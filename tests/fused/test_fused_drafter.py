@@ -62,13 +62,17 @@ def accept_some(tree, rng):
     return tree.draft_tokens[0, row[:n]]
 
 
-def run_calls(head, tc, backends, calls, prompt, rng, device="cpu", sampling=False):
-    """Drive several drafters through the same generation (prefill, then accepted prefixes); yield trees."""
+def run_calls(head, tc, backends, calls, prompt, rng, device="cpu", sampling=False, history=None):
+    """Drive several drafters through the same generation (prefill, then accepted prefixes); yield trees.
+    ``history``: a list that receives each call's whole sequence so far (features, ids), for a reference drafted
+    from scratch."""
     drafters = {n: TreeDrafter(head, tc, backend=n) for n in backends}
     V = head.config.vocab_size
     ids = torch.randint(0, V, (1, prompt + 1), device=device)
     feat = torch.randn(1, prompt, head.feature_width, device=device, dtype=head.dtype)
     for _ in range(calls):
+        if history is not None:
+            history.append((torch.cat([history[-1][0], feat], 1) if history else feat, ids))
         trees = {n: d.draft(feat, ids, sampling=sampling) for n, d in drafters.items()}
         yield drafters, trees
         ref = trees[backends[0]]
@@ -576,17 +580,33 @@ def test_gpu_hidden_half_early_fp32_identical_trees(shape):
 @pytest.mark.gpu
 def test_gpu_llama8b_fp32_identical_trees():
     """At the Llama-3.1-8B shape in fp32 (IEEE dots in the kernel, no TF32 in the reference), with one program
-    per SM: trees identical to the reference on fresh prefill and decode inputs."""
+    per SM, across calls (prefill, then accepted prefixes): every tree whose reference decisions are separated by
+    more than 256 fp32 ulps (:func:`reference_margins`, drafted from scratch on the whole sequence) is identical
+    to the reference's, and so is its draft KV. The kernel sums in another order than cuBLAS, so a decision closer
+    than that may go either way (session 28 saw one such tree in fp32); those are reported, not asserted."""
     torch.backends.cuda.matmul.allow_tf32 = False
     rng = np.random.default_rng()
+    separated = 0
     for peaked in (False, True):
         head = llama8b_head(peaked, torch.float32)
         tc = TreeConfig(60, 7, 10)
-        for drafters, trees in run_calls(head, tc, ["torch", "triton"], 2, 64, rng, device="cuda"):
-            assert_same_tree(trees["torch"], trees["triton"])
-            assert_same_kv(drafters["torch"].stable_kv, drafters["triton"].stable_kv, atol=1e-3)
+        history = []
+        for call, (drafters, trees) in enumerate(run_calls(head, tc, ["torch", "triton"], 2, 64, rng,
+                                                           device="cuda", history=history)):
+            a, b = trees["torch"], trees["triton"]
+            same = all(torch.equal(x, y) for x, y in ((a.draft_tokens, b.draft_tokens), (a.parents, b.parents),
+                                                       (a.tree_mask, b.tree_mask), (a.positions, b.positions)))
+            margin = reference_margins(head, tc, *history[call])
+            print(f"8B fp32 peaked={peaked} call {call}: identical {same}, smallest decision gap {margin:.0f} ulps")
+            if margin > 256:
+                separated += 1
+                assert_same_tree(a, b)
+            if same:
+                assert_same_kv(drafters["torch"].stable_kv, drafters["triton"].stable_kv, atol=1e-3)
         del head, drafters
         torch.cuda.empty_cache()
+    if separated == 0:
+        pytest.skip("no reference tree was separated at 256 fp32 ulps: the comparison decided nothing")
 
 
 @triton.jit
