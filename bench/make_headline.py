@@ -29,7 +29,6 @@ S7 = "gpu_2026-11-25/"  # session 7's result set (bench/results/gpu_2026-11-25/R
 S8 = "step_graph_2026-11-25/"  # session 8's result set (bench/results/step_graph_2026-11-25/README.md)
 S9 = "session9_2026-11-25/"  # session 9's benchmarks (bench/results/session9_2026-11-25/README.md)
 S9P = "pdl_2026-11-25/"  # session 9's probes (bench/results/pdl_2026-11-25/README.md)
-S10B = "session10b_2026-11-26/"  # session 10's second set (bench/results/session10b_2026-11-26/README.md)
 S12 = "session12_2026-11-26/"  # session 12's set (bench/results/session12_2026-11-26/README.md)
 S13 = "session13_2026-11-26/"  # session 13's set (bench/results/session13_2026-11-26/README.md)
 S14 = "session14_2026-11-27/"  # session 14's set (bench/results/session14_2026-11-27/README.md)
@@ -292,24 +291,6 @@ def session9_entries() -> list[dict]:
         s9("spec_step_8b_60_7_10_safeailab_run", "ms", S9 + "bench_safeailab.json", head + ["spec_step_8b_60_7_10"],
            2, "014d841", "our engine's own speculative step at that shape in the same run, 9.26 ms", "9.26",
            "measured by bench/bench_safeailab.py; spec_step_8b_60_7_10 is the engine benchmark's"),
-    ]
-
-
-def session10_entries() -> list[dict]:
-    """Session 10's figures printed in the README's prose (the SmolLM2 engine rerun). Its SafeAILab figures were
-    replaced by session 16's run (session16_entries); they stay in bench/results/session10b_2026-11-26/."""
-    def s10(*a, **kw):
-        return prose_entry(*a, date="2026-11-26", **kw)
-
-    smol = ["parts", "smollm2", "runs", {"dtype": "bfloat16"}]
-    engine, commit = S10B + "bench_engine_smollm2.json", "106bd66"
-    measured = "commit: the commit that added the source; the code measured is 8bb9503"
-    return [
-        s10("smollm2_rerun_plain_tok_s", "tok/s", engine, smol + ["plain", "tokens_per_second"], 1, commit,
-            "gave plain 1159.0 tok/s", "1159.0", measured + "; the engine benchmark's SmolLM2 part alone"),
-        s10("smollm2_rerun_best_speedup", "speculative / plain tok/s", engine,
-            smol + ["trees", {"tree": "32/5/6"}, "speedup"], 2, commit, "2004.2 tok/s with 32/5/6 (1.73x", "1.73",
-            measured + "; the best of 60/7/10, 32/5/6 and 16/3/4"),
     ]
 
 
@@ -700,7 +681,7 @@ def main() -> None:
                     "added the source file; readme: where the README prints the figure (tests/test_headline.py "
                     "checks all of it). Written by bench/make_headline.py.",
            "entries": _latest(drafter_entries() + engine_entries() + session7_entries() + session8_entries()
-                              + session9_entries() + session10_entries() + session12_entries()
+                              + session9_entries() + session12_entries()
                               + session13_entries() + session14_entries() + session15_entries() + session16_entries()
                               + shipped_head_entries() + session24_entries() + session25_entries() + session26_entries()
                               + session27_entries() + session28_entries()
