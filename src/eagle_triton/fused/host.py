@@ -78,9 +78,9 @@ class DrafterConfig:
     ``hidden_half_early``: where a tree step's rows fit one row tile and programs are left over, those programs
     compute the hidden half of the next step's q/k/v product during RM and SEL, and the next q/k/v streams only the
     embedding half (docs/fused_drafter.md, "The hidden half early"). The same arithmetic in another summation
-    order. ``None`` (the default): where it measured faster on an H100, one sequence with 16-bit weights of a
-    hidden size >= 1024 (8B 60/7/10 2.50 -> 2.46 ms); ``True``: wherever a row tile leaves half the programs idle;
-    ``False``: never.
+    order. ``None`` (the default): where it measured faster on an H100, one sequence whose weights are not FP8, of a
+    hidden size >= 1024 (bf16 8B 60/7/10 2.50 -> 2.46 ms; fp32, the test dtype, follows bf16); ``True``: wherever
+    a row tile leaves half the programs idle; ``False``: never.
 
     Shapes the kernel cannot run are refused here or in :meth:`launch_params`, before any launch, with the reason:
     head_dim not a power of two >= 16 (RoPE pairs features within one power-of-two tile), hidden size not a multiple
