@@ -144,7 +144,7 @@ def test_smollm2_table_and_figures(run):
     figs = {f["name"]: f for f in _check_printed(doc)}
     assert figs["smollm2_spec_tok_s"]["ref_kind"] == "baseline"
     assert engine_table.resolve(doc, figs["smollm2_best_tree"]["path"]) == best
-    assert {"smollm2_spec_speedup", "hf_generate_smollm2_fp32_tok_s", "engine_smollm2_fp32_plain_tok_s"} <= set(figs)
+    assert {"smollm2_spec_speedup", "hf_generate_smollm2_fp32_tok_s", "smollm2_plain_tok_s"} <= set(figs)
 
 
 def _with_8b(doc: dict, draft_ms) -> dict:
