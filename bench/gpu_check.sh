@@ -22,8 +22,9 @@
 #   profile     fused drafter phase breakdown at 8B 60/7/10 batch 1 and the tunings in TUNINGS
 #   drafters    drafter back ends (DRAFTERS) against the reference, SmolLM2 head shape
 #   fp8tiles    the fused drafter with FP8 weights at narrower fc/o/down tiles (32 and 16 wide: 128 and 256 tiles
-#               instead of 64 on 132 SMs) and gate/up tiles, 8B 60/7/10, batch 1 and 16, against the default in one
-#               run (fp8_tiles.json); then the FP8 GPU tests at the 8B shape
+#               instead of 64 on 132 SMs) and gate/up tiles (32 and 16 wide: 448 and 896 tiles, the last spread
+#               within 3% over 132 programs), 8B 60/7/10, batch 1 and 16, against the default in one run
+#               (fp8_tiles.json); then the FP8 GPU tests at the 8B shape
 #   batch       batched generation (bench_batch.json, .png): SmolLM2 total tok/s and speculative/plain per batch
 #               size 1-16 (best tree per size), 8B-shape batched step times; BATCH_ARGS adds options (e.g. --quick)
 #   timeline    where a continuous-batching job's time goes (batch_timeline.json, bench/probes/batch_probe.py's job
@@ -81,7 +82,7 @@ part_ab()         { [ -d "${AB_BASE:-}" ] || { echo "gpu_check ab: AB_BASE must 
                       --rounds "${AB_ROUNDS:-2}" --out "$OUTDIR/ab"; }
 part_fp8tiles()   { run fp8tiles 300 "$PY" bench/bench_fused_drafter.py --no-sweep --no-ref --no-graph --weights fp8 \
                       --tune-case llama31-8b:60/7/10 --name fp8_tiles --out "$OUTDIR" --profile \
-                      --tunings "0:0:0:0,0:0:0:0:32,0:0:0:0:16,0:0:0:0:32+block_n_mlp=32,0:0:0:0,0:0:0:0:0:16,0:0:0:0:32:16"
+                      --tunings "0:0:0:0,0:0:0:0:32,0:0:0:0:16,0:0:0:0:32+block_n_mlp=32,0:0:0:0:32+block_n_mlp=16,0:0:0:0,0:0:0:0:0:16,0:0:0:0:32:16"
                     run fp8test 200 "$PY" -m pytest -q -p no:cacheprovider -rs -s tests/fused/test_fused_drafter.py \
                       -k "gpu and fp8"; }
 part_drafters()   { run drafters 240 "$PY" bench/check_drafters_gpu.py --backends "${DRAFTERS:-graph,triton}" \
