@@ -301,8 +301,7 @@ class DrafterConfig:
             NPROG=nprog, NPP=npp, NSPLIT=nsplit,
             BM=bm, BN=bn, BNQ=bnq, BNQR=bnqr, BNG=bng, BNV=bnv, BKL=bkl, BKG=bkg, BK=bk, num_warps=warps, BKV=bkv,
             BQ=max(16, _pow2(K * gq)), NTH=nth, NTHP=_pow2(nth), BKQ=bkq, NSEG=nseg, BMR=bmr, BKR=bkr, BKQR=bkqr,
-            # the products' MMA mode (kernel.py, MMA_ROWS / MMA_IEEE)
-            MMA=1 if self.dtype == torch.float32 else 0, STAGES=1 if interp else self.stages,
+            IEEE=self.dtype == torch.float32, STAGES=1 if interp else self.stages,
             LMW=lmw, W8=self.fp8, HAS_BIAS=bool(self.attention_bias), HQ=hq, HQ_P0=hq_p0 if hq else 0, NSEGH=nsegh,
         )
 

@@ -212,17 +212,10 @@ def _kth_largest(keys, k):
     return top
 
 
-# How the products use the MMA units (the kernel's ``MMA`` constexpr): 0 (16-bit) the default products; 1 (fp32) true
-# fp32 products (no TF32). (Session 27 built a mode 2 with the weight tile on the MMA's M side, wgmma instead of
-# mma.sync; session 28 measured it slower everywhere and removed it: docs/fused_drafter.md, levers table.)
-MMA_ROWS: tl.constexpr = tl.constexpr(0)
-MMA_IEEE: tl.constexpr = tl.constexpr(1)
-
-
 @triton.jit
-def _dot(x, w, acc, MMA: tl.constexpr):
-    """``acc + x @ w.T`` with fp32 accumulation (true fp32 products for MMA_IEEE)."""
-    if MMA == MMA_IEEE:
+def _dot(x, w, acc, IEEE: tl.constexpr):
+    """``acc + x @ w.T`` with fp32 accumulation (true fp32 products when IEEE)."""
+    if IEEE:
         acc = tl.dot(x, tl.trans(w), acc, input_precision="ieee")
     else:
         acc = tl.dot(x, tl.trans(w), acc)
@@ -240,7 +233,7 @@ def _rstd_parts(ss_rows, row_ok, NT, NTP: tl.constexpr, KDIM: tl.constexpr, eps)
 
 
 @triton.jit
-def _mm_plain(acc, x_row, row_ok, w_row, w_ok, KDIM: tl.constexpr, BK: tl.constexpr, MMA: tl.constexpr,
+def _mm_plain(acc, x_row, row_ok, w_row, w_ok, KDIM: tl.constexpr, BK: tl.constexpr, IEEE: tl.constexpr,
               STAGES: tl.constexpr):
     """``acc [BM, BN] += X[rows, :KDIM] @ W[cols, :KDIM].T`` (row pointers ``[BM, 1]`` and ``[BN, 1]``)."""
     offk = tl.arange(0, BK)[None, :]
@@ -248,13 +241,13 @@ def _mm_plain(acc, x_row, row_ok, w_row, w_ok, KDIM: tl.constexpr, BK: tl.conste
         km = k0 + offk < KDIM
         x = tl.load(x_row + k0 + offk, mask=row_ok & km, other=0.0, cache_modifier=".cg")
         w = _wcast(tl.load(w_row + k0 + offk, mask=w_ok & km, other=0.0), x.dtype)  # FP8 weights: converted here
-        acc = _dot(x, w, acc, MMA)
+        acc = _dot(x, w, acc, IEEE)
     return acc
 
 
 @triton.jit
 def _mm_qkv(acc, base, e_off, h_off, row_ok, r_e, r_h, g_ptr, w_row, w_ok, k_lo, k_hi, H: tl.constexpr,
-            BK: tl.constexpr, DT: tl.constexpr, MMA: tl.constexpr, STAGES: tl.constexpr):
+            BK: tl.constexpr, DT: tl.constexpr, IEEE: tl.constexpr, STAGES: tl.constexpr):
     """``acc += [RMSNorm(emb) | RMSNorm(hidden)][:, k_lo:k_hi] @ W[cols, k_lo:k_hi].T`` in one pipelined loop
     over the 2H reduction (BK divides H). Both activation rows are addressed from one base pointer by element
     offsets (``e_off``, ``h_off`` ``[BM, 1]``) chosen per chunk: a pointer chosen at run time would make the loads
@@ -269,21 +262,21 @@ def _mm_qkv(acc, base, e_off, h_off, row_ok, r_e, r_h, g_ptr, w_row, w_ok, k_lo,
         rs = tl.where(is_e, r_e, r_h)
         xn = (g * _rnd(x * rs[:, None], DT)).to(DT)
         w = _wcast(tl.load(w_row + k0 + offk, mask=w_ok, other=0.0), DT)
-        acc = _dot(xn, w, acc, MMA)
+        acc = _dot(xn, w, acc, IEEE)
     return acc
 
 
 @triton.jit
 def _chunk_gu(x_row, row_ok, rstd, g_ptr, wg_row, wu_row, w_ok, k0, ag, au, KDIM: tl.constexpr,
-              BK: tl.constexpr, DT: tl.constexpr, MMA: tl.constexpr):
+              BK: tl.constexpr, DT: tl.constexpr, IEEE: tl.constexpr):
     """Gate and up products of one reduction chunk, sharing the normalised rows."""
     offk = k0 + tl.arange(0, BK)[None, :]
     km = offk < KDIM
     x = tl.load(x_row + offk, mask=row_ok & km, other=0.0, cache_modifier=".cg").to(tl.float32)
     g = tl.load(g_ptr + offk, mask=km, other=0.0).to(tl.float32)
     xn = (g * _rnd(x * rstd[:, None], DT)).to(DT)
-    ag = _dot(xn, _wcast(tl.load(wg_row + offk, mask=w_ok & km, other=0.0), DT), ag, MMA)
-    au = _dot(xn, _wcast(tl.load(wu_row + offk, mask=w_ok & km, other=0.0), DT), au, MMA)
+    ag = _dot(xn, _wcast(tl.load(wg_row + offk, mask=w_ok & km, other=0.0), DT), ag, IEEE)
+    au = _dot(xn, _wcast(tl.load(wu_row + offk, mask=w_ok & km, other=0.0), DT), au, IEEE)
     return ag, au
 
 
@@ -397,7 +390,7 @@ def _epi(acc, sc, bias, cols, cok, W8: tl.constexpr, HAS_B: tl.constexpr, DT: tl
 
 @triton.jit
 def _linear_tiles(x_rows, row_ok, w, out_rows, res_rows, ss_rows, pid, sc, bias, KDIM: tl.constexpr, N: tl.constexpr,
-                  HAS_RES: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, MMA: tl.constexpr,
+                  HAS_RES: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, IEEE: tl.constexpr,
                   STAGES: tl.constexpr, NPROG: tl.constexpr, W8: tl.constexpr, HAS_B: tl.constexpr):
     """This program's ``BN``-wide output tiles of one row tile: ``out = x @ w.T``, or with ``HAS_RES`` the
     reference's residual add ``rnd(res + rnd(x @ w.T))`` (row pointers ``[BM, 1]``, ``w`` is ``[N, KDIM]``; the
@@ -413,7 +406,7 @@ def _linear_tiles(x_rows, row_ok, w, out_rows, res_rows, ss_rows, pid, sc, bias,
         cok = cols < N
         m = row_ok & cok[None, :]
         acc = tl.zeros([BM, BN], dtype=tl.float32)
-        acc = _mm_plain(acc, x_rows, row_ok, w + cols.to(tl.int64)[:, None] * KDIM, cok[:, None], KDIM, BK, MMA,
+        acc = _mm_plain(acc, x_rows, row_ok, w + cols.to(tl.int64)[:, None] * KDIM, cok[:, None], KDIM, BK, IEEE,
                         STAGES)
         if HAS_RES:
             res = tl.load(res_rows + cols[None, :], mask=m, other=0.0, cache_modifier=".cg").to(tl.float32)
@@ -432,7 +425,7 @@ def _linear_tiles(x_rows, row_ok, w, out_rows, res_rows, ss_rows, pid, sc, bias,
 
 @triton.jit(noinline=True)
 def _fc_phase(X, fc_w, hbuf, hss, wsc, B, S, pid, H: tl.constexpr, W: tl.constexpr, NTH: tl.constexpr,
-              BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, MMA: tl.constexpr, STAGES: tl.constexpr,
+              BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, IEEE: tl.constexpr, STAGES: tl.constexpr,
               NPROG: tl.constexpr, W8: tl.constexpr):
     """Root step: ``h = fc(features)`` for all ``B*S`` new rows into hbuf[0] (row statistics into hss[0])."""
     offm = tl.arange(0, BM)
@@ -441,7 +434,7 @@ def _fc_phase(X, fc_w, hbuf, hss, wsc, B, S, pid, H: tl.constexpr, W: tl.constex
         r = (mc * BM + offm).to(tl.int64)
         rok = r < MR0
         _linear_tiles(X + r[:, None] * W, rok[:, None], fc_w, hbuf + r[:, None] * H, hbuf, hss + r[:, None] * NTH,
-                      pid, wsc, wsc, W, H, False, BN, BK, MMA, STAGES, NPROG, W8, False)
+                      pid, wsc, wsc, W, H, False, BN, BK, IEEE, STAGES, NPROG, W8, False)
 
 
 @triton.jit
@@ -486,7 +479,7 @@ def _qkv_tile_weights(t, wq, wk, wv, H: tl.constexpr, NH: tl.constexpr, NKV: tl.
 def _qkv_phase(s, emb_off, emb_rstd, g_qkv, wq, wk, wv, cos_t, sin_t, ids, nnew, kvlen, kc, vc, hbuf, hss, qbuf,
                part, flag, tok_in, src, status, wsc, wb, B, S, LMAX, MCAP, eps, pid, H: tl.constexpr, NH: tl.constexpr,
                NKV: tl.constexpr, HD: tl.constexpr, K: tl.constexpr, NTH: tl.constexpr, NTHP: tl.constexpr,
-               NSEG: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, MMA: tl.constexpr,
+               NSEG: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, IEEE: tl.constexpr,
                STAGES: tl.constexpr, NPROG: tl.constexpr, W8: tl.constexpr, HAS_B: tl.constexpr,
                HQ_IN: tl.constexpr = 0, hq_part=None, NSEGH: tl.constexpr = 1, NHQ: tl.constexpr = 1):
     """q/k/v of the step's rows from RMSNorm(embedding) ++ RMSNorm(hidden), RoPE inline; K/V into the draft KV.
@@ -536,7 +529,7 @@ def _qkv_phase(s, emb_off, emb_rstd, g_qkv, wq, wk, wv, cos_t, sin_t, ids, nnew,
             which, rope, jj, f, fok, w_row = _qkv_tile_weights(t, wq, wk, wv, H, NH, NKV, HD, BN)
             acc = tl.zeros([BM, BN], dtype=tl.float32)
             acc = _mm_qkv(acc, hbuf, e_off, h_off, rok[:, None], r_e, r_h, g_qkv, w_row, fok[:, None], s0 * BK,
-                          s1 * BK, H, BK, DT, MMA, STAGES)
+                          s1 * BK, H, BK, DT, IEEE, STAGES)
             acc, own = _streamk_fixup(acc, t, s0, n_t, NC, split, part, flag, pid, NSEG, NPROG)
             if HQ_IN:
                 if own:
@@ -590,7 +583,7 @@ def _hq_parts(hq_part, t, hrow, rok, n_t, NCH: tl.constexpr, NSEGH: tl.constexpr
 @triton.jit(noinline=True)
 def _hq_phase(s, hbuf, hss, g_qkv, wq, wk, wv, hq_part, B, MCAP, eps, lp, H: tl.constexpr, NH: tl.constexpr,
               NKV: tl.constexpr, HD: tl.constexpr, K: tl.constexpr, NTH: tl.constexpr, NTHP: tl.constexpr,
-              NSEGH: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, MMA: tl.constexpr,
+              NSEGH: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, IEEE: tl.constexpr,
               STAGES: tl.constexpr, NHQ: tl.constexpr):
     """The hidden half of the next step's q/k/v for every row of step ``s`` (the next rows' possible parents):
     ``W_qkv[:, H:2H] @ RMSNorm_h(hidden[r])``, unscaled fp32 parts (the owner applies FP8 scales, bias and RoPE
@@ -616,7 +609,7 @@ def _hq_phase(s, hbuf, hss, g_qkv, wq, wk, wv, hq_part, B, MCAP, eps, lp, H: tl.
         which, rope, jj, f, fok, w_row = _qkv_tile_weights(t, wq, wk, wv, H, NH, NKV, HD, BN)
         acc = tl.zeros([BM, BN], dtype=tl.float32)
         acc = _mm_qkv(acc, hbuf, h_off, h_off, rok[:, None], r_e, r_h, g_qkv, w_row, fok[:, None], H + s0 * BK,
-                      H + s1 * BK, H, BK, DT, MMA, STAGES)
+                      H + s1 * BK, H, BK, DT, IEEE, STAGES)
         seg = (t * NSEGH + lp - _streamk_owner(t * NCH, TOT, NHQ)).to(tl.int64)
         tl.store(hq_part + (seg * BM + offm[:, None]) * BN + offn, acc)
 
@@ -624,7 +617,7 @@ def _hq_phase(s, hbuf, hss, g_qkv, wq, wk, wv, hq_part, B, MCAP, eps, lp, H: tl.
 @triton.jit(noinline=True)
 def _att_phase(s, qbuf, kc, vc, anc, nnew, kvlen, att_o, att_ml, B, S, LMAX, sm_scale, pid, prof, NH: tl.constexpr,
                NKV: tl.constexpr, HD: tl.constexpr, K: tl.constexpr, KP: tl.constexpr, D: tl.constexpr,
-               NSPLIT: tl.constexpr, BKV: tl.constexpr, BQ: tl.constexpr, MMA: tl.constexpr, NPROG: tl.constexpr,
+               NSPLIT: tl.constexpr, BKV: tl.constexpr, BQ: tl.constexpr, IEEE: tl.constexpr, NPROG: tl.constexpr,
                PROFILE: tl.constexpr):
     """Split-KV attention, one unit per (sequence, kv head, split) with all query heads of the GQA group: the
     root's last row, or the ``K`` frontier nodes over the prefix plus their ancestors (mask implicit)."""
@@ -667,7 +660,7 @@ def _att_phase(s, qbuf, kc, vc, anc, nnew, kvlen, att_o, att_ml, B, S, LMAX, sm_
             kb = tl.load(kc + kvp, mask=kok[:, None], other=0.0, cache_modifier=".cg")
             vb = tl.load(vc + kvp, mask=kok[:, None], other=0.0, cache_modifier=".cg")
             sco = tl.zeros([BQ, BKV], dtype=tl.float32)
-            sco = _dot(q, kb, sco, MMA)
+            sco = _dot(q, kb, sco, IEEE)
             sco = _rnd(_rnd(sco, DT) / sm_scale, DT)
             # tree keys: slot L + t is level t // K; visible iff it is the query's ancestor at that level
             tk = jk - L
@@ -681,7 +674,7 @@ def _att_phase(s, qbuf, kc, vc, anc, nnew, kvlen, att_o, att_ml, B, S, LMAX, sm_
             p = tl.where(vis, tl.exp(sco - m_new[:, None]), 0.0)
             l_i = l_i * alpha + tl.sum(p, axis=1)
             acc = acc * alpha[:, None]
-            acc = _dot(p.to(DT), tl.trans(vb), acc, MMA)
+            acc = _dot(p.to(DT), tl.trans(vb), acc, IEEE)
             m_i = m_new
         _stamp(prof, 101, PROFILE)
         qr = tl.where(is_root, b, b * K + kq)
@@ -721,7 +714,7 @@ def _comb_phase(s, att_o, att_ml, attn, B, pid, NH: tl.constexpr, HD: tl.constex
 @triton.jit(noinline=True)
 def _o_phase(s, attn, wo, hbuf, src, nnew, h1, h1ss, wsc, wb, B, S, MCAP, pid, H: tl.constexpr, QW: tl.constexpr,
              KVW: tl.constexpr, K: tl.constexpr, NTH: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr,
-             BK: tl.constexpr, MMA: tl.constexpr, STAGES: tl.constexpr, NPROG: tl.constexpr, W8: tl.constexpr,
+             BK: tl.constexpr, IEEE: tl.constexpr, STAGES: tl.constexpr, NPROG: tl.constexpr, W8: tl.constexpr,
              HAS_B: tl.constexpr):
     """``h1 = hidden + o_proj(attn)`` for the rows that continue (the root's last row, or the frontier)."""
     is_root = s == 0
@@ -735,13 +728,13 @@ def _o_phase(s, attn, wo, hbuf, src, nnew, h1, h1ss, wsc, wb, B, S, MCAP, pid, H
         hrow = tl.where(is_root, r * S + nb - 1, tl.load(src + r, mask=rok & (s > 0), other=0, cache_modifier=".cg"))
         _linear_tiles(attn + r.to(tl.int64)[:, None] * QW, rok[:, None], wo, h1 + r.to(tl.int64)[:, None] * H,
                       hbuf + in_off + hrow.to(tl.int64)[:, None] * H, h1ss + r.to(tl.int64)[:, None] * NTH, pid,
-                      wsc + H + QW + 2 * KVW, wb + QW + 2 * KVW, QW, H, True, BN, BK, MMA, STAGES, NPROG, W8, HAS_B)
+                      wsc + H + QW + 2 * KVW, wb + QW + 2 * KVW, QW, H, True, BN, BK, IEEE, STAGES, NPROG, W8, HAS_B)
 
 
 @triton.jit(noinline=True)
 def _gu_phase(s, h1, h1ss, g_post, wg, wu, act, sc_g, B, eps, pid, H: tl.constexpr, INTER: tl.constexpr,
               K: tl.constexpr, NTH: tl.constexpr, NTHP: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr,
-              BK: tl.constexpr, MMA: tl.constexpr, STAGES: tl.constexpr, NPROG: tl.constexpr, W8: tl.constexpr):
+              BK: tl.constexpr, IEEE: tl.constexpr, STAGES: tl.constexpr, NPROG: tl.constexpr, W8: tl.constexpr):
     """``act = silu(gate(x)) * up(x)``, x = post-attention RMSNorm(h1) computed inline."""
     DT: tl.constexpr = h1.dtype.element_ty
     MQ = tl.where(s == 0, B, B * K)
@@ -762,7 +755,7 @@ def _gu_phase(s, h1, h1ss, g_post, wg, wu, act, sc_g, B, eps, pid, H: tl.constex
             wu_row = wu + cols.to(tl.int64)[:, None] * H
             for k0 in tl.range(0, H, BK, num_stages=STAGES):
                 ag, au = _chunk_gu(x_row, rok[:, None], rs, g_post, wg_row, wu_row, cok[:, None], k0, ag, au, H, BK,
-                                   DT, MMA)
+                                   DT, IEEE)
             gr = _epi(ag, sc_g, sc_g, cols, cok, W8, False, DT)  # (gate's scales, then up's: sc_g + INTER)
             a = _rnd(_rnd(gr / (1.0 + tl.exp(-gr)), DT) * _epi(au, sc_g + INTER, sc_g, cols, cok, W8, False, DT), DT)
             tl.store(act + r.to(tl.int64)[:, None] * INTER + cols[None, :], a.to(DT), mask=rok[:, None] & cok[None, :])
@@ -771,7 +764,7 @@ def _gu_phase(s, h1, h1ss, g_post, wg, wu, act, sc_g, B, eps, pid, H: tl.constex
 @triton.jit(noinline=True)
 def _down_phase(s, act, wd, h1, hbuf, hss, sc_d, B, MCAP, pid, H: tl.constexpr, INTER: tl.constexpr,
                 K: tl.constexpr, NTH: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr,
-                MMA: tl.constexpr, STAGES: tl.constexpr, NPROG: tl.constexpr, W8: tl.constexpr):
+                IEEE: tl.constexpr, STAGES: tl.constexpr, NPROG: tl.constexpr, W8: tl.constexpr):
     """The step output ``h1 + down(act)`` into hbuf[(s + 1) % 2] (row statistics into hss[(s + 1) % 2])."""
     MQ = tl.where(s == 0, B, B * K)
     out_off = ((s + 1) % 2) * MCAP
@@ -781,7 +774,7 @@ def _down_phase(s, act, wd, h1, hbuf, hss, sc_d, B, MCAP, pid, H: tl.constexpr, 
         rok = r < MQ
         _linear_tiles(act + r[:, None] * INTER, rok[:, None], wd, hbuf + (out_off + r[:, None]) * H,
                       h1 + r[:, None] * H, hss + (out_off + r[:, None]) * NTH, pid, sc_d, sc_d, INTER, H, True, BN, BK,
-                      MMA, STAGES, NPROG, W8, False)
+                      IEEE, STAGES, NPROG, W8, False)
 
 
 @triton.jit
@@ -854,7 +847,7 @@ def _lm_select(scr, sidx, n_my, n_ext, kmin, DT: tl.constexpr, BNV: tl.constexpr
 @triton.jit(noinline=True)
 def _lm_phase(s, hbuf, hss, g_norm, wlm, lm_key, lm_ms, lm_scr, sc_lm, B, MCAP, eps, pid, H: tl.constexpr,
               VD: tl.constexpr, K: tl.constexpr, KP: tl.constexpr, NPP: tl.constexpr, NTH: tl.constexpr,
-              NTHP: tl.constexpr, BM: tl.constexpr, BNV: tl.constexpr, BK: tl.constexpr, MMA: tl.constexpr,
+              NTHP: tl.constexpr, BM: tl.constexpr, BNV: tl.constexpr, BK: tl.constexpr, IEEE: tl.constexpr,
               STAGES: tl.constexpr, NPROG: tl.constexpr, LMW: tl.constexpr, W8: tl.constexpr):
     """LM head over ``BNV``-wide vocabulary tiles (final RMSNorm inline): each program computes, per row, the top-``K``
     packed keys and the logsumexp of its tiles (``pid``, ``pid + NPROG``, ...), stored to its own slot of lm_key /
@@ -916,7 +909,7 @@ def _lm_phase(s, hbuf, hss, g_norm, wlm, lm_key, lm_ms, lm_scr, sc_lm, B, MCAP, 
             xn = (g * _rnd(x * rs[:, None], DT)).to(DT)
             w = _wcast(tl.load(wlm + cols.to(tl.int64)[:, None] * H + k0 + offk, mask=cok[:, None] & km, other=0.0),
                        DT)
-            acc = _dot(xn, w, acc, MMA)
+            acc = _dot(xn, w, acc, IEEE)
             if kk == NKL - 1:
                 lg = _epi(acc, sc_lm, sc_lm, cols, cok, W8, False, DT)
                 if LMW:
@@ -1155,7 +1148,7 @@ def fused_drafter_kernel(
     BKL: tl.constexpr, BKG: tl.constexpr, BK: tl.constexpr, BKQ: tl.constexpr, BKV: tl.constexpr, BQ: tl.constexpr,
     NTH: tl.constexpr, NTHP: tl.constexpr,
     NSEG: tl.constexpr, BMR: tl.constexpr, BKR: tl.constexpr, BKQR: tl.constexpr,
-    MMA: tl.constexpr, STAGES: tl.constexpr, LMW: tl.constexpr, W8: tl.constexpr = False,
+    IEEE: tl.constexpr, STAGES: tl.constexpr, LMW: tl.constexpr, W8: tl.constexpr = False,
     HAS_BIAS: tl.constexpr = False, PROFILE: tl.constexpr = False,
     # HQ: the hidden half of each tree step's q/k/v is computed during the previous step's RM and SEL by programs
     # HQ_P0.. (which have no RM or SEL unit: HQ_P0 >= the row tile; 0 when one program runs everything); NSEGH >=
@@ -1175,48 +1168,48 @@ def fused_drafter_kernel(
     # a prompt longer than one tree-row tile runs the root's fc and q/k/v on BMR-row tiles: the weights are
     # streamed once per BMR prompt rows instead of once per BM
     if B * S > BM:
-        _fc_phase(X, fc_w, hbuf, hss, wsc, B, S, pid, H, W, NTH, BMR, BN, BKR, MMA, STAGES, NPROG, W8)
+        _fc_phase(X, fc_w, hbuf, hss, wsc, B, S, pid, H, W, NTH, BMR, BN, BKR, IEEE, STAGES, NPROG, W8)
     else:
-        _fc_phase(X, fc_w, hbuf, hss, wsc, B, S, pid, H, W, NTH, BM, BN, BKL, MMA, STAGES, NPROG, W8)
+        _fc_phase(X, fc_w, hbuf, hss, wsc, B, S, pid, H, W, NTH, BM, BN, BKL, IEEE, STAGES, NPROG, W8)
     bt += NPROG
     _grid_sync(bar, bt, NPROG, prof, PROFILE)
     for s in range(0, D + 1):
         if (s == 0) & (B * S > BM):
             _qkv_phase(s, emb_off, emb_rstd, g_qkv, wq, wk, wv, cos_t, sin_t, ids, nnew, kvlen, kc, vc, hbuf, hss,
                        qbuf, part, flag, tok_in, src, status, wsc, wb, B, S, LMAX, MCAP, eps, pid, H, NH, NKV, HD,
-                       K, NTH, NTHP, NSEG, BMR, BNQR, BKQR, MMA, STAGES, NPROG, W8, HAS_BIAS)
+                       K, NTH, NTHP, NSEG, BMR, BNQR, BKQR, IEEE, STAGES, NPROG, W8, HAS_BIAS)
         elif HQ and (s > 0):  # the hidden half came from the previous step's idle programs
             _qkv_phase(s, emb_off, emb_rstd, g_qkv, wq, wk, wv, cos_t, sin_t, ids, nnew, kvlen, kc, vc, hbuf, hss,
                        qbuf, part, flag, tok_in, src, status, wsc, wb, B, S, LMAX, MCAP, eps, pid, H, NH, NKV, HD,
-                       K, NTH, NTHP, NSEG, BM, BNQ, BKQ, MMA, STAGES, NPROG, W8, HAS_BIAS, 1, hq_part, NSEGH,
+                       K, NTH, NTHP, NSEG, BM, BNQ, BKQ, IEEE, STAGES, NPROG, W8, HAS_BIAS, 1, hq_part, NSEGH,
                        NPROG - HQ_P0)
         else:
             _qkv_phase(s, emb_off, emb_rstd, g_qkv, wq, wk, wv, cos_t, sin_t, ids, nnew, kvlen, kc, vc, hbuf, hss,
                        qbuf, part, flag, tok_in, src, status, wsc, wb, B, S, LMAX, MCAP, eps, pid, H, NH, NKV, HD,
-                       K, NTH, NTHP, NSEG, BM, BNQ, BKQ, MMA, STAGES, NPROG, W8, HAS_BIAS)
+                       K, NTH, NTHP, NSEG, BM, BNQ, BKQ, IEEE, STAGES, NPROG, W8, HAS_BIAS)
         bt += NPROG
         _grid_sync(bar, bt, NPROG, prof, PROFILE)
         _att_phase(s, qbuf, kc, vc, anc, nnew, kvlen, att_o, att_ml, B, S, LMAX, sm_scale, pid, prof, NH, NKV, HD, K,
-                   KP, D, NSPLIT, BKV, BQ, MMA, NPROG, PROFILE)
+                   KP, D, NSPLIT, BKV, BQ, IEEE, NPROG, PROFILE)
         bt += NPROG
         _grid_sync(bar, bt, NPROG, prof, PROFILE)
         _comb_phase(s, att_o, att_ml, attn, B, pid, NH, HD, K, NSPLIT, NPROG)
         bt += NPROG
         _grid_sync(bar, bt, NPROG, prof, PROFILE)
         _o_phase(s, attn, wo, hbuf, src, nnew, h1, h1ss, wsc, wb, B, S, MCAP, pid, H, QW, KVW, K, NTH, BM, BN, BKL,
-                 MMA, STAGES, NPROG, W8, HAS_BIAS)
+                 IEEE, STAGES, NPROG, W8, HAS_BIAS)
         bt += NPROG
         _grid_sync(bar, bt, NPROG, prof, PROFILE)
         _gu_phase(s, h1, h1ss, g_post, wg, wu, act, wsc + SC_G, B, eps, pid, H, INTER, K, NTH, NTHP, BM, BNG, BKG,
-                  MMA, STAGES, NPROG, W8)
+                  IEEE, STAGES, NPROG, W8)
         bt += NPROG
         _grid_sync(bar, bt, NPROG, prof, PROFILE)
-        _down_phase(s, act, wd, h1, hbuf, hss, wsc + SC_D, B, MCAP, pid, H, INTER, K, NTH, BM, BN, BKL, MMA,
+        _down_phase(s, act, wd, h1, hbuf, hss, wsc + SC_D, B, MCAP, pid, H, INTER, K, NTH, BM, BN, BKL, IEEE,
                     STAGES, NPROG, W8)
         bt += NPROG
         _grid_sync(bar, bt, NPROG, prof, PROFILE)
         _lm_phase(s, hbuf, hss, g_norm, wlm, lm_key, lm_ms, lm_scr, wsc + SC_LM, B, MCAP, eps, pid, H, VD, K, KP,
-                  NPP, NTH, NTHP, BM, BNV, BK, MMA, STAGES, NPROG, LMW, W8)
+                  NPP, NTH, NTHP, BM, BNV, BK, IEEE, STAGES, NPROG, LMW, W8)
         bt += NPROG
         _grid_sync(bar, bt, NPROG, prof, PROFILE)
         hq_step = HQ and (s < D)  # this step's rows are the next step's parents
@@ -1224,7 +1217,7 @@ def fused_drafter_kernel(
             bt += NPROG
             _grid_arrive(bar, bt, NPROG, prof, PROFILE)
             _hq_phase(s, hbuf, hss, g_qkv, wq, wk, wv, hq_part, B, MCAP, eps, pid - HQ_P0, H, NH, NKV, HD, K, NTH,
-                      NTHP, NSEGH, BM, BNQ, BKQ, MMA, STAGES, NPROG - HQ_P0)
+                      NTHP, NSEGH, BM, BNQ, BKQ, IEEE, STAGES, NPROG - HQ_P0)
         else:
             _rm_phase(s, lm_key, lm_ms, ch_lp, ch_id, B, pid, prof, DT, K, KP, NPP, NPROG, PROFILE)
             bt += NPROG
@@ -1233,7 +1226,7 @@ def fused_drafter_kernel(
                        HAS_D2T, K, KP, D, NCP, CP, NPROG)
             if hq_step and (pid >= HQ_P0):  # HQ_P0 == 0: one program does every phase in turn
                 _hq_phase(s, hbuf, hss, g_qkv, wq, wk, wv, hq_part, B, MCAP, eps, pid - HQ_P0, H, NH, NKV, HD, K,
-                          NTH, NTHP, NSEGH, BM, BNQ, BKQ, MMA, STAGES, NPROG - HQ_P0)
+                          NTH, NTHP, NSEGH, BM, BNQ, BKQ, IEEE, STAGES, NPROG - HQ_P0)
         if s < D:
             bt += NPROG
             _grid_sync(bar, bt, NPROG, prof, PROFILE)

@@ -66,7 +66,7 @@ def _tiny(dtype: str) -> tuple:
                  NCP=64, CP=8, NPROG=1, NPP=1, NSPLIT=2, BM=16, BN=16, BNQ=16, BNQR=16, BNG=16, BNV=16, BKL=32,
                  BKG=32, BK=32, BKV=16,
                  BQ=16, NTH=4, NTHP=4, BKQ=32, NSEG=1, BMR=32, BKR=32, BKQR=32, STAGES=1,
-                 MMA=1 if dtype == "fp32" else 0, LMW=True, W8=False, HAS_BIAS=False, PROFILE=False, HQ=False,
+                 IEEE=dtype == "fp32", LMW=True, W8=False, HAS_BIAS=False, PROFILE=False, HQ=False,
                  HQ_P0=0, NSEGH=1)
     return (fused_drafter_kernel, kernel_signature(dtype, const), const)
 
