@@ -24,7 +24,7 @@
 #   fp8tiles    the fused drafter with FP8 weights at narrower fc/o/down tiles (32 and 16 wide: 128 and 256 tiles
 #               instead of 64 on 132 SMs) and gate/up tiles (32 and 16 wide: 448 and 896 tiles, the last spread
 #               within 3% over 132 programs), 8B 60/7/10, batch 1 and 16, against the default in one run
-#               (fp8_tiles.json); then the FP8 GPU tests at the 8B shape
+#               (fp8_tiles.json); then the FP8 GPU tests at the 8B shape (session 29: every narrower tile slower)
 #   batch       batched generation (bench_batch.json, .png): SmolLM2 total tok/s and speculative/plain per batch
 #               size 1-16 (best tree per size), 8B-shape batched step times; BATCH_ARGS adds options (e.g. --quick)
 #   timeline    where a continuous-batching job's time goes (batch_timeline.json, bench/probes/batch_probe.py's job

@@ -15,6 +15,8 @@ do), 8 warps, and times the conversion variants against the bf16 product:
   session 15's ``fp8_convert.json`` was measured with it);
 - ``fp8-f16``: e4m3 -> fp16 (one ``cvt.rn.f16x2.e4m3x2`` per pair) with the activations cast to fp16 (fp16
   products; not what the drafter computes, timed only to see the conversion's cost);
+- ``fp8-bits-2acc``, ``bf16-2acc`` (session 29): each chunk's reduction split in two halves with an accumulator each
+  (two independent ``mma`` chains per warp instead of one; the halves come from ``reshape``/``permute``/``split``);
 - ``bf16-swap``, ``fp8-swap`` (session 27): the product transposed, ``acc[BN, BM] += W_tile @ x.T``: the weight
   tile is the MMA's M side (64 or 128 rows), which sm_90 runs as ``wgmma`` (bf16: both operands from shared
   memory; FP8: the converted weights from registers), where the 16-row product runs as ``mma.sync`` with both
@@ -25,7 +27,8 @@ Each variant also checks its product against ``x @ dequant(W).T`` in fp32 (bits 
 in all variants, so only the accumulation order differs). Runs back to back on two copies of the weights (no L2
 reuse) and reports the median CUDA-event time and the weight bytes per second. GPU only.
 
-    python bench/probes/fp8_convert.py --out DIR
+    python bench/probes/fp8_convert.py --out DIR [--modes ...] [--shapes o,down,gate,lm_head]
+        [--configs BK:STAGES:WARPS,...]   (default 256:4:8,512:3:8,128:6:8)
 """
 
 from __future__ import annotations
@@ -52,7 +55,8 @@ from eagle_triton.fused.kernel import _wcast  # noqa: E402  (the drafter's own c
 def stream_kernel(X, W, Y, M, N: tl.constexpr, K: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr,
                   BK: tl.constexpr, STAGES: tl.constexpr, NPROG: tl.constexpr, MODE: tl.constexpr):
     """MODE 0: W in X's dtype; 1: e4m3 W, ``.to(bf16)``; 2: e4m3 W, integer conversion; 3: e4m3 W and X as fp16;
-    4: MODE 2 transposed (``acc[BN, BM] += W @ x.T``); 5: MODE 0 transposed."""
+    4: MODE 2 transposed (``acc[BN, BM] += W @ x.T``); 5: MODE 0 transposed; 6: MODE 2 and 7: MODE 0 with two
+    accumulators (each chunk's halves)."""
     pid = tl.program_id(0)
     offm = tl.arange(0, BM)
     offn = tl.arange(0, BN)
@@ -61,8 +65,9 @@ def stream_kernel(X, W, Y, M, N: tl.constexpr, K: tl.constexpr, BM: tl.constexpr
     NC: tl.constexpr = K // BK
     NT: tl.constexpr = N // BN
     for t in range(pid, NT, NPROG):
-        if MODE < 4:
+        if MODE < 4 or MODE >= 6:
             acc = tl.zeros([BM, BN], dtype=tl.float32)
+            acc2 = tl.zeros([BM, BN], dtype=tl.float32)
         else:
             acc = tl.zeros([BN, BM], dtype=tl.float32)
         for c in tl.range(0, NC, num_stages=STAGES):
@@ -78,11 +83,19 @@ def stream_kernel(X, W, Y, M, N: tl.constexpr, K: tl.constexpr, BM: tl.constexpr
                 acc = tl.dot(x, tl.trans(_wcast(w, tl.bfloat16)), acc)
             elif MODE == 3:
                 acc = tl.dot(x.to(tl.float16), tl.trans(w.to(tl.float16)), acc)
+            elif MODE >= 6:
+                wc = _wcast(w, tl.bfloat16) if MODE == 6 else w
+                wa, wb = tl.split(tl.permute(tl.reshape(wc, (BN, 2, BK // 2)), (0, 2, 1)))
+                xa, xb = tl.split(tl.permute(tl.reshape(x, (BM, 2, BK // 2)), (0, 2, 1)))
+                acc = tl.dot(xa, tl.trans(wa), acc)
+                acc2 = tl.dot(xb, tl.trans(wb), acc2)
             elif MODE == 4:
                 acc = tl.dot(_wcast(w, tl.bfloat16), tl.trans(x), acc)
             else:
                 acc = tl.dot(w, tl.trans(x), acc)
-        if MODE < 4:
+        if MODE >= 6:
+            acc = acc + acc2
+        if MODE < 4 or MODE >= 6:
             tl.store(Y + offm[:, None] * N + t * BN + offn[None, :], acc, mask=rok[:, None])
         else:
             tl.store(Y + offm[None, :] * N + t * BN + offn[:, None], acc, mask=rok[None, :])
@@ -92,13 +105,26 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--out", required=True)
     ap.add_argument("--modes", default=None, help="comma list of the variants to time (default: all)")
+    ap.add_argument("--shapes", default=None, help="comma list of o, down, gate, lm_head (default: all)")
+    ap.add_argument("--configs", default="256:4:8,512:3:8,128:6:8",
+                    help="comma list of BK:STAGES:WARPS launch configurations, each timed for every mode and shape")
     args = ap.parse_args(argv)
     dev = torch.device("cuda")
     sms = torch.cuda.get_device_properties(dev).multi_processor_count
     # the 8B EAGLE-3 head's products (N outputs x K reduction) and the drafter's tile widths
     shapes = {"o 4096x4096": (4096, 4096, 64), "down 4096x14336": (4096, 14336, 64),
               "gate 14336x4096": (14336, 4096, 64), "lm_head 32000x4096": (32000, 4096, 128)}
-    modes = {"bf16": 0, "fp8-cvt": 1, "fp8-bits": 2, "fp8-f16": 3, "fp8-swap": 4, "bf16-swap": 5}
+    if args.shapes:
+        wanted = args.shapes.split(",")
+        unknown = sorted(set(wanted) - {s.split()[0] for s in shapes})
+        if unknown:
+            raise SystemExit(f"--shapes: unknown {unknown}; known: o, down, gate, lm_head")
+        shapes = {s: v for s, v in shapes.items() if s.split()[0] in wanted}
+    configs = [tuple(int(v) for v in c.split(":")) for c in args.configs.split(",")]
+    if any(len(c) != 3 for c in configs):
+        raise SystemExit("--configs: each entry is BK:STAGES:WARPS")
+    modes = {"bf16": 0, "fp8-cvt": 1, "fp8-bits": 2, "fp8-f16": 3, "fp8-swap": 4, "bf16-swap": 5,
+             "fp8-bits-2acc": 6, "bf16-2acc": 7}
     if args.modes:
         unknown = sorted(set(args.modes.split(",")) - set(modes))
         if unknown:
@@ -114,30 +140,30 @@ def main(argv=None) -> int:
         ref = x.float() @ w8[0].float().T
         y = torch.empty(10, n, device=dev, dtype=torch.float32)
         for mname, mode in modes.items():
-            for bk, stages in ((256, 4), (512, 3), (128, 6)):
-                ws = wb if mode in (0, 5) else w8
+            for bk, stages, nw in configs:
+                ws = wb if mode in (0, 5, 7) else w8
                 nbytes = n * k * ws[0].element_size()
                 it = [0]
 
-                def go(it=it, ws=ws, x=x, y=y, n=n, k=k, bn=bn, bk=bk, stages=stages, mode=mode):
+                def go(it=it, ws=ws, x=x, y=y, n=n, k=k, bn=bn, bk=bk, stages=stages, mode=mode, nw=nw):
                     i = it[0] = it[0] ^ 1
-                    stream_kernel[(sms,)](x, ws[i], y, 10, n, k, 16, bn, bk, stages, sms, mode, num_warps=8)
+                    stream_kernel[(sms,)](x, ws[i], y, 10, n, k, 16, bn, bk, stages, sms, mode, num_warps=nw)
 
                 try:
                     ms = timed(go)
                 except Exception as exc:  # e.g. out of shared memory
-                    rows.append(dict(shape=name, mode=mname, bk=bk, stages=stages, error=str(exc)[:200]))
-                    print(name, mname, bk, stages, "error", str(exc)[:120], flush=True)
+                    rows.append(dict(shape=name, mode=mname, bk=bk, stages=stages, warps=nw, error=str(exc)[:200]))
+                    print(name, mname, bk, stages, nw, "error", str(exc)[:120], flush=True)
                     continue
                 it[0] = 1  # the next run uses copy 0
                 go()
                 torch.cuda.synchronize()
                 err = None
-                if mode in (1, 2, 4):
+                if mode in (1, 2, 4, 6):
                     err = float((y - ref).abs().max() / ref.abs().max())
-                rows.append(dict(shape=name, mode=mname, bk=bk, stages=stages, us=ms * 1e3,
+                rows.append(dict(shape=name, mode=mname, bk=bk, stages=stages, warps=nw, us=ms * 1e3,
                                  TBps=nbytes / (ms * 1e-3) / 1e12, max_rel_err=err))
-                print(f"{name:20s} {mname:9s} bk {bk:3d} st {stages}  {ms * 1e3:8.1f} us  "
+                print(f"{name:20s} {mname:13s} bk {bk:3d} st {stages} w {nw:2d}  {ms * 1e3:8.1f} us  "
                       f"{nbytes / (ms * 1e-3) / 1e12:5.2f} TB/s  err {err}", flush=True)
     meta = dict(device=torch.cuda.get_device_name(), date=datetime.datetime.now(datetime.timezone.utc).isoformat(
         timespec="seconds"), torch=torch.__version__, triton=triton.__version__,
