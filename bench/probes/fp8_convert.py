@@ -34,8 +34,6 @@ reuse) and reports the median CUDA-event time and the weight bytes per second. G
 from __future__ import annotations
 
 import argparse
-import datetime
-import json
 import os
 import sys
 
@@ -46,7 +44,7 @@ import triton.language as tl
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "src"))
 
-from weight_layout import timed  # noqa: E402
+from weight_layout import timed_or_record, write_probe_json  # noqa: E402
 
 from eagle_triton.fused.kernel import _wcast  # noqa: E402  (the drafter's own conversion: integer operations)
 
@@ -149,11 +147,8 @@ def main(argv=None) -> int:
                     i = it[0] = it[0] ^ 1
                     stream_kernel[(sms,)](x, ws[i], y, 10, n, k, 16, bn, bk, stages, sms, mode, num_warps=nw)
 
-                try:
-                    ms = timed(go)
-                except Exception as exc:  # e.g. out of shared memory
-                    rows.append(dict(shape=name, mode=mname, bk=bk, stages=stages, warps=nw, error=str(exc)[:200]))
-                    print(name, mname, bk, stages, nw, "error", str(exc)[:120], flush=True)
+                ms = timed_or_record(go, rows, shape=name, mode=mname, bk=bk, stages=stages, warps=nw)
+                if ms is None:
                     continue
                 it[0] = 1  # the next run uses copy 0
                 go()
@@ -165,12 +160,7 @@ def main(argv=None) -> int:
                                  TBps=nbytes / (ms * 1e-3) / 1e12, max_rel_err=err))
                 print(f"{name:20s} {mname:13s} bk {bk:3d} st {stages} w {nw:2d}  {ms * 1e3:8.1f} us  "
                       f"{nbytes / (ms * 1e-3) / 1e12:5.2f} TB/s  err {err}", flush=True)
-    meta = dict(device=torch.cuda.get_device_name(), date=datetime.datetime.now(datetime.timezone.utc).isoformat(
-        timespec="seconds"), torch=torch.__version__, triton=triton.__version__,
-        command=" ".join(["python"] + sys.argv))
-    os.makedirs(args.out, exist_ok=True)
-    with open(os.path.join(args.out, "fp8_convert.json"), "w") as f:
-        json.dump(dict(meta=meta, rows=rows), f, indent=1)
+    write_probe_json(args.out, "fp8_convert.json", rows)
     return 0
 
 

@@ -34,8 +34,6 @@ rounding). GPU only.
 from __future__ import annotations
 
 import argparse
-import datetime
-import json
 import os
 import sys
 
@@ -46,7 +44,7 @@ import triton.language as tl
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "src"))
 
-from weight_layout import timed  # noqa: E402
+from weight_layout import timed_or_record, write_probe_json  # noqa: E402
 
 from eagle_triton.fused.kernel import _wcast  # noqa: E402  (the drafter's own FP8 -> bf16 conversion)
 
@@ -171,11 +169,8 @@ def main(argv=None) -> int:
         for mode, cfgs in configs.items():
             for bk, stages, nw in cfgs:
                 alternate, nbytes = _launcher(mode, x, splits, wb, w8, y, (m, n, k), (bn, bk, stages, nw), sms)
-                try:
-                    ms = timed(alternate)
-                except Exception as exc:  # e.g. out of shared memory
-                    rows.append(dict(shape=name, mode=mode, bk=bk, stages=stages, warps=nw, error=str(exc)[:200]))
-                    print(name, mode, bk, stages, nw, "error", str(exc)[:120], flush=True)
+                ms = timed_or_record(alternate, rows, shape=name, mode=mode, bk=bk, stages=stages, warps=nw)
+                if ms is None:
                     continue
                 alternate.first()
                 torch.cuda.synchronize()
@@ -184,12 +179,7 @@ def main(argv=None) -> int:
                                  TBps=nbytes / (ms * 1e-3) / 1e12, rel_err=err))
                 print(f"{name:20s} {mode:11s} bk {bk:3d} st {stages} w {nw:2d} {ms * 1e3:8.1f} us "
                       f"{nbytes / (ms * 1e-3) / 1e12:5.2f} TB/s  err {err}", flush=True)
-    meta = dict(device=torch.cuda.get_device_name(), date=datetime.datetime.now(datetime.timezone.utc).isoformat(
-        timespec="seconds"), torch=torch.__version__, triton=triton.__version__, rows_per_product=m,
-        command=" ".join(["python"] + sys.argv))
-    os.makedirs(args.out, exist_ok=True)
-    with open(os.path.join(args.out, "fp8_split_wgmma.json"), "w") as f:
-        json.dump(dict(meta=meta, rows=rows), f, indent=1)
+    write_probe_json(args.out, "fp8_split_wgmma.json", rows, rows_per_product=m)
     return 0
 
 

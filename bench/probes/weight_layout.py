@@ -99,6 +99,32 @@ def timed(fn, reps=20):
     return sorted(times)[len(times) // 2]
 
 
+def timed_or_record(fn, rows: list, **row):
+    """:func:`timed`, or ``None`` after recording the failure (e.g. out of shared memory) as ``row`` with its
+    error in ``rows``."""
+    try:
+        return timed(fn)
+    except Exception as exc:
+        rows.append(dict(row, error=str(exc)[:200]))
+        print(*row.values(), "error", str(exc)[:120], flush=True)
+        return None
+
+
+def write_probe_json(out: str, filename: str, rows: list, **meta_extra) -> str:
+    """Write ``{"meta": {device, date, versions, command, **meta_extra}, "rows": rows}`` to ``out/filename``."""
+    import datetime
+    import sys
+
+    meta = dict(device=torch.cuda.get_device_name(), date=datetime.datetime.now(datetime.timezone.utc).isoformat(
+        timespec="seconds"), torch=torch.__version__, triton=triton.__version__, **meta_extra,
+        command=" ".join(["python"] + sys.argv))
+    os.makedirs(out, exist_ok=True)
+    path = os.path.join(out, filename)
+    with open(path, "w") as f:
+        json.dump(dict(meta=meta, rows=rows), f, indent=1)
+    return path
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", default="bench/results")
