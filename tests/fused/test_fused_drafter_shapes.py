@@ -131,7 +131,8 @@ def test_published_shapes_launch_parameters(shape, fp8):
     """The H100 launch (132 programs) of every published head shape, trees 60/7/10 and 60/5/10, batch 1-16: every
     tile divides what it must (RoPE pairs within a head, q/k/v chunks within one half of the 2H input), the stream-K
     buffers cover the sharing, the pipelined tiles fit the shared-memory budget, the lm_head tile keys fit their
-    index, the attention's query block holds a GQA group of the frontier."""
+    index, the attention's query block holds a GQA group of the frontier, and its key block is 32 keys where that
+    query block has 128 rows or more."""
     hidden, nh, nkv, inter, vocab, dvocab = PUBLISHED[shape]
     cfg_h = DraftHeadConfig(hidden_size=hidden, intermediate_size=inter, num_attention_heads=nh,
                             num_key_value_heads=nkv, vocab_size=vocab, draft_vocab_size=dvocab, rms_norm_eps=1e-5)
@@ -154,6 +155,9 @@ def test_published_shapes_launch_parameters(shape, fp8):
                 assert streamk_max_sharing(cfg.qkv_tiles(bn), 2 * hidden // bk, 132) <= p["NSEG"]
             assert p["NSEG"] & (p["NSEG"] - 1) == 0 and p["NSPLIT"] & (p["NSPLIT"] - 1) == 0
             assert p["BQ"] >= p["K"] * nh // nkv
+            # 32-key attention blocks where a query block has 128 rows or more (64 keys spill there), else 64
+            assert p["BKV"] == (32 if p["BQ"] >= 128 else 64)
+            assert cfg.with_(block_kv=64).launch_params(torch.device("cuda"), batch, 4)["BKV"] == 64
             welem = 1 if fp8 else 2
             for rows, width, bk in ((p["BM"], p["BNV"], p["BK"]), (p["BM"], 2 * p["BNG"], p["BKG"]),
                                     (p["BM"], p["BN"], p["BKL"]), (p["BMR"], p["BN"], p["BKR"]),

@@ -210,8 +210,13 @@ class DrafterConfig:
         nprog = self.resolved_nprog(device)
         K, H = self.top_k, self.hidden_size
         gq = self.num_heads // self.num_kv_heads
-        bkv = self.block_kv or (16 if interp else 64)
         mq = max(batch * K, batch)
+        # 64 keys per attention block; 32 where a GQA group's query block has 128 rows or more (K x heads per KV
+        # head, e.g. 8 at 70B): its [rows, keys] scores then spill at 64 (sm_90 build: 55 local loads and stores
+        # against 26) and the 70B 60/7/10 draft takes 7.052 ms against 6.994 at 32 (Qwen3-8B's 64-row blocks: 2.355
+        # against 2.360; bench/results/session29_2026-11-28/att_*.json)
+        bq = max(16, _pow2(K * gq))
+        bkv = self.block_kv or (16 if interp else 32 if bq >= 128 else 64)
         # one row tile holds every tree row of a step where it can (each extra tile re-streams the weights); the
         # tile does not depend on the new rows of the root step, so prompts of any length share one compiled kernel
         bm = 16 if interp else min(128, max(16, _pow2(mq)))
@@ -300,7 +305,7 @@ class DrafterConfig:
             NCP=_pow2(self.num_candidates), CP=_pow2(self.depth + 2),
             NPROG=nprog, NPP=npp, NSPLIT=nsplit,
             BM=bm, BN=bn, BNQ=bnq, BNQR=bnqr, BNG=bng, BNV=bnv, BKL=bkl, BKG=bkg, BK=bk, num_warps=warps, BKV=bkv,
-            BQ=max(16, _pow2(K * gq)), NTH=nth, NTHP=_pow2(nth), BKQ=bkq, NSEG=nseg, BMR=bmr, BKR=bkr, BKQR=bkqr,
+            BQ=bq, NTH=nth, NTHP=_pow2(nth), BKQ=bkq, NSEG=nseg, BMR=bmr, BKR=bkr, BKQR=bkqr,
             IEEE=self.dtype == torch.float32, STAGES=1 if interp else self.stages,
             LMW=lmw, W8=self.fp8, HAS_BIAS=bool(self.attention_bias), HQ=hq, HQ_P0=hq_p0 if hq else 0, NSEGH=nsegh,
         )
