@@ -531,10 +531,14 @@ def session27_entries() -> list[dict]:
                         tree + ["spec_floor_ms"], "floor", "7.345", "1.138", date="2026-11-28")]
 
 
+S29_70B = "session29_2026-11-28/drafter_70b.json"  # the README's Llama-3.3-70B head-shape rows
+
+
 def session28_entries() -> list[dict]:
     """Session 28's H100 figures: the draft inside the 8B step (issue 18, the step probe beside the engine benchmark's
     run of the same code) and the drafter at each head shape and weight dtype (issue 19's names), from the README's
-    head-shape table (bench_fused_drafter.py --shapes ... --weights bf16,fp8 --batches 1,16)."""
+    head-shape table (bench_fused_drafter.py --shapes ... --weights bf16,fp8 --batches 1,16; its 70B rows from
+    session 29's rerun of that shape, ``S29_70B``)."""
     s28 = "session28_2026-11-28/"
     probe, shapes = s28 + "step_probe_8b.json", s28 + "drafter_shapes.json"
     out = [prose_entry("drafter_in_step_8b", "ms", probe, ["runs", 0, "spec_60/7/10_draft_in_step_ms"], 2,
@@ -553,6 +557,13 @@ def session28_entries() -> list[dict]:
                                  ("draft_70b_fp8_60_7_10_b1", "llama33-70b", "fp8")):
         sel = ["rows", {"shape": shape, "weights": weights, "batch": 1, "tree": "60/7/10", "scenario": "decode"}]
         row = [names[shape], weights, "1"]
+        if shape == "llama33-70b":  # the README's 70B rows: session 29's run after the 32-key attention blocks
+            out.append(entry(name, "ms", S29_70B, sel + ["fused_ms"], 3, H100,
+                             _adding_commit(ROOT / RESULTS / S29_70B) or "uncommitted",
+                             [{"row": row, "column": "fused ms"}, {"row": row, "column": "floor ms", "field": "floor"}],
+                             sel + ["floor_ms"], "floor",
+                             "random head, decode (4 new rows on a 512-row prefix), code d1e52f2", date="2026-11-28"))
+            continue
         out.append(entry(name, "ms", shapes, sel + ["fused_ms"], 3, H100, commit,
                          [{"row": row, "column": "fused ms"}, {"row": row, "column": "floor ms", "field": "floor"}],
                          sel + ["floor_ms"], "floor",
