@@ -25,6 +25,10 @@
 #               instead of 64 on 132 SMs) and gate/up tiles (32 and 16 wide: 448 and 896 tiles, the last spread
 #               within 3% over 132 programs), 8B 60/7/10, batch 1 and 16, against the default in one run
 #               (fp8_tiles.json); then the FP8 GPU tests at the 8B shape (session 29: every narrower tile slower)
+#   fp8probes   what bounds the FP8 products, outside the drafter (session 29): bench/probes/fp8_convert.py (the product
+#               alone, bf16 / converted FP8 / two accumulators, at 3 launch settings; fp8_convert.json) and
+#               bench/probes/fp8_split_wgmma.py (FP8 x FP8 products on exactly split activations;
+#               fp8_split_wgmma.json)
 #   batch       batched generation (bench_batch.json, .png): SmolLM2 total tok/s and speculative/plain per batch
 #               size 1-16 (best tree per size), 8B-shape batched step times; BATCH_ARGS adds options (e.g. --quick)
 #   timeline    where a continuous-batching job's time goes (batch_timeline.json, bench/probes/batch_probe.py's job
@@ -85,6 +89,9 @@ part_fp8tiles()   { run fp8tiles 300 "$PY" bench/bench_fused_drafter.py --no-swe
                       --tunings "0:0:0:0,0:0:0:0:32,0:0:0:0:16,0:0:0:0:32+block_n_mlp=32,0:0:0:0:32+block_n_mlp=16,0:0:0:0,0:0:0:0:0:16,0:0:0:0:32:16"
                     run fp8test 200 "$PY" -m pytest -q -p no:cacheprovider -rs -s tests/fused/test_fused_drafter.py \
                       -k "gpu and fp8"; }
+part_fp8probes()  { run fp8convert 300 "$PY" bench/probes/fp8_convert.py --out "$OUTDIR" \
+                      --modes bf16,fp8-bits,fp8-bits-2acc --configs 256:4:8,256:4:4,512:3:8
+                    run fp8split 200 "$PY" bench/probes/fp8_split_wgmma.py --out "$OUTDIR"; }
 part_drafters()   { run drafters 240 "$PY" bench/check_drafters_gpu.py --backends "${DRAFTERS:-graph,triton}" \
                       --out "$OUTDIR"; }
 
