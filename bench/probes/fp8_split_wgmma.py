@@ -19,8 +19,8 @@ one FP8 product gives every term's partial sums, and the rows are combined after
 ``y[r] = sum_t acc[16 t + r] / scale_t[r]``. This probe streams the 8B EAGLE-3 head's product shapes with one
 persistent program per SM, as ``fp8_convert.py`` does, and times against it in the same run:
 
-- ``bf16``: bf16 weights, ``mma.sync`` on 16 rows (the drafter's bf16 products);
-- ``fp8-bits``: e4m3 weights converted in registers (the drafter's FP8 products, ``_wcast``);
+- ``bf16``: bf16 weights, ``mma.sync`` on 16 rows (the drafter's bf16 products; ``fp8_convert.py``'s mode 0);
+- ``fp8-bits``: e4m3 weights converted in registers (the drafter's FP8 products, ``_wcast``; its mode 2);
 - ``fp8-split2``, ``fp8-split3``: the activations as 2 or 3 e4m3 terms (prepared on the host here, as a producer
   phase would store them), FP8 x FP8 products.
 
@@ -44,32 +44,10 @@ import triton.language as tl
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "src"))
 
+from fp8_convert import stream_kernel  # noqa: E402  (modes 0 and 2: the bf16 and the drafter's FP8 product)
 from weight_layout import timed_or_record, write_probe_json  # noqa: E402
 
-from eagle_triton.fused.kernel import _wcast  # noqa: E402  (the drafter's own FP8 -> bf16 conversion)
-
 _E4M3_MAX = 448.0
-
-
-@triton.jit
-def mma16_kernel(X, W, Y, M, N: tl.constexpr, K: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr,
-                 STAGES: tl.constexpr, NPROG: tl.constexpr, W8: tl.constexpr):
-    """``Y[:M] = X[:M] @ W.T`` on 16-row tiles (bf16 X; W bf16, or e4m3 converted in registers when W8)."""
-    pid = tl.program_id(0)
-    offm = tl.arange(0, 16)
-    offn = tl.arange(0, BN)
-    offk = tl.arange(0, BK)
-    rok = offm < M
-    for t in range(pid, N // BN, NPROG):
-        acc = tl.zeros([16, BN], dtype=tl.float32)
-        for c in tl.range(0, K // BK, num_stages=STAGES):
-            x = tl.load(X + offm[:, None] * K + c * BK + offk[None, :], mask=rok[:, None], other=0.0,
-                        cache_modifier=".cg")
-            w = tl.load(W + (t * BN + offn).to(tl.int64)[:, None] * K + c * BK + offk[None, :])
-            if W8:
-                w = _wcast(w, tl.bfloat16)
-            acc = tl.dot(x, tl.trans(w), acc)
-        tl.store(Y + offm[:, None] * N + t * BN + offn[None, :], acc, mask=rok[:, None])
 
 
 @triton.jit
@@ -113,15 +91,14 @@ def split_terms(x: torch.Tensor, terms: int) -> tuple[torch.Tensor, torch.Tensor
 
 
 def _launcher(mode, x, splits, wb, w8, y, mnk, tiling, sms):
-    """``(run, weight bytes)``: ``run()`` launches ``mode``'s product once, on the two weight copies in turn."""
+    """``(go, weight bytes)``: ``go(i)`` launches ``mode``'s product once on weight copy ``i``."""
     m, n, k = mnk
     bn, bk, stages, nw = tiling
-    it = [0]
     if mode in ("bf16", "fp8-bits"):
-        ws = wb if mode == "bf16" else w8
+        ws, smode = (wb, 0) if mode == "bf16" else (w8, 2)
 
         def go(i):
-            mma16_kernel[(sms,)](x, ws[i], y, m, n, k, bn, bk, stages, sms, mode != "bf16", num_warps=nw)
+            stream_kernel[(sms,)](x, ws[i], y, m, n, k, 16, bn, bk, stages, sms, smode, num_warps=nw)
     else:
         terms = int(mode[-1])
         x8, inv = splits[terms]
@@ -129,12 +106,18 @@ def _launcher(mode, x, splits, wb, w8, y, mnk, tiling, sms):
         def go(i):
             split_kernel[(sms,)](x8, inv, w8[i], y, m, n, k, bn, bk, stages, sms, terms, num_warps=nw)
 
-    def alternate():
+    return go, n * k * wb[0].element_size() if mode == "bf16" else n * k
+
+
+def _alternating(go):
+    """``go`` on the two weight copies in turn (no L2 reuse between runs)."""
+    it = [0]
+
+    def run():
         it[0] ^= 1
         go(it[0])
 
-    alternate.first = lambda: go(0)
-    return alternate, n * k * wb[0].element_size() if mode == "bf16" else n * k
+    return run
 
 
 def main(argv=None) -> int:
@@ -168,11 +151,11 @@ def main(argv=None) -> int:
         splits = {t: split_terms(x, t) for t in (2, 3)}
         for mode, cfgs in configs.items():
             for bk, stages, nw in cfgs:
-                alternate, nbytes = _launcher(mode, x, splits, wb, w8, y, (m, n, k), (bn, bk, stages, nw), sms)
-                ms = timed_or_record(alternate, rows, shape=name, mode=mode, bk=bk, stages=stages, warps=nw)
+                go, nbytes = _launcher(mode, x, splits, wb, w8, y, (m, n, k), (bn, bk, stages, nw), sms)
+                ms = timed_or_record(_alternating(go), rows, shape=name, mode=mode, bk=bk, stages=stages, warps=nw)
                 if ms is None:
                     continue
-                alternate.first()
+                go(0)
                 torch.cuda.synchronize()
                 err = None if mode == "bf16" else float((y.double() - ref).abs().max() / scale)
                 rows.append(dict(shape=name, mode=mode, bk=bk, stages=stages, warps=nw, us=ms * 1e3,

@@ -38,13 +38,17 @@ def make_head(peaked=True, seed=None, **kw):
     return random_eagle3_head(seed=seed, lm_head_scale=6.0 if peaked else 1.0, **kw)
 
 
+_TREE_FIELDS = ("draft_tokens", "retrieve_indices_padded", "tree_mask", "positions", "parents", "num_leaves",
+                "max_depth")
+
+
+def same_tree(a, b) -> bool:
+    return all(torch.equal(getattr(a, f), getattr(b, f)) for f in _TREE_FIELDS)
+
+
 def assert_same_tree(a, b):
-    assert torch.equal(a.draft_tokens, b.draft_tokens), (a.draft_tokens, b.draft_tokens)
-    assert torch.equal(a.retrieve_indices_padded, b.retrieve_indices_padded)
-    assert torch.equal(a.tree_mask, b.tree_mask)
-    assert torch.equal(a.positions, b.positions)
-    assert torch.equal(a.parents, b.parents)
-    assert torch.equal(a.num_leaves, b.num_leaves) and torch.equal(a.max_depth, b.max_depth)
+    for f in _TREE_FIELDS:
+        assert torch.equal(getattr(a, f), getattr(b, f)), (f, getattr(a, f), getattr(b, f))
 
 
 def assert_same_kv(a, b, atol=1e-5):
@@ -498,7 +502,7 @@ def match_rate_8b(n_inputs: int, peaked: bool, dtype=torch.bfloat16, ulps: float
         ids = torch.randint(0, 128256, (1, prompt + 1), device="cuda")
         a = TreeDrafter(head, tc).draft(feats, ids)
         b = TreeDrafter(head, tc, backend="triton").draft(feats, ids)
-        same = bool(torch.equal(a.draft_tokens, b.draft_tokens) and torch.equal(a.parents, b.parents))
+        same = same_tree(a, b)
         sep = reference_margins(head, tc, feats, ids) > ulps
         stats[0] += 1
         stats[1] += same
@@ -595,8 +599,7 @@ def test_gpu_llama8b_fp32_identical_trees():
         for call, (drafters, trees) in enumerate(run_calls(head, tc, ["torch", "triton"], 2, 64, rng,
                                                            device="cuda", history=history)):
             a, b = trees["torch"], trees["triton"]
-            same = all(torch.equal(x, y) for x, y in ((a.draft_tokens, b.draft_tokens), (a.parents, b.parents),
-                                                       (a.tree_mask, b.tree_mask), (a.positions, b.positions)))
+            same = same_tree(a, b)
             margin = reference_margins(head, tc, *history[call])
             print(f"8B fp32 peaked={peaked} call {call}: identical {same}, smallest decision gap {margin:.0f} ulps")
             if margin > 256:
