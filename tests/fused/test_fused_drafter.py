@@ -201,6 +201,71 @@ def test_hidden_half_early_schedule_covers_every_chunk_once():
             assert got == list(range(nch)), (n_t, nch, nh, t)
 
 
+@pytest.mark.parametrize("tree,batch,rows,fp8", [((20, 3, 4), 1, 7, False), ((14, 2, 4), 2, 7, True),
+                                                 ((20, 2, 6), 3, 5, False), ((12, 2, 3), 1, 37, True)],
+                         ids=["20-3-4", "2x4-rows-fp8", "3x6-rows-two-tiles", "long-prompt-root-tiles-fp8"])
+def test_stream_k_linear_matches_reference(tree, batch, rows, fp8):
+    """``stream_k_linear``: fc, o, gate/up and down stream-K (one program here, so every tile is whole in its
+    range and the fix-up path has no parts to add). Trees and draft KV as the reference's, over calls with KV
+    growth; 3 x 6 tree rows (two row tiles) and a long prompt's root (BMR-row fc tiles) take whole tiles."""
+    head = make_head(True)
+    if fp8:
+        head.quantize_fp8()
+    tc = TreeConfig(*tree)
+    cfg = DrafterConfig.from_head(head, tc, max_batch=batch, max_len=128, max_new_rows=max(8, rows),
+                                  stream_k_linear=True)
+    p = cfg.launch_params("cpu", batch, rows)
+    assert p["SKL"] == (batch * tc.top_k <= p["BM"]) and p["NSEGL"] == 1
+    w = Weights.from_head(head, cfg.max_len + tc.depth + 1)
+    bufs, bufs_ref = Buffers.allocate(cfg, "cpu"), Buffers.allocate(cfg, "cpu")
+    V = head.config.vocab_size
+    gen = torch.Generator().manual_seed(int(torch.randint(0, 2**31, ())))
+    for call in range(3):
+        num_new = [rows] * batch if call == 0 else torch.randint(1, rows + 1, (batch,), generator=gen).tolist()
+        X = DraftInputs(torch.randn(batch, rows, head.feature_width), torch.randint(0, V, (batch, rows)),
+                        torch.tensor(num_new, dtype=torch.int32))
+        out = launch_drafter(cfg, X, w, bufs)
+        ref = launch_drafter_ref(cfg, X, w, bufs_ref)
+        for a, b in zip(out, ref, strict=True):
+            assert torch.equal(a, b)
+        assert torch.equal(bufs.kv_len, bufs_ref.kv_len)
+        for b, n in enumerate(bufs.kv_len.tolist()):
+            torch.testing.assert_close(bufs.k_cache[b, :n], bufs_ref.k_cache[b, :n], atol=1e-5, rtol=1e-5)
+            torch.testing.assert_close(bufs.v_cache[b, :n], bufs_ref.v_cache[b, :n], atol=1e-5, rtol=1e-5)
+
+
+def test_stream_k_linear_launch_parameters_and_buffers():
+    """On by default with FP8 weights where the tree rows fit one row tile, never beyond it; ``True`` / ``False``
+    force it. NSEGL bounds the programs sharing a tile of fc, o, down and gate/up, and the partial-sum buffers hold
+    every (tile, part) slot of each (gate/up: two sets)."""
+    from eagle_triton.fused.host import streamk_max_sharing
+
+    big = DrafterConfig(hidden_size=4096, num_heads=32, num_kv_heads=8, head_dim=128, intermediate_size=14336,
+                        draft_vocab=32000, feature_width=3 * 4096, vocab_size=128256, rms_eps=1e-5, has_d2t=True,
+                        max_batch=16, nprog=132)
+    fp8 = big.with_(weight_dtype=torch.float8_e4m3fn)
+    assert not any(big.launch_params("cuda", b, 4)["SKL"] for b in range(1, 17))
+    on = {b: fp8.launch_params("cuda", b, 4)["SKL"] for b in range(1, 17)}
+    bm = {b: fp8.launch_params("cuda", b, 4)["BM"] for b in range(1, 17)}
+    assert on == {b: 10 * b <= bm[b] for b in range(1, 17)} and on[1] and not on[16]
+    assert not fp8.with_(stream_k_linear=False).launch_params("cuda", 1, 4)["SKL"]
+    assert big.with_(stream_k_linear=True).launch_params("cuda", 1, 4)["SKL"]
+    p = fp8.launch_params("cuda", 1, 4)
+    assert (p["BN"], p["BNG"], p["BKL"], p["BKG"]) == (64, 64, 256, 128)
+    worst = max(streamk_max_sharing(64, 48, 132), streamk_max_sharing(64, 16, 132),
+                streamk_max_sharing(64, 56, 132), streamk_max_sharing(224, 32, 132))
+    assert worst <= p["NSEGL"] < 2 * worst
+    # the buffers for a launch's parameters (the interpreter's tiling here, 132 programs: parts are shared)
+    small = fp8.with_(hidden_size=256, num_heads=4, num_kv_heads=2, head_dim=64, intermediate_size=704,
+                      feature_width=3 * 200, draft_vocab=512, vocab_size=1024, max_batch=1, max_new_rows=8)
+    q = small.launch_params("cpu", 1, 8)
+    assert q["SKL"] and q["NSEGL"] > 1
+    nt, ngu = 256 // q["BN"], 704 // q["BNG"]
+    bufs = Buffers.allocate(small, "meta")
+    assert bufs.scratch["part"].numel() >= q["NSEGL"] * q["BM"] * max(nt * q["BN"], 2 * ngu * q["BNG"])
+    assert bufs.scratch["flag"].numel() >= q["NSEGL"] * max(nt, 2 * ngu)
+
+
 @pytest.mark.parametrize("tree,batch", [((14, 2, 4), 2), ((20, 2, 6), 3)], ids=["2x4-rows", "3x6-rows-two-tiles"])
 def test_batched_launch_matches_per_sequence_reference(tree, batch):
     """Several sequences in one launch, different KV lengths and different numbers of new rows (padded input).
@@ -548,11 +613,13 @@ def test_gpu_llama8b_fp8_bf16_separated_trees_identical():
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("option", ["hidden_half_early", "stream_k_linear"])
 @pytest.mark.parametrize("shape", ["small", "8b"])
-def test_gpu_hidden_half_early_fp32_identical_trees(shape):
-    """``hidden_half_early`` with one program per SM: the programs past the row tile compute the next step's
-    hidden half during RM and SEL (arriving at the RM barrier without waiting); fp32 trees and held KV identical
-    to the reference, batch 1 and 2, across calls."""
+def test_gpu_schedule_options_fp32_identical_trees(shape, option):
+    """The schedules other than the default, with one program per SM. ``hidden_half_early``: the programs past
+    the row tile compute the next step's hidden half during RM and SEL (arriving at the RM barrier without
+    waiting). ``stream_k_linear``: fc, o, gate/up and down tiles cut between programs, their parts summed by the
+    owner. fp32 trees and held KV identical to the reference, batch 1 and 2, across calls."""
     torch.backends.cuda.matmul.allow_tf32 = False
     if shape == "small":
         head = make_head(True, hidden_size=256, intermediate_size=512, num_attention_heads=8, num_key_value_heads=2,
@@ -563,9 +630,12 @@ def test_gpu_hidden_half_early_fp32_identical_trees(shape):
     V = head.config.vocab_size
     w = Weights.from_head(head, 140)
     for batch in batches:
-        cfg = DrafterConfig.from_head(head, tc, max_batch=batch, max_len=128, max_new_rows=16, hidden_half_early=True)
+        cfg = DrafterConfig.from_head(head, tc, max_batch=batch, max_len=128, max_new_rows=16, **{option: True})
         p = cfg.launch_params("cuda", batch, 16)
-        assert p["HQ"] and p["HQ_P0"] == p["BM"] and p["NPROG"] > p["BM"]
+        if option == "hidden_half_early":
+            assert p["HQ"] and p["HQ_P0"] == p["BM"] and p["NPROG"] > p["BM"]
+        else:
+            assert p["SKL"] and p["NSEGL"] > 1
         bufs, bufs_ref = Buffers.allocate(cfg, "cuda"), Buffers.allocate(cfg, "cuda")
         for _ in range(3):
             num_new = torch.randint(1, 16, (batch,)).tolist()

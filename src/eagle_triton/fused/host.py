@@ -81,6 +81,10 @@ class DrafterConfig:
     order. ``None`` (the default): where it measured faster on an H100, one sequence whose weights are not FP8, of a
     hidden size >= 1024 (bf16 8B 60/7/10 2.50 -> 2.46 ms; fp32, the test dtype, follows bf16); ``True``: wherever
     a row tile leaves half the programs idle; ``False``: never.
+    ``stream_k_linear``: fc, o, gate/up and down cut into equal contiguous (tile, reduction chunk) ranges, one per
+    program, as q/k/v always is (a tile's parts summed by its owner in a fixed order), where a step's rows fit one
+    row tile. ``None`` (the default): with FP8 weights, whose products are bound by each program's K loop (down's
+    64 tiles then run on half the SMs); ``True`` / ``False``: always / never.
 
     Shapes the kernel cannot run are refused here or in :meth:`launch_params`, before any launch, with the reason:
     head_dim not a power of two >= 16 (RoPE pairs features within one power-of-two tile), hidden size not a multiple
@@ -120,6 +124,7 @@ class DrafterConfig:
     weight_dtype: torch.dtype | None = None
     attention_bias: bool = False
     hidden_half_early: bool | None = None
+    stream_k_linear: bool | None = None
 
     def __post_init__(self):
         TreeConfig(self.total_tokens, self.depth, self.top_k)  # validates the tree shape
@@ -287,6 +292,14 @@ class DrafterConfig:
                          streamk_max_sharing(self.qkv_tiles(bnqr), 2 * H // bkqr, nprog),
                          streamk_max_sharing(self.qkv_tiles(bnq), H // bkq, nprog) if hq else 1))
         nsegh = _pow2(streamk_max_sharing(self.qkv_tiles(bnq), H // bkq, nprog - hq_p0)) if hq else 1
+        # fc (the root of a prompt within one row tile), o, gate/up and down stream-K: the most programs sharing one
+        # of their tiles (a power of two, as NSEG)
+        skl = (self.fp8 if self.stream_k_linear is None else bool(self.stream_k_linear)) and mq <= bm
+        nsegl = 1
+        if skl:
+            sharing = [streamk_max_sharing(nth, cdiv(kdim, bkl), nprog)
+                       for kdim in (self.feature_width, self.num_heads * self.head_dim, self.intermediate_size)]
+            nsegl = _pow2(max(*sharing, streamk_max_sharing(cdiv(self.intermediate_size, bng), cdiv(H, bkg), nprog)))
         nsplit = self.nsplit or (2 if interp else max(1, min(32, _pow2(max(1, nprog // (batch * self.num_kv_heads))) )))
         nsplit = _pow2(nsplit)
         npp = _pow2(nprog)
@@ -308,6 +321,7 @@ class DrafterConfig:
             BQ=bq, NTH=nth, NTHP=_pow2(nth), BKQ=bkq, NSEG=nseg, BMR=bmr, BKR=bkr, BKQR=bkqr,
             IEEE=self.dtype == torch.float32, STAGES=1 if interp else self.stages,
             LMW=lmw, W8=self.fp8, HAS_BIAS=bool(self.attention_bias), HQ=hq, HQ_P0=hq_p0 if hq else 0, NSEGH=nsegh,
+            SKL=skl, NSEGL=nsegl,
         )
 
 
@@ -536,6 +550,10 @@ class FusedDrafterBuffers:
         n_part = p["NSEG"] * max(cfg.qkv_tiles(p["BNQ"]) * p["BM"] * p["BNQ"],
                                  cfg.qkv_tiles(p["BNQR"]) * p["BMR"] * p["BNQR"])
         n_flag = p["NSEG"] * max(cfg.qkv_tiles(p["BNQ"]), cfg.qkv_tiles(p["BNQR"]))
+        if p["SKL"]:  # and of the stream-K fc, o, down (NTH tiles) and gate/up (gate's parts, then up's)
+            n_gu = cdiv(cfg.intermediate_size, p["BNG"])
+            n_part = max(n_part, p["NSEGL"] * p["BM"] * max(NTH * p["BN"], 2 * n_gu * p["BNG"]))
+            n_flag = max(n_flag, p["NSEGL"] * max(NTH, 2 * n_gu))
         mcap = max(B * S, B * K)
         mq = B * K
         lm_tiles = cdiv(cdiv(cfg.draft_vocab, p["BNV"]), p["NPROG"])  # the most vocabulary tiles of a program

@@ -233,11 +233,12 @@ def _rstd_parts(ss_rows, row_ok, NT, NTP: tl.constexpr, KDIM: tl.constexpr, eps)
 
 
 @triton.jit
-def _mm_plain(acc, x_row, row_ok, w_row, w_ok, KDIM: tl.constexpr, BK: tl.constexpr, IEEE: tl.constexpr,
-              STAGES: tl.constexpr):
-    """``acc [BM, BN] += X[rows, :KDIM] @ W[cols, :KDIM].T`` (row pointers ``[BM, 1]`` and ``[BN, 1]``)."""
+def _mm_plain(acc, x_row, row_ok, w_row, w_ok, k_lo, k_hi, KDIM: tl.constexpr, BK: tl.constexpr,
+              IEEE: tl.constexpr, STAGES: tl.constexpr):
+    """``acc [BM, BN] += X[rows, k_lo:k_hi] @ W[cols, k_lo:k_hi].T`` (row pointers ``[BM, 1]`` and ``[BN, 1]``;
+    ``k_lo`` a multiple of BK, columns from KDIM on masked)."""
     offk = tl.arange(0, BK)[None, :]
-    for k0 in tl.range(0, KDIM, BK, num_stages=STAGES):
+    for k0 in tl.range(k_lo, k_hi, BK, num_stages=STAGES):
         km = k0 + offk < KDIM
         x = tl.load(x_row + k0 + offk, mask=row_ok & km, other=0.0, cache_modifier=".cg")
         w = _wcast(tl.load(w_row + k0 + offk, mask=w_ok & km, other=0.0), x.dtype)  # FP8 weights: converted here
@@ -389,32 +390,57 @@ def _epi(acc, sc, bias, cols, cok, W8: tl.constexpr, HAS_B: tl.constexpr, DT: tl
 
 
 @triton.jit
-def _linear_tiles(x_rows, row_ok, w, out_rows, res_rows, ss_rows, pid, sc, bias, KDIM: tl.constexpr, N: tl.constexpr,
-                  HAS_RES: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, IEEE: tl.constexpr,
-                  STAGES: tl.constexpr, NPROG: tl.constexpr, W8: tl.constexpr, HAS_B: tl.constexpr):
+def _linear_tiles(x_rows, row_ok, w, out_rows, res_rows, ss_rows, pid, sc, bias, part, flag, split,
+                  KDIM: tl.constexpr, N: tl.constexpr, HAS_RES: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr,
+                  IEEE: tl.constexpr, STAGES: tl.constexpr, NPROG: tl.constexpr, W8: tl.constexpr,
+                  HAS_B: tl.constexpr, SK: tl.constexpr = False, NSEG: tl.constexpr = 1):
     """This program's ``BN``-wide output tiles of one row tile: ``out = x @ w.T``, or with ``HAS_RES`` the
     reference's residual add ``rnd(res + rnd(x @ w.T))`` (row pointers ``[BM, 1]``, ``w`` is ``[N, KDIM]``; the
     product's rounding with FP8 scales ``sc`` and ``bias``: :func:`_epi`).
     Each tile ``t`` also stores its rows' sums of squares of the stored values at ``ss_rows + t``: the consumer's
-    RMSNorm statistics (:func:`_rstd_parts`). Whole tiles, not stream-K: for o and down (64 tiles on 132 SMs)
-    stream-K measured no faster (down 46 us either way, o 16 -> 18.5 us per step; docs/fused_drafter.md)."""
-    DT: tl.constexpr = out_rows.dtype.element_ty
+    RMSNorm statistics (:func:`_rstd_parts`).
+    Whole tiles by default: in bf16, o and down (64 tiles on 132 SMs) measured no faster stream-K (down 46 us either
+    way, o 16 -> 18.5 us per step; docs/fused_drafter.md). ``SK`` (with ``split``, one row tile): stream-K over
+    (tile, BK chunk) as q/k/v, partial sums in ``part`` / ``flag`` (``NSEG`` >= the programs sharing a tile), for
+    FP8 weights, whose products are bound by each program's K loop rather than by the GPU's bandwidth."""
     BM: tl.constexpr = row_ok.shape[0]
+    NC: tl.constexpr = (KDIM + BK - 1) // BK
+    n_t = (N + BN - 1) // BN
     offn = tl.arange(0, BN)
-    for t in range(pid, (N + BN - 1) // BN, NPROG):
-        cols = t * BN + offn
-        cok = cols < N
-        m = row_ok & cok[None, :]
-        acc = tl.zeros([BM, BN], dtype=tl.float32)
-        acc = _mm_plain(acc, x_rows, row_ok, w + cols.to(tl.int64)[:, None] * KDIM, cok[:, None], KDIM, BK, IEEE,
-                        STAGES)
-        if HAS_RES:
-            res = tl.load(res_rows + cols[None, :], mask=m, other=0.0, cache_modifier=".cg").to(tl.float32)
-            y = _rnd(res + _epi(acc, sc, bias, cols, cok, W8, HAS_B, DT), DT)
-        else:
-            y = _epi(acc, sc, bias, cols, cok, W8, HAS_B, DT)
-        tl.store(out_rows + cols[None, :], y.to(DT), mask=m)
-        tl.store(ss_rows + t, tl.sum(tl.where(m, y * y, 0.0), axis=1, keep_dims=True), mask=row_ok)
+    if SK:
+        c_lo, c_hi, t0, n_seg = _streamk_span(pid, n_t, NC, split, NPROG)
+        for i in range(0, n_seg):
+            t, s0, s1 = _streamk_segment(i, c_lo, c_hi, t0, NC, split, pid, NPROG)
+            cols = t * BN + offn
+            acc = _mm_plain(tl.zeros([BM, BN], dtype=tl.float32), x_rows, row_ok,
+                            w + cols.to(tl.int64)[:, None] * KDIM, (cols < N)[:, None], s0 * BK, s1 * BK, KDIM, BK,
+                            IEEE, STAGES)
+            acc, own = _streamk_fixup(acc, t, s0, n_t, NC, split, part, flag, pid, NSEG, NPROG)
+            if own:
+                _linear_out(acc, t, cols, row_ok, out_rows, res_rows, ss_rows, sc, bias, N, HAS_RES, W8, HAS_B)
+    else:
+        for t in range(pid, n_t, NPROG):
+            cols = t * BN + offn
+            acc = _mm_plain(tl.zeros([BM, BN], dtype=tl.float32), x_rows, row_ok,
+                            w + cols.to(tl.int64)[:, None] * KDIM, (cols < N)[:, None], 0, KDIM, KDIM, BK, IEEE,
+                            STAGES)
+            _linear_out(acc, t, cols, row_ok, out_rows, res_rows, ss_rows, sc, bias, N, HAS_RES, W8, HAS_B)
+
+
+@triton.jit
+def _linear_out(acc, t, cols, row_ok, out_rows, res_rows, ss_rows, sc, bias, N: tl.constexpr, HAS_RES: tl.constexpr,
+                W8: tl.constexpr, HAS_B: tl.constexpr):
+    """Tile ``t``'s output (``cols`` its features) from its full fp32 sum, and its rows' sums of squares."""
+    DT: tl.constexpr = out_rows.dtype.element_ty
+    cok = cols < N
+    m = row_ok & cok[None, :]
+    if HAS_RES:
+        res = tl.load(res_rows + cols[None, :], mask=m, other=0.0, cache_modifier=".cg").to(tl.float32)
+        y = _rnd(res + _epi(acc, sc, bias, cols, cok, W8, HAS_B, DT), DT)
+    else:
+        y = _epi(acc, sc, bias, cols, cok, W8, HAS_B, DT)
+    tl.store(out_rows + cols[None, :], y.to(DT), mask=m)
+    tl.store(ss_rows + t, tl.sum(tl.where(m, y * y, 0.0), axis=1, keep_dims=True), mask=row_ok)
 
 
 # ---------------------------------------------------------------------------------------------------------- phases
@@ -424,17 +450,19 @@ def _linear_tiles(x_rows, row_ok, w, out_rows, res_rows, ss_rows, pid, sc, bias,
 
 
 @triton.jit(noinline=True)
-def _fc_phase(X, fc_w, hbuf, hss, wsc, B, S, pid, H: tl.constexpr, W: tl.constexpr, NTH: tl.constexpr,
+def _fc_phase(X, fc_w, hbuf, hss, wsc, part, flag, B, S, pid, H: tl.constexpr, W: tl.constexpr, NTH: tl.constexpr,
               BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, IEEE: tl.constexpr, STAGES: tl.constexpr,
-              NPROG: tl.constexpr, W8: tl.constexpr):
+              NPROG: tl.constexpr, W8: tl.constexpr, SK: tl.constexpr, NSEG: tl.constexpr):
     """Root step: ``h = fc(features)`` for all ``B*S`` new rows into hbuf[0] (row statistics into hss[0])."""
     offm = tl.arange(0, BM)
     MR0 = B * S
-    for mc in range(0, (MR0 + BM - 1) // BM):
+    n_mc = (MR0 + BM - 1) // BM
+    for mc in range(0, n_mc):
         r = (mc * BM + offm).to(tl.int64)
         rok = r < MR0
         _linear_tiles(X + r[:, None] * W, rok[:, None], fc_w, hbuf + r[:, None] * H, hbuf, hss + r[:, None] * NTH,
-                      pid, wsc, wsc, W, H, False, BN, BK, IEEE, STAGES, NPROG, W8, False)
+                      pid, wsc, wsc, part, flag, n_mc == 1, W, H, False, BN, BK, IEEE, STAGES, NPROG, W8, False, SK,
+                      NSEG)
 
 
 @triton.jit
@@ -712,69 +740,105 @@ def _comb_phase(s, att_o, att_ml, attn, B, pid, NH: tl.constexpr, HD: tl.constex
 
 
 @triton.jit(noinline=True)
-def _o_phase(s, attn, wo, hbuf, src, nnew, h1, h1ss, wsc, wb, B, S, MCAP, pid, H: tl.constexpr, QW: tl.constexpr,
-             KVW: tl.constexpr, K: tl.constexpr, NTH: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr,
-             BK: tl.constexpr, IEEE: tl.constexpr, STAGES: tl.constexpr, NPROG: tl.constexpr, W8: tl.constexpr,
-             HAS_B: tl.constexpr):
+def _o_phase(s, attn, wo, hbuf, src, nnew, h1, h1ss, wsc, wb, part, flag, B, S, MCAP, pid, H: tl.constexpr,
+             QW: tl.constexpr, KVW: tl.constexpr, K: tl.constexpr, NTH: tl.constexpr, BM: tl.constexpr,
+             BN: tl.constexpr, BK: tl.constexpr, IEEE: tl.constexpr, STAGES: tl.constexpr, NPROG: tl.constexpr,
+             W8: tl.constexpr, HAS_B: tl.constexpr, SK: tl.constexpr, NSEG: tl.constexpr):
     """``h1 = hidden + o_proj(attn)`` for the rows that continue (the root's last row, or the frontier)."""
     is_root = s == 0
     in_off = (s % 2) * MCAP * H
     MQ = tl.where(is_root, B, B * K)
     offm = tl.arange(0, BM)
-    for mc in range(0, (MQ + BM - 1) // BM):
+    n_mc = (MQ + BM - 1) // BM
+    for mc in range(0, n_mc):
         r = mc * BM + offm
         rok = r < MQ
         nb = tl.load(nnew + r, mask=rok & is_root, other=1)
         hrow = tl.where(is_root, r * S + nb - 1, tl.load(src + r, mask=rok & (s > 0), other=0, cache_modifier=".cg"))
         _linear_tiles(attn + r.to(tl.int64)[:, None] * QW, rok[:, None], wo, h1 + r.to(tl.int64)[:, None] * H,
                       hbuf + in_off + hrow.to(tl.int64)[:, None] * H, h1ss + r.to(tl.int64)[:, None] * NTH, pid,
-                      wsc + H + QW + 2 * KVW, wb + QW + 2 * KVW, QW, H, True, BN, BK, IEEE, STAGES, NPROG, W8, HAS_B)
+                      wsc + H + QW + 2 * KVW, wb + QW + 2 * KVW, part, flag, n_mc == 1, QW, H, True, BN, BK, IEEE,
+                      STAGES, NPROG, W8, HAS_B, SK, NSEG)
 
 
 @triton.jit(noinline=True)
-def _gu_phase(s, h1, h1ss, g_post, wg, wu, act, sc_g, B, eps, pid, H: tl.constexpr, INTER: tl.constexpr,
+def _gu_phase(s, h1, h1ss, g_post, wg, wu, act, sc_g, part, flag, B, eps, pid, H: tl.constexpr, INTER: tl.constexpr,
               K: tl.constexpr, NTH: tl.constexpr, NTHP: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr,
-              BK: tl.constexpr, IEEE: tl.constexpr, STAGES: tl.constexpr, NPROG: tl.constexpr, W8: tl.constexpr):
-    """``act = silu(gate(x)) * up(x)``, x = post-attention RMSNorm(h1) computed inline."""
+              BK: tl.constexpr, IEEE: tl.constexpr, STAGES: tl.constexpr, NPROG: tl.constexpr, W8: tl.constexpr,
+              SK: tl.constexpr, NSEG: tl.constexpr):
+    """``act = silu(gate(x)) * up(x)``, x = post-attention RMSNorm(h1) computed inline. Whole tiles, or with ``SK``
+    and one row tile stream-K over (tile, BK chunk) as :func:`_linear_tiles` (gate's and up's partial sums in two
+    halves of ``part`` / ``flag``): with FP8 weights the programs holding one tile more than others set the time."""
     DT: tl.constexpr = h1.dtype.element_ty
+    NC: tl.constexpr = (H + BK - 1) // BK
+    n_it: tl.constexpr = (INTER + BN - 1) // BN
     MQ = tl.where(s == 0, B, B * K)
     offm = tl.arange(0, BM)
     offn = tl.arange(0, BN)
-    n_it = (INTER + BN - 1) // BN
-    for mc in range(0, (MQ + BM - 1) // BM):
+    n_mc = (MQ + BM - 1) // BM
+    for mc in range(0, n_mc):
         r = mc * BM + offm
         rok = r < MQ
         x_row = h1 + r.to(tl.int64)[:, None] * H
         rs = _rstd_parts(h1ss + r.to(tl.int64)[:, None] * NTH, rok[:, None], NTH, NTHP, H, eps)
-        for t in range(pid, n_it, NPROG):
-            cols = t * BN + offn
-            cok = cols < INTER
-            ag = tl.zeros([BM, BN], dtype=tl.float32)
-            au = tl.zeros([BM, BN], dtype=tl.float32)
-            wg_row = wg + cols.to(tl.int64)[:, None] * H
-            wu_row = wu + cols.to(tl.int64)[:, None] * H
-            for k0 in tl.range(0, H, BK, num_stages=STAGES):
-                ag, au = _chunk_gu(x_row, rok[:, None], rs, g_post, wg_row, wu_row, cok[:, None], k0, ag, au, H, BK,
-                                   DT, IEEE)
-            gr = _epi(ag, sc_g, sc_g, cols, cok, W8, False, DT)  # (gate's scales, then up's: sc_g + INTER)
-            a = _rnd(_rnd(gr / (1.0 + tl.exp(-gr)), DT) * _epi(au, sc_g + INTER, sc_g, cols, cok, W8, False, DT), DT)
-            tl.store(act + r.to(tl.int64)[:, None] * INTER + cols[None, :], a.to(DT), mask=rok[:, None] & cok[None, :])
+        if SK:
+            split = n_mc == 1
+            c_lo, c_hi, t0, n_seg = _streamk_span(pid, n_it, NC, split, NPROG)
+            for i in range(0, n_seg):
+                t, s0, s1 = _streamk_segment(i, c_lo, c_hi, t0, NC, split, pid, NPROG)
+                cols = t * BN + offn
+                cok = cols < INTER
+                ag = tl.zeros([BM, BN], dtype=tl.float32)
+                au = tl.zeros([BM, BN], dtype=tl.float32)
+                wg_row = wg + cols.to(tl.int64)[:, None] * H
+                wu_row = wu + cols.to(tl.int64)[:, None] * H
+                for k0 in tl.range(s0 * BK, s1 * BK, BK, num_stages=STAGES):
+                    ag, au = _chunk_gu(x_row, rok[:, None], rs, g_post, wg_row, wu_row, cok[:, None], k0, ag, au, H,
+                                       BK, DT, IEEE)
+                ag, own = _streamk_fixup(ag, t, s0, n_it, NC, split, part, flag, pid, NSEG, NPROG)
+                au, own = _streamk_fixup(au, t, s0, n_it, NC, split, part + n_it * NSEG * BM * BN,
+                                         flag + n_it * NSEG, pid, NSEG, NPROG)
+                if own:
+                    _gu_out(ag, au, r, rok, cols, act, sc_g, INTER, W8, DT)
+        else:
+            for t in range(pid, n_it, NPROG):
+                cols = t * BN + offn
+                cok = cols < INTER
+                ag = tl.zeros([BM, BN], dtype=tl.float32)
+                au = tl.zeros([BM, BN], dtype=tl.float32)
+                wg_row = wg + cols.to(tl.int64)[:, None] * H
+                wu_row = wu + cols.to(tl.int64)[:, None] * H
+                for k0 in tl.range(0, H, BK, num_stages=STAGES):
+                    ag, au = _chunk_gu(x_row, rok[:, None], rs, g_post, wg_row, wu_row, cok[:, None], k0, ag, au, H,
+                                       BK, DT, IEEE)
+                _gu_out(ag, au, r, rok, cols, act, sc_g, INTER, W8, DT)
+
+
+@triton.jit
+def _gu_out(ag, au, r, rok, cols, act, sc_g, INTER: tl.constexpr, W8: tl.constexpr, DT: tl.constexpr):
+    """``silu(gate) * up`` of one tile from the full fp32 sums (gate's scales at ``sc_g``, up's at ``sc_g + INTER``)."""
+    cok = cols < INTER
+    gr = _epi(ag, sc_g, sc_g, cols, cok, W8, False, DT)
+    a = _rnd(_rnd(gr / (1.0 + tl.exp(-gr)), DT) * _epi(au, sc_g + INTER, sc_g, cols, cok, W8, False, DT), DT)
+    tl.store(act + r.to(tl.int64)[:, None] * INTER + cols[None, :], a.to(DT), mask=rok[:, None] & cok[None, :])
 
 
 @triton.jit(noinline=True)
-def _down_phase(s, act, wd, h1, hbuf, hss, sc_d, B, MCAP, pid, H: tl.constexpr, INTER: tl.constexpr,
+def _down_phase(s, act, wd, h1, hbuf, hss, sc_d, part, flag, B, MCAP, pid, H: tl.constexpr, INTER: tl.constexpr,
                 K: tl.constexpr, NTH: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr,
-                IEEE: tl.constexpr, STAGES: tl.constexpr, NPROG: tl.constexpr, W8: tl.constexpr):
+                IEEE: tl.constexpr, STAGES: tl.constexpr, NPROG: tl.constexpr, W8: tl.constexpr, SK: tl.constexpr,
+                NSEG: tl.constexpr):
     """The step output ``h1 + down(act)`` into hbuf[(s + 1) % 2] (row statistics into hss[(s + 1) % 2])."""
     MQ = tl.where(s == 0, B, B * K)
     out_off = ((s + 1) % 2) * MCAP
     offm = tl.arange(0, BM)
-    for mc in range(0, (MQ + BM - 1) // BM):
+    n_mc = (MQ + BM - 1) // BM
+    for mc in range(0, n_mc):
         r = (mc * BM + offm).to(tl.int64)
         rok = r < MQ
         _linear_tiles(act + r[:, None] * INTER, rok[:, None], wd, hbuf + (out_off + r[:, None]) * H,
-                      h1 + r[:, None] * H, hss + (out_off + r[:, None]) * NTH, pid, sc_d, sc_d, INTER, H, True, BN, BK,
-                      IEEE, STAGES, NPROG, W8, False)
+                      h1 + r[:, None] * H, hss + (out_off + r[:, None]) * NTH, pid, sc_d, sc_d, part, flag, n_mc == 1,
+                      INTER, H, True, BN, BK, IEEE, STAGES, NPROG, W8, False, SK, NSEG)
 
 
 @triton.jit
@@ -1124,7 +1188,7 @@ def fused_drafter_kernel(
     X, ids, nnew,
     # persistent state: draft KV [B, LMAX, NKV, HD] and rows held [B]
     kc, vc, kvlen,
-    # scratch (hss / h1ss: per-tile sums of squares of hbuf / h1 rows; part / flag: QKV split-K partials)
+    # scratch (hss / h1ss: per-tile sums of squares of hbuf / h1 rows; part / flag: stream-K partial sums and flags)
     hbuf, hss, qbuf, part, flag, hq_part, att_o, att_ml, attn, h1, h1ss, act, lm_key, lm_ms, lm_scr, ch_lp, ch_id,
     tok_in, src,
     sc, fr, anc, cand_sc, cand_tok, par_list, node_of, selg, pnode, posb,
@@ -1154,6 +1218,9 @@ def fused_drafter_kernel(
     # HQ_P0.. (which have no RM or SEL unit: HQ_P0 >= the row tile; 0 when one program runs everything); NSEGH >=
     # the programs sharing one of its tiles (a power of two)
     HQ: tl.constexpr = False, HQ_P0: tl.constexpr = 0, NSEGH: tl.constexpr = 1,
+    # SKL: fc (one row tile), o, gate/up and down stream-K over (tile, chunk) as q/k/v, in part / flag (with FP8
+    # weights, whose products are bound by each program's K loop); NSEGL >= the programs sharing one of their tiles
+    SKL: tl.constexpr = False, NSEGL: tl.constexpr = 1,
 ):
     pid = tl.program_id(0)
     DT: tl.constexpr = hbuf.dtype.element_ty
@@ -1168,9 +1235,11 @@ def fused_drafter_kernel(
     # a prompt longer than one tree-row tile runs the root's fc and q/k/v on BMR-row tiles: the weights are
     # streamed once per BMR prompt rows instead of once per BM
     if B * S > BM:
-        _fc_phase(X, fc_w, hbuf, hss, wsc, B, S, pid, H, W, NTH, BMR, BN, BKR, IEEE, STAGES, NPROG, W8)
+        _fc_phase(X, fc_w, hbuf, hss, wsc, part, flag, B, S, pid, H, W, NTH, BMR, BN, BKR, IEEE, STAGES, NPROG, W8,
+                  False, 1)
     else:
-        _fc_phase(X, fc_w, hbuf, hss, wsc, B, S, pid, H, W, NTH, BM, BN, BKL, IEEE, STAGES, NPROG, W8)
+        _fc_phase(X, fc_w, hbuf, hss, wsc, part, flag, B, S, pid, H, W, NTH, BM, BN, BKL, IEEE, STAGES, NPROG, W8,
+                  SKL, NSEGL)
     bt += NPROG
     _grid_sync(bar, bt, NPROG, prof, PROFILE)
     for s in range(0, D + 1):
@@ -1196,16 +1265,16 @@ def fused_drafter_kernel(
         _comb_phase(s, att_o, att_ml, attn, B, pid, NH, HD, K, NSPLIT, NPROG)
         bt += NPROG
         _grid_sync(bar, bt, NPROG, prof, PROFILE)
-        _o_phase(s, attn, wo, hbuf, src, nnew, h1, h1ss, wsc, wb, B, S, MCAP, pid, H, QW, KVW, K, NTH, BM, BN, BKL,
-                 IEEE, STAGES, NPROG, W8, HAS_BIAS)
+        _o_phase(s, attn, wo, hbuf, src, nnew, h1, h1ss, wsc, wb, part, flag, B, S, MCAP, pid, H, QW, KVW, K, NTH,
+                 BM, BN, BKL, IEEE, STAGES, NPROG, W8, HAS_BIAS, SKL, NSEGL)
         bt += NPROG
         _grid_sync(bar, bt, NPROG, prof, PROFILE)
-        _gu_phase(s, h1, h1ss, g_post, wg, wu, act, wsc + SC_G, B, eps, pid, H, INTER, K, NTH, NTHP, BM, BNG, BKG,
-                  IEEE, STAGES, NPROG, W8)
+        _gu_phase(s, h1, h1ss, g_post, wg, wu, act, wsc + SC_G, part, flag, B, eps, pid, H, INTER, K, NTH, NTHP,
+                  BM, BNG, BKG, IEEE, STAGES, NPROG, W8, SKL, NSEGL)
         bt += NPROG
         _grid_sync(bar, bt, NPROG, prof, PROFILE)
-        _down_phase(s, act, wd, h1, hbuf, hss, wsc + SC_D, B, MCAP, pid, H, INTER, K, NTH, BM, BN, BKL, IEEE,
-                    STAGES, NPROG, W8)
+        _down_phase(s, act, wd, h1, hbuf, hss, wsc + SC_D, part, flag, B, MCAP, pid, H, INTER, K, NTH, BM, BN, BKL,
+                    IEEE, STAGES, NPROG, W8, SKL, NSEGL)
         bt += NPROG
         _grid_sync(bar, bt, NPROG, prof, PROFILE)
         _lm_phase(s, hbuf, hss, g_norm, wlm, lm_key, lm_ms, lm_scr, wsc + SC_LM, B, MCAP, eps, pid, H, VD, K, KP,
