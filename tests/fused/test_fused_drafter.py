@@ -201,21 +201,23 @@ def test_hidden_half_early_schedule_covers_every_chunk_once():
             assert got == list(range(nch)), (n_t, nch, nh, t)
 
 
+@pytest.mark.parametrize("stream_k", [True, False], ids=["stream-k", "whole-tiles"])
 @pytest.mark.parametrize("tree,batch,rows,fp8", [((20, 3, 4), 1, 7, False), ((14, 2, 4), 2, 7, True),
                                                  ((20, 2, 6), 3, 5, False), ((12, 2, 3), 1, 37, True)],
                          ids=["20-3-4", "2x4-rows-fp8", "3x6-rows-two-tiles", "long-prompt-root-tiles-fp8"])
-def test_stream_k_linear_matches_reference(tree, batch, rows, fp8):
-    """``stream_k_linear``: fc, o, gate/up and down stream-K (one program here, so every tile is whole in its
-    range and the fix-up path has no parts to add). Trees and draft KV as the reference's, over calls with KV
-    growth; 3 x 6 tree rows (two row tiles) and a long prompt's root (BMR-row fc tiles) take whole tiles."""
+def test_stream_k_linear_matches_reference(tree, batch, rows, fp8, stream_k):
+    """``stream_k_linear`` on (fc, o, gate/up and down stream-K; one program here, so every tile is whole in its
+    range and the fix-up path has no parts to add) and off (whole tiles in turn). Trees and draft KV as the
+    reference's, over calls with KV growth; 3 x 6 tree rows (two row tiles) and a long prompt's root (BMR-row fc
+    tiles) take whole tiles either way."""
     head = make_head(True)
     if fp8:
         head.quantize_fp8()
     tc = TreeConfig(*tree)
     cfg = DrafterConfig.from_head(head, tc, max_batch=batch, max_len=128, max_new_rows=max(8, rows),
-                                  stream_k_linear=True)
+                                  stream_k_linear=stream_k)
     p = cfg.launch_params("cpu", batch, rows)
-    assert p["SKL"] == (batch * tc.top_k <= p["BM"]) and p["NSEGL"] == 1
+    assert p["SKL"] == (stream_k and batch * tc.top_k <= p["BM"]) and p["NSEGL"] == 1
     w = Weights.from_head(head, cfg.max_len + tc.depth + 1)
     bufs, bufs_ref = Buffers.allocate(cfg, "cpu"), Buffers.allocate(cfg, "cpu")
     V = head.config.vocab_size
@@ -235,21 +237,20 @@ def test_stream_k_linear_matches_reference(tree, batch, rows, fp8):
 
 
 def test_stream_k_linear_launch_parameters_and_buffers():
-    """On by default with FP8 weights where the tree rows fit one row tile, never beyond it; ``True`` / ``False``
-    force it. NSEGL bounds the programs sharing a tile of fc, o, down and gate/up, and the partial-sum buffers hold
-    every (tile, part) slot of each (gate/up: two sets)."""
+    """On by default (and with ``True``) where the tree rows fit one row tile, never beyond it, never with
+    ``False``. NSEGL bounds the programs sharing a tile of fc, o, down and gate/up, and the partial-sum buffers
+    hold every (tile, part) slot of each (gate/up: two sets)."""
     from eagle_triton.fused.host import streamk_max_sharing
 
     big = DrafterConfig(hidden_size=4096, num_heads=32, num_kv_heads=8, head_dim=128, intermediate_size=14336,
                         draft_vocab=32000, feature_width=3 * 4096, vocab_size=128256, rms_eps=1e-5, has_d2t=True,
                         max_batch=16, nprog=132)
     fp8 = big.with_(weight_dtype=torch.float8_e4m3fn)
-    assert not any(big.launch_params("cuda", b, 4)["SKL"] for b in range(1, 17))
-    on = {b: fp8.launch_params("cuda", b, 4)["SKL"] for b in range(1, 17)}
-    bm = {b: fp8.launch_params("cuda", b, 4)["BM"] for b in range(1, 17)}
-    assert on == {b: 10 * b <= bm[b] for b in range(1, 17)} and on[1] and not on[16]
-    assert not fp8.with_(stream_k_linear=False).launch_params("cuda", 1, 4)["SKL"]
-    assert big.with_(stream_k_linear=True).launch_params("cuda", 1, 4)["SKL"]
+    for cfg in (big, fp8, big.with_(stream_k_linear=True)):
+        on = {b: cfg.launch_params("cuda", b, 4)["SKL"] for b in range(1, 17)}
+        bm = {b: cfg.launch_params("cuda", b, 4)["BM"] for b in range(1, 17)}
+        assert on == {b: 10 * b <= bm[b] for b in range(1, 17)} and on[12] and not on[13]
+        assert not any(cfg.with_(stream_k_linear=False).launch_params("cuda", b, 4)["SKL"] for b in range(1, 17))
     p = fp8.launch_params("cuda", 1, 4)
     assert (p["BN"], p["BNG"], p["BKL"], p["BKG"]) == (64, 64, 256, 128)
     worst = max(streamk_max_sharing(64, 48, 132), streamk_max_sharing(64, 16, 132),
@@ -613,13 +614,15 @@ def test_gpu_llama8b_fp8_bf16_separated_trees_identical():
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("option", ["hidden_half_early", "stream_k_linear"])
+@pytest.mark.parametrize("option", [("hidden_half_early", True), ("stream_k_linear", False)],
+                         ids=["hidden-half-early", "whole-tiles"])
 @pytest.mark.parametrize("shape", ["small", "8b"])
 def test_gpu_schedule_options_fp32_identical_trees(shape, option):
     """The schedules other than the default, with one program per SM. ``hidden_half_early``: the programs past
     the row tile compute the next step's hidden half during RM and SEL (arriving at the RM barrier without
-    waiting). ``stream_k_linear``: fc, o, gate/up and down tiles cut between programs, their parts summed by the
-    owner. fp32 trees and held KV identical to the reference, batch 1 and 2, across calls."""
+    waiting). ``stream_k_linear=False``: fc, o, gate/up and down in whole tiles, each over the full reduction (the
+    default cuts them between programs). fp32 trees and held KV identical to the reference, batch 1 and 2, across
+    calls."""
     torch.backends.cuda.matmul.allow_tf32 = False
     if shape == "small":
         head = make_head(True, hidden_size=256, intermediate_size=512, num_attention_heads=8, num_key_value_heads=2,
@@ -630,12 +633,12 @@ def test_gpu_schedule_options_fp32_identical_trees(shape, option):
     V = head.config.vocab_size
     w = Weights.from_head(head, 140)
     for batch in batches:
-        cfg = DrafterConfig.from_head(head, tc, max_batch=batch, max_len=128, max_new_rows=16, **{option: True})
+        cfg = DrafterConfig.from_head(head, tc, max_batch=batch, max_len=128, max_new_rows=16, **dict([option]))
         p = cfg.launch_params("cuda", batch, 16)
-        if option == "hidden_half_early":
+        if option[0] == "hidden_half_early":
             assert p["HQ"] and p["HQ_P0"] == p["BM"] and p["NPROG"] > p["BM"]
         else:
-            assert p["SKL"] and p["NSEGL"] > 1
+            assert not p["SKL"] and cfg.with_(stream_k_linear=None).launch_params("cuda", batch, 16)["SKL"]
         bufs, bufs_ref = Buffers.allocate(cfg, "cuda"), Buffers.allocate(cfg, "cuda")
         for _ in range(3):
             num_new = torch.randint(1, 16, (batch,)).tolist()

@@ -399,10 +399,10 @@ def _linear_tiles(x_rows, row_ok, w, out_rows, res_rows, ss_rows, pid, sc, bias,
     product's rounding with FP8 scales ``sc`` and ``bias``: :func:`_epi`).
     Each tile ``t`` also stores its rows' sums of squares of the stored values at ``ss_rows + t``: the consumer's
     RMSNorm statistics (:func:`_rstd_parts`).
-    Whole tiles by default: in bf16, o and down (64 tiles on 132 SMs) measured no faster stream-K (down 46 us either
-    way, o 16 -> 18.5 us per step; docs/fused_drafter.md). ``SK`` (with ``split``, one row tile): stream-K over
-    (tile, BK chunk) as q/k/v, partial sums in ``part`` / ``flag`` (``NSEG`` >= the programs sharing a tile), for
-    FP8 weights, whose products are bound by each program's K loop rather than by the GPU's bandwidth."""
+    ``SK`` (the default; with ``split``, one row tile): stream-K over (tile, BK chunk) as q/k/v, partial sums in
+    ``part`` / ``flag`` (``NSEG`` >= the programs sharing a tile): whole tiles leave SMs idle (o and down: 64 tiles on
+    132 SMs), which costs most where each program's K loop bounds the product (FP8 weights, more rows). Otherwise
+    whole tiles, each over the full reduction."""
     BM: tl.constexpr = row_ok.shape[0]
     NC: tl.constexpr = (KDIM + BK - 1) // BK
     n_t = (N + BN - 1) // BN
@@ -768,7 +768,8 @@ def _gu_phase(s, h1, h1ss, g_post, wg, wu, act, sc_g, part, flag, B, eps, pid, H
               SK: tl.constexpr, NSEG: tl.constexpr):
     """``act = silu(gate(x)) * up(x)``, x = post-attention RMSNorm(h1) computed inline. Whole tiles, or with ``SK``
     and one row tile stream-K over (tile, BK chunk) as :func:`_linear_tiles` (gate's and up's partial sums in two
-    halves of ``part`` / ``flag``): with FP8 weights the programs holding one tile more than others set the time."""
+    halves of ``part`` / ``flag``): every program then reduces the same number of chunks (224 tiles of the 8B head
+    on 132 SMs are otherwise 1 or 2 per program)."""
     DT: tl.constexpr = h1.dtype.element_ty
     NC: tl.constexpr = (H + BK - 1) // BK
     n_it: tl.constexpr = (INTER + BN - 1) // BN
@@ -1218,8 +1219,8 @@ def fused_drafter_kernel(
     # HQ_P0.. (which have no RM or SEL unit: HQ_P0 >= the row tile; 0 when one program runs everything); NSEGH >=
     # the programs sharing one of its tiles (a power of two)
     HQ: tl.constexpr = False, HQ_P0: tl.constexpr = 0, NSEGH: tl.constexpr = 1,
-    # SKL: fc (one row tile), o, gate/up and down stream-K over (tile, chunk) as q/k/v, in part / flag (with FP8
-    # weights, whose products are bound by each program's K loop); NSEGL >= the programs sharing one of their tiles
+    # SKL: fc (one row tile), o, gate/up and down stream-K over (tile, chunk) as q/k/v, in part / flag (where the
+    # rows fit one row tile: DrafterConfig.stream_k_linear); NSEGL >= the programs sharing one of their tiles
     SKL: tl.constexpr = False, NSEGL: tl.constexpr = 1,
 ):
     pid = tl.program_id(0)
