@@ -272,6 +272,7 @@ def main(argv=None) -> int:
     refuse_foreign("bench_fused_drafter", os.path.join(args.out, f"{args.name}.json"),
                    os.path.join(args.out, f"{args.name}.png"))
     import triton
+    from triton.runtime.errors import OutOfResources
 
     t0 = time.time()
     cases = []  # (shape, peaked, tree, scenario, batch, weights)
@@ -332,7 +333,8 @@ def main(argv=None) -> int:
                 S, prefix = (4, 512) if scen == "decode" else (512, 0)
                 r = bench_case(head, tune_tc, tb, S, prefix, False, tb > 1 or scen != "decode",
                                tuning=opts, profile=args.profile)
-            except ValueError as exc:  # e.g. a grid that cannot be resident
+            except (ValueError, OutOfResources) as exc:  # a grid that cannot be resident,
+                # a tiling past the shared memory (an explicit block_k)
                 print(f"tuning {t}: {exc}", flush=True)
                 rows.append(dict(tuning=t, error=str(exc)))
                 continue

@@ -252,9 +252,22 @@ def test_stream_k_linear_launch_parameters_and_buffers():
         assert on == {b: 10 * b <= bm[b] for b in range(1, 17)} and on[12] and not on[13]
         assert not any(cfg.with_(stream_k_linear=False).launch_params("cuda", b, 4)["SKL"] for b in range(1, 17))
     p = fp8.launch_params("cuda", 1, 4)
-    assert (p["BN"], p["BNG"], p["BKL"], p["BKG"]) == (64, 64, 256, 128)
-    worst = max(streamk_max_sharing(64, 48, 132), streamk_max_sharing(64, 16, 132),
-                streamk_max_sharing(64, 56, 132), streamk_max_sharing(224, 32, 132))
+    # FP8 weights: 128-deep reduction chunks (measured faster at every shape on an H200), bf16 256 where they fit
+    assert (p["BN"], p["BNG"], p["BKL"], p["BKG"], p["BK"], p["BKQ"]) == (64, 64, 128, 128, 128, 128)
+    q16 = big.launch_params("cuda", 1, 4)
+    assert (q16["BKL"], q16["BKG"], q16["BK"], q16["BKQ"]) == (256, 128, 128, 128)
+    # the FP8 default is the decode launch measured as block_k=128 (bench/results/session30_2026-11-28/defaults/
+    # bk128_*); only the 128-row root tiles of long prompts (BKR, BKQR: not in a decode step) keep the chunk that fits
+    # the budget with 16-bit weights
+    for b in (1, 4, 16):
+        dflt, tuned = fp8.launch_params("cuda", b, 4), fp8.with_(block_k=128).launch_params("cuda", b, 4)
+        assert {k: v for k, v in dflt.items() if k not in ("BKR", "BKQR")} == \
+            {k: v for k, v in tuned.items() if k not in ("BKR", "BKQR")}
+    # an explicit block_k whose pipeline buffers exceed the shared-memory budget is refused before any launch
+    with pytest.raises(ValueError, match="block_k 512"):
+        fp8.with_(block_k=512).launch_params("cuda", 1, 4)
+    worst = max(streamk_max_sharing(64, 96, 132), streamk_max_sharing(64, 32, 132),
+                streamk_max_sharing(64, 112, 132), streamk_max_sharing(224, 32, 132))
     assert worst <= p["NSEGL"] < 2 * worst
     # the buffers for a launch's parameters (the interpreter's tiling here, 132 programs: parts are shared)
     small = fp8.with_(hidden_size=256, num_heads=4, num_kv_heads=2, head_dim=64, intermediate_size=704,
