@@ -572,6 +572,38 @@ def session28_entries() -> list[dict]:
     return out
 
 
+S30 = "session30_2026-11-28/defaults/"  # the README's H200 head-shape table (session 30: the only device lent)
+
+
+def session30_entries() -> list[dict]:
+    """Session 30's H200 figures of the drafter at each head shape (the README's H200 table), names as issue 19's
+    with ``_h200``: bf16 from the sweep at 437672a (stream-K linear products; bf16 unchanged since), FP8 from runs
+    of the code whose default is the measured ``block_k=128`` launch (``bk128_fp8_*.json``' tuned rows: the same
+    constexprs as the default, as tests/fused/test_fused_drafter.py asserts) or of that default itself."""
+    names = {"llama31-8b": ("8b", "Llama-3.1-8B"), "qwen3-8b": ("qwen3_8b", "Qwen3-8B"),
+             "llama33-70b": ("70b", "Llama-3.3-70B"), "llama32-1b": ("1b", "Llama-3.2-1B")}
+    rows = []
+    for shape in names:
+        rows.append((shape, "bf16", 1, S30 + "drafter_h200.json",
+                     ["rows", {"shape": shape, "weights": "bf16", "batch": 1}], "437672a"))
+    rows += [("llama31-8b", "fp8", 1, S30 + "fp8_b16_default.json", ["rows", 3], "2e719a6"),
+             ("llama31-8b", "fp8", 16, S30 + "fp8_b16_default.json", ["rows", 0], "2e719a6")]
+    for shape in ("qwen3-8b", "llama33-70b", "llama32-1b"):
+        rows.append((shape, "fp8", 1, S30 + f"bk128_fp8_{shape}.json", ["rows", 1], "437672a with block_k=128"))
+    out = []
+    for shape, weights, batch, src, sel, code in rows:
+        short, label = names[shape]
+        name = f"draft_{short}_" + ("fp8_" if weights == "fp8" else "") + f"60_7_10_b{batch}_h200"
+        row = [label, weights, str(batch)]
+        out.append(entry(name, "ms", src, sel + ["fused_ms"], 3, H200,
+                         _adding_commit(ROOT / RESULTS / src) or "uncommitted",
+                         [{"row": row, "column": "H200 ms"}, {"row": row, "column": "H200 floor ms", "field": "floor"}],
+                         sel + ["floor_ms"], "floor",
+                         f"random head, 60/7/10 decode (4 new rows on a 512-row prefix), code {code}",
+                         date="2026-11-28"))
+    return out
+
+
 ENGINE_TABLES = ("smollm2", "llama8b")  # the parts of bench_engine.json that each print a README table
 
 
@@ -695,7 +727,7 @@ def main() -> None:
                               + session9_entries() + session12_entries()
                               + session13_entries() + session14_entries() + session15_entries() + session16_entries()
                               + shipped_head_entries() + session24_entries() + session25_entries() + session26_entries()
-                              + session27_entries() + session28_entries()
+                              + session27_entries() + session28_entries() + session30_entries()
                               + engine_parts_entries()
                               + batch_entries())}
     path = ROOT / RESULTS / "headline.json"

@@ -84,7 +84,7 @@ class DrafterConfig:
     ``stream_k_linear``: fc, o, gate/up and down cut into equal contiguous (tile, reduction chunk) ranges, one per
     program, as q/k/v always is (a tile's parts summed by its owner in a fixed order), where a step's rows fit one
     row tile. ``None`` (the default) and ``True``: wherever the rows fit one row tile (measured faster on an H200 at
-    every shape and batch tried: FP8 8B 60/7/10 1.884 -> 1.745 ms, bf16 batch 2-8 4-6% faster, batch 1 0.2-0.3%);
+    every shape and batch tried: FP8 8B 60/7/10 1.884 -> 1.747 ms, bf16 batch 2-8 4-6% faster, batch 1 0.2-0.4%);
     ``False``: never (whole tiles, each over the full reduction).
 
     Shapes the kernel cannot run are refused here or in :meth:`launch_params`, before any launch, with the reason:
@@ -267,8 +267,9 @@ class DrafterConfig:
         def chunk(width: int, rows: int = bm) -> int:  # a product's reduction chunk: block_k or the largest that fits
             # 128-deep chunks with FP8 weights (H200, bench/results/session30_2026-11-28/defaults/bk128_*, block_k=128
             # against the 256 / 128 / 64 chosen as for bf16): 60/7/10 8B 1.741 -> 1.726 ms, Qwen3-8B 1.664 -> 1.650,
-            # 70B 4.171 -> 4.152, the 1B-class head 1.057 -> 0.968, batch 4 3.77 -> 3.67, batch 16 10.50 -> 10.13;
-            # bf16 level (1.964 either way), so it keeps 256 where that fits
+            # 70B 4.171 -> 4.152, the 1B-class head 1.057 -> 0.968, batch 4 3.77 -> 3.67 (batch 16 10.50 -> 10.13,
+            # but there lm_head's and gate/up's 128-deep buffers exceed the budget and keep 64: 10.38-10.43 in
+            # fp8_b16_default.json); bf16 level (1.964 either way), so it keeps 256 where that fits
             return min(self.block_k or fit(32 if interp else 128 if small or self.fp8 else 256, width, rows),
                        _pow2(H))
 
@@ -300,8 +301,8 @@ class DrafterConfig:
         # fc (the root of a prompt within one row tile), o, gate/up and down stream-K where the rows fit one row
         # tile: whole tiles leave SMs idle (down and o: 64 tiles on 132 SMs) or unevenly loaded (gate/up: 224 tiles),
         # and with FP8 weights each program's K loop, not the GPU's bandwidth, bounds a product. On an H200
-        # (bench/results/session30_2026-11-28/skl/): FP8 8B 60/7/10 1.884 -> 1.745 ms (down 54 -> 34 us per step),
-        # Qwen3-8B 1.826 -> 1.670, 70B 4.23 -> 4.17, batch 2/4/8 9-12% faster; bf16 batch 1 0.2-0.3% (8B, Qwen3-8B,
+        # (bench/results/session30_2026-11-28/skl/): FP8 8B 60/7/10 1.884 -> 1.747 ms (down 54 -> 34 us per step),
+        # Qwen3-8B 1.826 -> 1.670, 70B 4.23 -> 4.17, batch 2/4/8 9-12% faster; bf16 batch 1 0.2-0.4% (8B, Qwen3-8B,
         # 70B), batch 2/4/8 4-6%. NSEGL: the most programs sharing one of their tiles (a power of two, as NSEG).
         skl = (self.stream_k_linear is None or bool(self.stream_k_linear)) and mq <= bm
         nsegl = 1
