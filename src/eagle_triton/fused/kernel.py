@@ -19,7 +19,8 @@ QKV           stream-K: an equal share of (BN features x BKQ chunks of     root:
 ATT           (sequence, kv head, KV split): all query heads of the group  root: the last row; tree: ``K``
               over packed prefix + tree keys, ancestor mask implicit       frontier nodes
 COMB          (row, head): merges the KV splits (flash-decoding)
-O             BN features of ``o_proj`` + residual
+O             BN features of ``o_proj`` + residual (FC, O, GU, DOWN:
+              stream-K as QKV where the rows fit one row tile, SKL)
 GU            BNG features of gate and up, post-attention RMSNorm inline,
               ``silu(g) * u``
 DOWN          BN features of ``down_proj`` + residual: the step output
