@@ -237,9 +237,10 @@ def test_stream_k_linear_matches_reference(tree, batch, rows, fp8, stream_k):
 
 
 def test_linear_schedule_and_chunks_launch_parameters_and_buffers():
-    """On by default (and with ``True``) where the tree rows fit one row tile, never beyond it, never with
-    ``False``. NSEGL bounds the programs sharing a tile of fc, o, down and gate/up, and the partial-sum buffers
-    hold every (tile, part) slot of each (gate/up: two sets)."""
+    """Stream-K linear products: on by default (and with ``True``) where the tree rows fit one row tile, never
+    beyond it, never with ``False``; off by default for heads below 1024 wide. NSEGL bounds the programs sharing a
+    tile of fc, o, down and gate/up, and the partial-sum buffers hold every (tile, part) slot of each (gate/up: two
+    sets). FP8 weights take 128-deep reduction chunks."""
     from eagle_triton.fused.host import streamk_max_sharing
 
     big = DrafterConfig(hidden_size=4096, num_heads=32, num_kv_heads=8, head_dim=128, intermediate_size=14336,
@@ -251,6 +252,12 @@ def test_linear_schedule_and_chunks_launch_parameters_and_buffers():
         bm = {b: cfg.launch_params("cuda", b, 4)["BM"] for b in range(1, 17)}
         assert on == {b: 10 * b <= bm[b] for b in range(1, 17)} and on[12] and not on[13]
         assert not any(cfg.with_(stream_k_linear=False).launch_params("cuda", b, 4)["SKL"] for b in range(1, 17))
+    # a small head (SmolLM2's shape: hidden 576, its own narrow tiles; not measured) keeps whole tiles unless asked
+    smol = DrafterConfig(hidden_size=576, num_heads=9, num_kv_heads=3, head_dim=64, intermediate_size=1536,
+                         draft_vocab=12288, feature_width=3 * 576, vocab_size=49152, rms_eps=1e-5, has_d2t=True,
+                         nprog=132)
+    assert not smol.launch_params("cuda", 1, 4)["SKL"]
+    assert smol.with_(stream_k_linear=True).launch_params("cuda", 1, 4)["SKL"]
     p = fp8.launch_params("cuda", 1, 4)
     # FP8 weights: 128-deep reduction chunks (measured faster at every shape on an H200), bf16 256 where they fit
     assert (p["BN"], p["BNG"], p["BKL"], p["BKG"], p["BK"], p["BKQ"]) == (64, 64, 128, 128, 128, 128)

@@ -83,9 +83,10 @@ class DrafterConfig:
     a row tile leaves half the programs idle; ``False``: never.
     ``stream_k_linear``: fc, o, gate/up and down cut into equal contiguous (tile, reduction chunk) ranges, one per
     program, as q/k/v always is (a tile's parts summed by its owner in a fixed order), where a step's rows fit one
-    row tile. ``None`` (the default) and ``True``: wherever the rows fit one row tile (measured faster on an H200 at
-    every shape and batch tried: FP8 8B 60/7/10 1.884 -> 1.747 ms, bf16 batch 2-8 4-6% faster, batch 1 0.2-0.4%);
-    ``False``: never (whole tiles, each over the full reduction).
+    row tile. ``None`` (the default): there, for heads of hidden size >= 1024 (measured faster on an H200 at every
+    such shape and batch tried: FP8 8B 60/7/10 1.884 -> 1.747 ms, bf16 batch 2-8 4-6% faster, batch 1 0.2-0.4%;
+    small heads such as SmolLM2's, with their own narrow tiles, were not measured and keep whole tiles); ``True``:
+    wherever the rows fit one row tile; ``False``: never (whole tiles, each over the full reduction).
 
     Shapes the kernel cannot run are refused here or in :meth:`launch_params`, before any launch, with the reason:
     head_dim not a power of two >= 16 (RoPE pairs features within one power-of-two tile), hidden size not a multiple
@@ -304,7 +305,9 @@ class DrafterConfig:
         # (bench/results/session30_2026-11-28/skl/): FP8 8B 60/7/10 1.884 -> 1.747 ms (down 54 -> 34 us per step),
         # Qwen3-8B 1.826 -> 1.670, 70B 4.23 -> 4.17, batch 2/4/8 9-12% faster; bf16 batch 1 0.2-0.4% (8B, Qwen3-8B,
         # 70B), batch 2/4/8 4-6%. NSEGL: the most programs sharing one of their tiles (a power of two, as NSEG).
-        skl = (self.stream_k_linear is None or bool(self.stream_k_linear)) and mq <= bm
+        # (heads below 1024 wide, with their 16- and 32-wide tiles, were not measured: whole tiles there by default)
+        want_skl = (not small) if self.stream_k_linear is None else bool(self.stream_k_linear)
+        skl = want_skl and mq <= bm
         nsegl = 1
         if skl:
             sharing = [streamk_max_sharing(nth, cdiv(kdim, bkl), nprog)
