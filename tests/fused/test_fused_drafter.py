@@ -51,6 +51,28 @@ def assert_same_tree(a, b):
         assert torch.equal(getattr(a, f), getattr(b, f)), (f, getattr(a, f), getattr(b, f))
 
 
+def assert_calls_match_reference(cfg, head, batch, rows, max_new):
+    """Three launches of the fused kernel (CPU, interpreter) and of the reference drafter on the same inputs: a
+    prompt of ``rows`` rows per sequence (root tiles of BMR rows when longer than BM), then decode steps of 1 to
+    ``max_new`` new rows. Identical outputs, held KV lengths, and held KV rows within fp32 rounding."""
+    w = Weights.from_head(head, cfg.max_len + cfg.depth + 1)
+    bufs, bufs_ref = Buffers.allocate(cfg, "cpu"), Buffers.allocate(cfg, "cpu")
+    V = head.config.vocab_size
+    gen = torch.Generator().manual_seed(int(torch.randint(0, 2**31, ())))
+    for call in range(3):
+        num_new = [rows] * batch if call == 0 else torch.randint(1, max_new + 1, (batch,), generator=gen).tolist()
+        X = DraftInputs(torch.randn(batch, rows, head.feature_width), torch.randint(0, V, (batch, rows)),
+                        torch.tensor(num_new, dtype=torch.int32))
+        out = launch_drafter(cfg, X, w, bufs)
+        ref = launch_drafter_ref(cfg, X, w, bufs_ref)
+        for a, b in zip(out, ref, strict=True):
+            assert torch.equal(a, b)
+        assert torch.equal(bufs.kv_len, bufs_ref.kv_len)
+        for b, n in enumerate(bufs.kv_len.tolist()):  # each sequence's held rows (past them: tree scratch)
+            torch.testing.assert_close(bufs.k_cache[b, :n], bufs_ref.k_cache[b, :n], atol=1e-5, rtol=1e-5)
+            torch.testing.assert_close(bufs.v_cache[b, :n], bufs_ref.v_cache[b, :n], atol=1e-5, rtol=1e-5)
+
+
 def assert_same_kv(a, b, atol=1e-5):
     (ka, va), (kb, vb) = a[0], b[0]
     assert ka.shape == kb.shape
@@ -131,22 +153,7 @@ def test_hidden_half_early_matches_reference(tree, batch, peaked, rows):
     p = cfg.launch_params("cpu", batch, rows)
     assert p["HQ"] and p["HQ_P0"] == 0 and p["NSEGH"] == 1
     assert not cfg.launch_params("cpu", batch * 4, 8)["HQ"] or batch * 4 * tc.top_k <= p["BM"]
-    w = Weights.from_head(head, cfg.max_len + tc.depth + 1)
-    bufs, bufs_ref = Buffers.allocate(cfg, "cpu"), Buffers.allocate(cfg, "cpu")
-    V = head.config.vocab_size
-    gen = torch.Generator().manual_seed(int(torch.randint(0, 2**31, ())))
-    for call in range(3):  # a long prompt first (root tiles of BMR rows when rows > BM), then decode steps
-        num_new = [rows] * batch if call == 0 else torch.randint(1, 8, (batch,), generator=gen).tolist()
-        X = DraftInputs(torch.randn(batch, rows, head.feature_width), torch.randint(0, V, (batch, rows)),
-                        torch.tensor(num_new, dtype=torch.int32))
-        out = launch_drafter(cfg, X, w, bufs)
-        ref = launch_drafter_ref(cfg, X, w, bufs_ref)
-        for a, b in zip(out, ref, strict=True):
-            assert torch.equal(a, b)
-        assert torch.equal(bufs.kv_len, bufs_ref.kv_len)
-        for b, n in enumerate(bufs.kv_len.tolist()):  # each sequence's held rows (past them: tree scratch)
-            torch.testing.assert_close(bufs.k_cache[b, :n], bufs_ref.k_cache[b, :n], atol=1e-5, rtol=1e-5)
-            torch.testing.assert_close(bufs.v_cache[b, :n], bufs_ref.v_cache[b, :n], atol=1e-5, rtol=1e-5)
+    assert_calls_match_reference(cfg, head, batch, rows, 7)
 
 
 def test_hidden_half_early_needs_one_row_tile_and_half_the_programs():
@@ -218,22 +225,7 @@ def test_stream_k_linear_matches_reference(tree, batch, rows, fp8, stream_k):
                                   stream_k_linear=stream_k)
     p = cfg.launch_params("cpu", batch, rows)
     assert p["SKL"] == (stream_k and batch * tc.top_k <= p["BM"]) and p["NSEGL"] == 1
-    w = Weights.from_head(head, cfg.max_len + tc.depth + 1)
-    bufs, bufs_ref = Buffers.allocate(cfg, "cpu"), Buffers.allocate(cfg, "cpu")
-    V = head.config.vocab_size
-    gen = torch.Generator().manual_seed(int(torch.randint(0, 2**31, ())))
-    for call in range(3):
-        num_new = [rows] * batch if call == 0 else torch.randint(1, rows + 1, (batch,), generator=gen).tolist()
-        X = DraftInputs(torch.randn(batch, rows, head.feature_width), torch.randint(0, V, (batch, rows)),
-                        torch.tensor(num_new, dtype=torch.int32))
-        out = launch_drafter(cfg, X, w, bufs)
-        ref = launch_drafter_ref(cfg, X, w, bufs_ref)
-        for a, b in zip(out, ref, strict=True):
-            assert torch.equal(a, b)
-        assert torch.equal(bufs.kv_len, bufs_ref.kv_len)
-        for b, n in enumerate(bufs.kv_len.tolist()):
-            torch.testing.assert_close(bufs.k_cache[b, :n], bufs_ref.k_cache[b, :n], atol=1e-5, rtol=1e-5)
-            torch.testing.assert_close(bufs.v_cache[b, :n], bufs_ref.v_cache[b, :n], atol=1e-5, rtol=1e-5)
+    assert_calls_match_reference(cfg, head, batch, rows, rows)
 
 
 def test_linear_schedule_and_chunks_launch_parameters_and_buffers():

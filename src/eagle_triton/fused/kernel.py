@@ -789,14 +789,8 @@ def _gu_phase(s, h1, h1ss, g_post, wg, wu, act, sc_g, part, flag, B, eps, pid, H
             for i in range(0, n_seg):
                 t, s0, s1 = _streamk_segment(i, c_lo, c_hi, t0, NC, split, pid, NPROG)
                 cols = t * BN + offn
-                cok = cols < INTER
-                ag = tl.zeros([BM, BN], dtype=tl.float32)
-                au = tl.zeros([BM, BN], dtype=tl.float32)
-                wg_row = wg + cols.to(tl.int64)[:, None] * H
-                wu_row = wu + cols.to(tl.int64)[:, None] * H
-                for k0 in tl.range(s0 * BK, s1 * BK, BK, num_stages=STAGES):
-                    ag, au = _chunk_gu(x_row, rok[:, None], rs, g_post, wg_row, wu_row, cok[:, None], k0, ag, au, H,
-                                       BK, DT, IEEE)
+                ag, au = _gu_tile(x_row, rok, rs, g_post, wg, wu, cols, s0 * BK, s1 * BK, H, INTER, BK, DT, IEEE,
+                                  STAGES)
                 ag, own = _streamk_fixup(ag, t, s0, n_it, NC, split, part, flag, pid, NSEG, NPROG)
                 au, own = _streamk_fixup(au, t, s0, n_it, NC, split, part + n_it * NSEG * BM * BN,
                                          flag + n_it * NSEG, pid, NSEG, NPROG)
@@ -805,15 +799,24 @@ def _gu_phase(s, h1, h1ss, g_post, wg, wu, act, sc_g, part, flag, B, eps, pid, H
         else:
             for t in range(pid, n_it, NPROG):
                 cols = t * BN + offn
-                cok = cols < INTER
-                ag = tl.zeros([BM, BN], dtype=tl.float32)
-                au = tl.zeros([BM, BN], dtype=tl.float32)
-                wg_row = wg + cols.to(tl.int64)[:, None] * H
-                wu_row = wu + cols.to(tl.int64)[:, None] * H
-                for k0 in tl.range(0, H, BK, num_stages=STAGES):
-                    ag, au = _chunk_gu(x_row, rok[:, None], rs, g_post, wg_row, wu_row, cok[:, None], k0, ag, au, H,
-                                       BK, DT, IEEE)
+                ag, au = _gu_tile(x_row, rok, rs, g_post, wg, wu, cols, 0, H, H, INTER, BK, DT, IEEE, STAGES)
                 _gu_out(ag, au, r, rok, cols, act, sc_g, INTER, W8, DT)
+
+
+@triton.jit
+def _gu_tile(x_row, rok, rs, g_post, wg, wu, cols, k_lo, k_hi, H: tl.constexpr, INTER: tl.constexpr,
+             BK: tl.constexpr, DT: tl.constexpr, IEEE: tl.constexpr, STAGES: tl.constexpr):
+    """Gate's and up's fp32 sums of output features ``cols`` over the reduction ``[k_lo, k_hi)``."""
+    BM: tl.constexpr = rok.shape[0]
+    BN: tl.constexpr = cols.shape[0]
+    cok = cols < INTER
+    ag = tl.zeros([BM, BN], dtype=tl.float32)
+    au = tl.zeros([BM, BN], dtype=tl.float32)
+    wg_row = wg + cols.to(tl.int64)[:, None] * H
+    wu_row = wu + cols.to(tl.int64)[:, None] * H
+    for k0 in tl.range(k_lo, k_hi, BK, num_stages=STAGES):
+        ag, au = _chunk_gu(x_row, rok[:, None], rs, g_post, wg_row, wu_row, cok[:, None], k0, ag, au, H, BK, DT, IEEE)
+    return ag, au
 
 
 @triton.jit
