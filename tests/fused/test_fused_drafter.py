@@ -228,6 +228,24 @@ def test_stream_k_linear_matches_reference(tree, batch, rows, fp8, stream_k):
     assert_calls_match_reference(cfg, head, batch, rows, rows)
 
 
+def test_compile_signature_needs_every_constexpr():
+    """The compile-only signature of the kernel refuses a constexpr set missing one (it would otherwise be typed as a
+    pointer argument and fail to compile far from the cause); the launch parameters name every one."""
+    from eagle_triton.fused.specs import constexpr_names, kernel_signature
+
+    cfg = DrafterConfig.from_head(make_head(True), TreeConfig(20, 3, 4))
+    const = cfg.launch_params("cpu", 1, 4)
+    const.pop("num_warps")
+    const["PROFILE"] = False
+    sig = kernel_signature("fp32", const)
+    names = constexpr_names()
+    assert {"H", "BM", "NSEG", "SKL", "NSEGL", "PROFILE"} <= set(names)
+    assert all(sig[n] == "constexpr" for n in names)
+    del const["NSEGL"]
+    with pytest.raises(ValueError, match="NSEGL"):
+        kernel_signature("fp32", const)
+
+
 def test_linear_schedule_and_chunks_launch_parameters_and_buffers():
     """Stream-K linear products: on by default (and with ``True``) where the tree rows fit one row tile, never
     beyond it, never with ``False``; off by default for heads below 1024 wide. NSEGL bounds the programs sharing a

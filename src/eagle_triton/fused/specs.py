@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import inspect
+
 from .kernel import fused_drafter_kernel
 
-__all__ = ["AOT_SPECS", "kernel_signature"]
+__all__ = ["AOT_SPECS", "constexpr_names", "kernel_signature"]
 
 _I64 = {"d2t", "ids", "tok_in", "cand_tok", "o_tokens", "o_retrieve", "o_pos", "o_parents", "o_nleaves",
         "o_maxdepth", "lm_key", "prof"}
@@ -16,9 +18,21 @@ _MATRICES = {"fc_w", "wq", "wk", "wv", "wo", "wg", "wu", "wd", "wlm"}  # fp8e4nv
 _SCALARS = {"B": "i32", "S": "i32", "LMAX": "i32", "MCAP": "i32", "emb_off": "i64", "eps": "fp32", "sm_scale": "fp32"}
 
 
+def constexpr_names() -> list[str]:
+    """The kernel's ``tl.constexpr`` parameters, read from its Python function (the interpreter's wrapper too)."""
+    fn = fused_drafter_kernel
+    while hasattr(fn, "fn"):
+        fn = fn.fn
+    return [n for n, p in inspect.signature(fn).parameters.items() if "constexpr" in str(p.annotation)]
+
+
 def kernel_signature(dtype: str, constexprs: dict) -> dict:
     """Triton signature of :func:`fused_drafter_kernel` for model dtype ``dtype`` ("bf16", "fp16", "fp32"); the
-    weight matrices are ``fp8e4nv`` when ``constexprs["W8"]``."""
+    weight matrices are ``fp8e4nv`` when ``constexprs["W8"]``. Every constexpr parameter must be given: one left
+    out would be typed as a pointer argument here and fail to compile far from the cause."""
+    missing = [name for name in constexpr_names() if name not in constexprs]
+    if missing:
+        raise ValueError(f"constexprs of fused_drafter_kernel not given: {', '.join(missing)}")
     sig = {}
     for name in fused_drafter_kernel.arg_names:
         if name in constexprs:
