@@ -29,6 +29,10 @@
 #               alone, bf16 / converted FP8 / two accumulators, at 3 launch settings; fp8_convert.json) and
 #               bench/probes/fp8_split_wgmma.py (FP8 x FP8 products on exactly split activations;
 #               fp8_split_wgmma.json)
+#   skl16       stream-K fc/o/gate-up/down over several row tiles (stream_k_linear=True; session 30 built it, no
+#               device time was left to measure it): the schedule GPU tests (two row tiles among them), then batch
+#               13 and 16 at the 8B shape, bf16 and FP8, alternated against the default's whole tiles
+#               (skl16_bf16.json, skl16_fp8.json)
 #   batch       batched generation (bench_batch.json, .png): SmolLM2 total tok/s and speculative/plain per batch
 #               size 1-16 (best tree per size), 8B-shape batched step times; BATCH_ARGS adds options (e.g. --quick)
 #   timeline    where a continuous-batching job's time goes (batch_timeline.json, bench/probes/batch_probe.py's job
@@ -89,6 +93,13 @@ part_fp8tiles()   { run fp8tiles 300 "$PY" bench/bench_fused_drafter.py --no-swe
                       --tunings "0:0:0:0,0:0:0:0:32,0:0:0:0:16,0:0:0:0:32+block_n_mlp=32,0:0:0:0:32+block_n_mlp=16,0:0:0:0,0:0:0:0:0:16,0:0:0:0:32:16"
                     run fp8test 200 "$PY" -m pytest -q -p no:cacheprovider -rs -s tests/fused/test_fused_drafter.py \
                       -k "gpu and fp8"; }
+part_skl16()      { run skl16test 300 "$PY" -m pytest -q -p no:cacheprovider -rs -s tests/fused/test_fused_drafter.py \
+                      -k "schedule_options"
+                    for w in bf16 fp8; do
+                      run "skl16_$w" 200 "$PY" bench/bench_fused_drafter.py --no-sweep --no-ref --no-graph \
+                        --weights "$w" --tune-case llama31-8b:60/7/10 --name "skl16_$w" --out "$OUTDIR" \
+                        --tunings "0:0:0:0:0:16,0:0:0:0:0:16+stream_k_linear=1,0:0:0:0:0:16,0:0:0:0:0:16+stream_k_linear=1,0:0:0:0:0:13,0:0:0:0:0:13+stream_k_linear=1"
+                    done; }
 part_fp8probes()  { run fp8convert 300 "$PY" bench/probes/fp8_convert.py --out "$OUTDIR" \
                       --modes bf16,fp8-bits,fp8-bits-2acc --configs 256:4:8,256:4:4,512:3:8
                     run fp8split 200 "$PY" bench/probes/fp8_split_wgmma.py --out "$OUTDIR"; }

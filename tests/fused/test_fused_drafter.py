@@ -215,8 +215,8 @@ def test_hidden_half_early_schedule_covers_every_chunk_once():
 def test_stream_k_linear_matches_reference(tree, batch, rows, fp8, stream_k):
     """``stream_k_linear`` on (fc, o, gate/up and down stream-K; one program here, so every tile is whole in its
     range and the fix-up path has no parts to add) and off (whole tiles in turn). Trees and draft KV as the
-    reference's, over calls with KV growth; 3 x 6 tree rows (two row tiles) and a long prompt's root (BMR-row fc
-    tiles) take whole tiles either way."""
+    reference's, over calls with KV growth; 3 x 6 tree rows take two row tiles (stream-K: a part / flag region per
+    row tile), and a long prompt's root takes whole BMR-row fc tiles either way."""
     head = make_head(True)
     if fp8:
         head.quantize_fp8()
@@ -224,7 +224,7 @@ def test_stream_k_linear_matches_reference(tree, batch, rows, fp8, stream_k):
     cfg = DrafterConfig.from_head(head, tc, max_batch=batch, max_len=128, max_new_rows=max(8, rows),
                                   stream_k_linear=stream_k)
     p = cfg.launch_params("cpu", batch, rows)
-    assert p["SKL"] == (stream_k and batch * tc.top_k <= p["BM"]) and p["NSEGL"] == 1
+    assert p["SKL"] == stream_k and p["NSEGL"] == 1
     assert_calls_match_reference(cfg, head, batch, rows, rows)
 
 
@@ -257,11 +257,12 @@ def test_linear_schedule_and_chunks_launch_parameters_and_buffers():
                         draft_vocab=32000, feature_width=3 * 4096, vocab_size=128256, rms_eps=1e-5, has_d2t=True,
                         max_batch=16, nprog=132)
     fp8 = big.with_(weight_dtype=torch.float8_e4m3fn)
-    for cfg in (big, fp8, big.with_(stream_k_linear=True)):
+    for cfg in (big, fp8):
         on = {b: cfg.launch_params("cuda", b, 4)["SKL"] for b in range(1, 17)}
         bm = {b: cfg.launch_params("cuda", b, 4)["BM"] for b in range(1, 17)}
         assert on == {b: 10 * b <= bm[b] for b in range(1, 17)} and on[12] and not on[13]
         assert not any(cfg.with_(stream_k_linear=False).launch_params("cuda", b, 4)["SKL"] for b in range(1, 17))
+        assert all(cfg.with_(stream_k_linear=True).launch_params("cuda", b, 4)["SKL"] for b in range(1, 17))
     # a small head (SmolLM2's shape: hidden 576, its own narrow tiles; not measured) keeps whole tiles unless asked
     smol = DrafterConfig(hidden_size=576, num_heads=9, num_kv_heads=3, head_dim=64, intermediate_size=1536,
                          draft_vocab=12288, feature_width=3 * 576, vocab_size=49152, rms_eps=1e-5, has_d2t=True,
@@ -292,6 +293,14 @@ def test_linear_schedule_and_chunks_launch_parameters_and_buffers():
     bufs = Buffers.allocate(small, "meta")
     assert bufs.scratch["part"].numel() >= q["NSEGL"] * q["BM"] * max(nt * q["BN"], 2 * ngu * q["BNG"])
     assert bufs.scratch["flag"].numel() >= q["NSEGL"] * max(nt, 2 * ngu)
+    # several row tiles (stream_k_linear=True): a region per row tile of the tree rows
+    many = small.with_(max_batch=5, stream_k_linear=True)
+    q5 = many.launch_params("cpu", 5, 8)
+    n_mc = -(-5 * many.top_k // q5["BM"])
+    assert q5["SKL"] and n_mc > 1
+    bufs = Buffers.allocate(many, "meta")
+    assert bufs.scratch["part"].numel() >= n_mc * q5["NSEGL"] * q5["BM"] * max(nt * q5["BN"], 2 * ngu * q5["BNG"])
+    assert bufs.scratch["flag"].numel() >= n_mc * q5["NSEGL"] * max(nt, 2 * ngu)
 
 
 @pytest.mark.parametrize("tree,batch", [((14, 2, 4), 2), ((20, 2, 6), 3)], ids=["2x4-rows", "3x6-rows-two-tiles"])
@@ -641,20 +650,25 @@ def test_gpu_llama8b_fp8_bf16_separated_trees_identical():
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("option", [("hidden_half_early", True), ("stream_k_linear", False)],
-                         ids=["hidden-half-early", "whole-tiles"])
-@pytest.mark.parametrize("shape", ["small", "8b"])
+@pytest.mark.parametrize("shape,option", [("small", ("hidden_half_early", True)), ("8b", ("hidden_half_early", True)),
+                                          ("small", ("stream_k_linear", False)), ("8b", ("stream_k_linear", False)),
+                                          ("small", ("stream_k_linear", True))],
+                         ids=["small-hidden-half-early", "8b-hidden-half-early", "small-whole-tiles", "8b-whole-tiles",
+                              "small-stream-k-two-row-tiles"])
 def test_gpu_schedule_options_fp32_identical_trees(shape, option):
     """The schedules other than the default, with one program per SM. ``hidden_half_early``: the programs past
     the row tile compute the next step's hidden half during RM and SEL (arriving at the RM barrier without
     waiting). ``stream_k_linear=False``: fc, o, gate/up and down in whole tiles, each over the full reduction (the
-    default cuts them between programs). fp32 trees and held KV identical to the reference, batch 1 and 2, across
-    calls."""
+    default cuts them between programs where the rows fit one row tile). ``stream_k_linear=True`` with 13
+    sequences of a 60/7/10 tree: 130 rows in two row tiles, each cut between programs with its own part / flag
+    region. fp32 trees and held KV identical to the reference across calls."""
     torch.backends.cuda.matmul.allow_tf32 = False
     if shape == "small":
         head = make_head(True, hidden_size=256, intermediate_size=512, num_attention_heads=8, num_key_value_heads=2,
                          vocab_size=1024, draft_vocab_size=512).cuda()
         tc, batches = TreeConfig(30, 4, 6), (1, 2)
+        if option == ("stream_k_linear", True):
+            tc, batches = TreeConfig(60, 7, 10), (13,)
     else:
         head, tc, batches = llama8b_head(False, torch.float32), TreeConfig(60, 7, 10), (1,)
     V = head.config.vocab_size
@@ -664,6 +678,8 @@ def test_gpu_schedule_options_fp32_identical_trees(shape, option):
         p = cfg.launch_params("cuda", batch, 16)
         if option[0] == "hidden_half_early":
             assert p["HQ"] and p["HQ_P0"] == p["BM"] and p["NPROG"] > p["BM"]
+        elif option[1]:
+            assert p["SKL"] and -(-batch * tc.top_k // p["BM"]) == 2
         else:
             assert not p["SKL"] and cfg.with_(stream_k_linear=None).launch_params("cuda", batch, 16)["SKL"]
         bufs, bufs_ref = Buffers.allocate(cfg, "cuda"), Buffers.allocate(cfg, "cuda")

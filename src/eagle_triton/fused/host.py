@@ -83,10 +83,11 @@ class DrafterConfig:
     a row tile leaves half the programs idle; ``False``: never.
     ``stream_k_linear``: fc, o, gate/up and down cut into equal contiguous (tile, reduction chunk) ranges, one per
     program, as q/k/v always is (a tile's parts summed by its owner in a fixed order), where a step's rows fit one
-    row tile. ``None`` (the default): there, for heads of hidden size >= 1024 (measured faster on an H200 at every
-    such shape and batch tried: FP8 8B 60/7/10 1.884 -> 1.747 ms, bf16 batch 2-8 4-6% faster, batch 1 0.2-0.4%;
-    small heads such as SmolLM2's, with their own narrow tiles, were not measured and keep whole tiles); ``True``:
-    wherever the rows fit one row tile; ``False``: never (whole tiles, each over the full reduction).
+    row tile, for heads of hidden size >= 1024 (the default, ``None``: measured faster on an H200 at every such
+    shape and batch tried: FP8 8B 60/7/10 1.884 -> 1.747 ms, bf16 batch 2-8 4-6% faster, batch 1 0.2-0.4%; small
+    heads such as SmolLM2's, with their own narrow tiles, were not measured and keep whole tiles); ``True``: at every
+    shape and for any number of row tiles (each row tile's parts in a region of their own; several row tiles, e.g.
+    batch 13-16 at 60/7/10, not measured yet); ``False``: never (whole tiles, each over the full reduction).
 
     Shapes the kernel cannot run are refused here or in :meth:`launch_params`, before any launch, with the reason:
     head_dim not a power of two >= 16 (RoPE pairs features within one power-of-two tile), hidden size not a multiple
@@ -299,15 +300,15 @@ class DrafterConfig:
                          streamk_max_sharing(self.qkv_tiles(bnqr), 2 * H // bkqr, nprog),
                          streamk_max_sharing(self.qkv_tiles(bnq), H // bkq, nprog) if hq else 1))
         nsegh = _pow2(streamk_max_sharing(self.qkv_tiles(bnq), H // bkq, nprog - hq_p0)) if hq else 1
-        # fc (the root of a prompt within one row tile), o, gate/up and down stream-K where the rows fit one row
-        # tile: whole tiles leave SMs idle (down and o: 64 tiles on 132 SMs) or unevenly loaded (gate/up: 224 tiles),
-        # and with FP8 weights each program's K loop, not the GPU's bandwidth, bounds a product. On an H200
+        # fc (the root of a prompt within one row tile), o, gate/up and down stream-K, by default where the rows fit
+        # one row tile (stream_k_linear=True: every row tile, each with its own part / flag region): whole tiles
+        # leave SMs idle (down and o: 64 tiles on 132 SMs) or unevenly loaded (gate/up: 224 tiles), and with FP8
+        # weights each program's K loop, not the GPU's bandwidth, bounds a product. On an H200
         # (bench/results/session30_2026-11-28/skl/): FP8 8B 60/7/10 1.884 -> 1.747 ms (down 54 -> 34 us per step),
         # Qwen3-8B 1.826 -> 1.670, 70B 4.23 -> 4.17, batch 2/4/8 9-12% faster; bf16 batch 1 0.2-0.4% (8B, Qwen3-8B,
-        # 70B), batch 2/4/8 4-6%. NSEGL: the most programs sharing one of their tiles (a power of two, as NSEG).
-        # (heads below 1024 wide, with their 16- and 32-wide tiles, were not measured: whole tiles there by default)
-        want_skl = (not small) if self.stream_k_linear is None else bool(self.stream_k_linear)
-        skl = want_skl and mq <= bm
+        # 70B), batch 2/4/8 4-6%. Heads below 1024 wide (their own 16- and 32-wide tiles) were not measured: whole
+        # tiles there by default. NSEGL: the most programs sharing one of their tiles (a power of two, as NSEG).
+        skl = (not small and mq <= bm) if self.stream_k_linear is None else bool(self.stream_k_linear)
         nsegl = 1
         if skl:
             sharing = [streamk_max_sharing(nth, cdiv(kdim, bkl), nprog)
@@ -563,10 +564,11 @@ class FusedDrafterBuffers:
         n_part = p["NSEG"] * max(cfg.qkv_tiles(p["BNQ"]) * p["BM"] * p["BNQ"],
                                  cfg.qkv_tiles(p["BNQR"]) * p["BMR"] * p["BNQR"])
         n_flag = p["NSEG"] * max(cfg.qkv_tiles(p["BNQ"]), cfg.qkv_tiles(p["BNQR"]))
-        if p["SKL"]:  # and of the stream-K fc, o, down (NTH tiles) and gate/up (gate's parts, then up's)
-            n_gu = cdiv(cfg.intermediate_size, p["BNG"])
-            n_part = max(n_part, p["NSEGL"] * p["BM"] * max(NTH * p["BN"], 2 * n_gu * p["BNG"]))
-            n_flag = max(n_flag, p["NSEGL"] * max(NTH, 2 * n_gu))
+        if p["SKL"]:  # and of the stream-K fc, o, down (NTH tiles) and gate/up (gate's parts, then up's), a region
+            # per row tile of the tree rows (the most rows o, gate/up and down take)
+            n_gu, n_mc = cdiv(cfg.intermediate_size, p["BNG"]), cdiv(max(B * K, B), p["BM"])
+            n_part = max(n_part, n_mc * p["NSEGL"] * p["BM"] * max(NTH * p["BN"], 2 * n_gu * p["BNG"]))
+            n_flag = max(n_flag, n_mc * p["NSEGL"] * max(NTH, 2 * n_gu))
         mcap = max(B * S, B * K)
         mq = B * K
         lm_tiles = cdiv(cdiv(cfg.draft_vocab, p["BNV"]), p["NPROG"])  # the most vocabulary tiles of a program

@@ -391,7 +391,7 @@ def _epi(acc, sc, bias, cols, cok, W8: tl.constexpr, HAS_B: tl.constexpr, DT: tl
 
 
 @triton.jit
-def _linear_tiles(x_rows, row_ok, w, out_rows, res_rows, ss_rows, pid, sc, bias, part, flag, split,
+def _linear_tiles(x_rows, row_ok, w, out_rows, res_rows, ss_rows, pid, sc, bias, part, flag, mc,
                   KDIM: tl.constexpr, N: tl.constexpr, HAS_RES: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr,
                   IEEE: tl.constexpr, STAGES: tl.constexpr, NPROG: tl.constexpr, W8: tl.constexpr,
                   HAS_B: tl.constexpr, SK: tl.constexpr = False, NSEG: tl.constexpr = 1):
@@ -400,23 +400,25 @@ def _linear_tiles(x_rows, row_ok, w, out_rows, res_rows, ss_rows, pid, sc, bias,
     product's rounding with FP8 scales ``sc`` and ``bias``: :func:`_epi`).
     Each tile ``t`` also stores its rows' sums of squares of the stored values at ``ss_rows + t``: the consumer's
     RMSNorm statistics (:func:`_rstd_parts`).
-    ``SK`` (the default; with ``split``, one row tile): stream-K over (tile, BK chunk) as q/k/v, partial sums in
-    ``part`` / ``flag`` (``NSEG`` >= the programs sharing a tile): whole tiles leave SMs idle (o and down: 64 tiles on
-    132 SMs), which costs most where each program's K loop bounds the product (FP8 weights, more rows). Otherwise
-    whole tiles, each over the full reduction."""
+    ``SK``: stream-K over (tile, BK chunk) as q/k/v, partial sums in ``part`` / ``flag`` (``NSEG`` >= the programs
+    sharing a tile), in a region of its own for row tile ``mc`` (programs reach the row tiles at different times):
+    whole tiles leave SMs idle (o and down: 64 tiles on 132 SMs), which costs most where each program's K loop
+    bounds the product (FP8 weights, more rows). Otherwise whole tiles, each over the full reduction."""
     BM: tl.constexpr = row_ok.shape[0]
     NC: tl.constexpr = (KDIM + BK - 1) // BK
     n_t = (N + BN - 1) // BN
     offn = tl.arange(0, BN)
     if SK:
-        c_lo, c_hi, t0, n_seg = _streamk_span(pid, n_t, NC, split, NPROG)
+        part_mc = part + mc * n_t * NSEG * BM * BN
+        flag_mc = flag + mc * n_t * NSEG
+        c_lo, c_hi, t0, n_seg = _streamk_span(pid, n_t, NC, True, NPROG)
         for i in range(0, n_seg):
-            t, s0, s1 = _streamk_segment(i, c_lo, c_hi, t0, NC, split, pid, NPROG)
+            t, s0, s1 = _streamk_segment(i, c_lo, c_hi, t0, NC, True, pid, NPROG)
             cols = t * BN + offn
             acc = _mm_plain(tl.zeros([BM, BN], dtype=tl.float32), x_rows, row_ok,
                             w + cols.to(tl.int64)[:, None] * KDIM, (cols < N)[:, None], s0 * BK, s1 * BK, KDIM, BK,
                             IEEE, STAGES)
-            acc, own = _streamk_fixup(acc, t, s0, n_t, NC, split, part, flag, pid, NSEG, NPROG)
+            acc, own = _streamk_fixup(acc, t, s0, n_t, NC, True, part_mc, flag_mc, pid, NSEG, NPROG)
             if own:
                 _linear_out(acc, t, cols, row_ok, out_rows, res_rows, ss_rows, sc, bias, N, HAS_RES, W8, HAS_B)
     else:
@@ -462,7 +464,7 @@ def _fc_phase(X, fc_w, hbuf, hss, wsc, part, flag, B, S, pid, H: tl.constexpr, W
         r = (mc * BM + offm).to(tl.int64)
         rok = r < MR0
         _linear_tiles(X + r[:, None] * W, rok[:, None], fc_w, hbuf + r[:, None] * H, hbuf, hss + r[:, None] * NTH,
-                      pid, wsc, wsc, part, flag, n_mc == 1, W, H, False, BN, BK, IEEE, STAGES, NPROG, W8, False, SK,
+                      pid, wsc, wsc, part, flag, mc, W, H, False, BN, BK, IEEE, STAGES, NPROG, W8, False, SK,
                       NSEG)
 
 
@@ -758,7 +760,7 @@ def _o_phase(s, attn, wo, hbuf, src, nnew, h1, h1ss, wsc, wb, part, flag, B, S, 
         hrow = tl.where(is_root, r * S + nb - 1, tl.load(src + r, mask=rok & (s > 0), other=0, cache_modifier=".cg"))
         _linear_tiles(attn + r.to(tl.int64)[:, None] * QW, rok[:, None], wo, h1 + r.to(tl.int64)[:, None] * H,
                       hbuf + in_off + hrow.to(tl.int64)[:, None] * H, h1ss + r.to(tl.int64)[:, None] * NTH, pid,
-                      wsc + H + QW + 2 * KVW, wb + QW + 2 * KVW, part, flag, n_mc == 1, QW, H, True, BN, BK, IEEE,
+                      wsc + H + QW + 2 * KVW, wb + QW + 2 * KVW, part, flag, mc, QW, H, True, BN, BK, IEEE,
                       STAGES, NPROG, W8, HAS_B, SK, NSEG)
 
 
@@ -768,9 +770,9 @@ def _gu_phase(s, h1, h1ss, g_post, wg, wu, act, sc_g, part, flag, B, eps, pid, H
               BK: tl.constexpr, IEEE: tl.constexpr, STAGES: tl.constexpr, NPROG: tl.constexpr, W8: tl.constexpr,
               SK: tl.constexpr, NSEG: tl.constexpr):
     """``act = silu(gate(x)) * up(x)``, x = post-attention RMSNorm(h1) computed inline. Whole tiles, or with ``SK``
-    and one row tile stream-K over (tile, BK chunk) as :func:`_linear_tiles` (gate's and up's partial sums in two
-    halves of ``part`` / ``flag``): every program then reduces the same number of chunks (224 tiles of the 8B head
-    on 132 SMs are otherwise 1 or 2 per program)."""
+    stream-K over (tile, BK chunk) as :func:`_linear_tiles` (per row tile, gate's and up's partial sums in two
+    halves of a region of ``part`` / ``flag``): every program then reduces the same number of chunks (224 tiles of
+    the 8B head on 132 SMs are otherwise 1 or 2 per program)."""
     DT: tl.constexpr = h1.dtype.element_ty
     NC: tl.constexpr = (H + BK - 1) // BK
     n_it: tl.constexpr = (INTER + BN - 1) // BN
@@ -783,17 +785,18 @@ def _gu_phase(s, h1, h1ss, g_post, wg, wu, act, sc_g, part, flag, B, eps, pid, H
         rok = r < MQ
         x_row = h1 + r.to(tl.int64)[:, None] * H
         rs = _rstd_parts(h1ss + r.to(tl.int64)[:, None] * NTH, rok[:, None], NTH, NTHP, H, eps)
-        if SK:
-            split = n_mc == 1
-            c_lo, c_hi, t0, n_seg = _streamk_span(pid, n_it, NC, split, NPROG)
+        if SK:  # a region of part / flag per row tile: gate's parts, then up's
+            part_g = part + mc * 2 * n_it * NSEG * BM * BN
+            flag_g = flag + mc * 2 * n_it * NSEG
+            c_lo, c_hi, t0, n_seg = _streamk_span(pid, n_it, NC, True, NPROG)
             for i in range(0, n_seg):
-                t, s0, s1 = _streamk_segment(i, c_lo, c_hi, t0, NC, split, pid, NPROG)
+                t, s0, s1 = _streamk_segment(i, c_lo, c_hi, t0, NC, True, pid, NPROG)
                 cols = t * BN + offn
                 ag, au = _gu_tile(x_row, rok, rs, g_post, wg, wu, cols, s0 * BK, s1 * BK, H, INTER, BK, DT, IEEE,
                                   STAGES)
-                ag, own = _streamk_fixup(ag, t, s0, n_it, NC, split, part, flag, pid, NSEG, NPROG)
-                au, own = _streamk_fixup(au, t, s0, n_it, NC, split, part + n_it * NSEG * BM * BN,
-                                         flag + n_it * NSEG, pid, NSEG, NPROG)
+                ag, own = _streamk_fixup(ag, t, s0, n_it, NC, True, part_g, flag_g, pid, NSEG, NPROG)
+                au, own = _streamk_fixup(au, t, s0, n_it, NC, True, part_g + n_it * NSEG * BM * BN,
+                                         flag_g + n_it * NSEG, pid, NSEG, NPROG)
                 if own:
                     _gu_out(ag, au, r, rok, cols, act, sc_g, INTER, W8, DT)
         else:
@@ -842,7 +845,7 @@ def _down_phase(s, act, wd, h1, hbuf, hss, sc_d, part, flag, B, MCAP, pid, H: tl
         r = (mc * BM + offm).to(tl.int64)
         rok = r < MQ
         _linear_tiles(act + r[:, None] * INTER, rok[:, None], wd, hbuf + (out_off + r[:, None]) * H,
-                      h1 + r[:, None] * H, hss + (out_off + r[:, None]) * NTH, pid, sc_d, sc_d, part, flag, n_mc == 1,
+                      h1 + r[:, None] * H, hss + (out_off + r[:, None]) * NTH, pid, sc_d, sc_d, part, flag, mc,
                       INTER, H, True, BN, BK, IEEE, STAGES, NPROG, W8, False, SK, NSEG)
 
 
@@ -1223,8 +1226,8 @@ def fused_drafter_kernel(
     # HQ_P0.. (which have no RM or SEL unit: HQ_P0 >= the row tile; 0 when one program runs everything); NSEGH >=
     # the programs sharing one of its tiles (a power of two)
     HQ: tl.constexpr = False, HQ_P0: tl.constexpr = 0, NSEGH: tl.constexpr = 1,
-    # SKL: fc (one row tile), o, gate/up and down stream-K over (tile, chunk) as q/k/v, in part / flag (where the
-    # rows fit one row tile: DrafterConfig.stream_k_linear); NSEGL >= the programs sharing one of their tiles
+    # SKL: fc (one row tile), o, gate/up and down stream-K over (tile, chunk) as q/k/v, in part / flag (a region per
+    # row tile; DrafterConfig.stream_k_linear); NSEGL >= the programs sharing one of their tiles
     SKL: tl.constexpr = False, NSEGL: tl.constexpr = 1,
 ):
     pid = tl.program_id(0)
