@@ -255,10 +255,10 @@ class DrafterConfig:
         def smem(bk: int, width: int, rows: int, we: int = welem) -> int:  # a pipelined loop's activation + weight
             return self.stages * bk * (elem * rows + we * width + elem)  # buffers
 
-        def fit(bk: int, width: int, rows: int = bm) -> int:  # the pipelined K loop's tiles must fit in smem
-            if not interp:
-                # the chunk that fits with the real weight size (FP8: one byte)
-                while bk > 32 and smem(bk, width, rows) > _SMEM_BUDGET:
+        def fit(bk: int, width: int, rows: int = bm, pick: int = welem) -> int:  # the pipelined K loop's tiles
+            if not interp:  # must fit in smem: the chunk that fits with ``pick`` bytes per weight (default: the real
+                # size, FP8 one byte), checked with the real size
+                while bk > 32 and smem(bk, width, rows, pick) > _SMEM_BUDGET:
                     bk //= 2
                 if smem(bk, width, rows) > _SMEM_BUDGET:
                     raise ValueError(f"a {rows}-row x {width}-wide product tile needs {smem(bk, width, rows)} bytes "
@@ -280,10 +280,16 @@ class DrafterConfig:
                 bk_ //= 2
             return bk_
 
-        # the root step of a prompt longer than bm rows: 128-row tiles for fc and q/k/v (32 under the interpreter)
+        # the root step of a prompt longer than bm rows: 128-row tiles for fc and q/k/v (32 under the interpreter),
+        # their chunks chosen as for 16-bit weights whatever the weights (64 at 128 rows): FP8's 128 there makes the
+        # root q/k/v spill (sm_90 build, 8B: 47 local loads and stores against none) and was not measured
         bmr = max(bm, 32 if interp else 128)
-        bk, bkg, bkl, bkr = chunk(bnv), chunk(2 * bng), chunk(bn), chunk(bn, bmr)
-        bkq, bkqr = bkq_of(chunk(bnq)), bkq_of(chunk(bnqr, bmr))
+
+        def root_chunk(width: int) -> int:
+            return min(self.block_k or fit(32 if interp else 128 if small else 256, width, bmr, elem), _pow2(H))
+
+        bk, bkg, bkl, bkr = chunk(bnv), chunk(2 * bng), chunk(bn), root_chunk(bn)
+        bkq, bkqr = bkq_of(chunk(bnq)), bkq_of(root_chunk(bnqr))
         nth = -(-H // bn)
         # the hidden half early (hidden_half_early): programs hq_p0.. have no RM or SEL unit (the tree rows fit one
         # row tile: RM's units are rows, SEL's sequences); one program (the interpreter) does it after its SEL; on
