@@ -23,6 +23,7 @@ from eagle_triton.fused import (
     launch_drafter_ref,
 )
 from eagle_triton.fused.kernel import _lm_select, _pack, _tile_key, _tile_key_global, _tile_key_value
+from eagle_triton.ops._utils import cdiv
 from eagle_triton.testing import (
     llama31_8b_eagle3_config,
     random_eagle1_head,
@@ -300,7 +301,7 @@ def test_linear_schedule_and_chunks_launch_parameters_and_buffers():
     # several row tiles (stream_k_linear=True): a region per row tile of the tree rows
     many = small.with_(max_batch=5, stream_k_linear=True)
     q5 = many.launch_params("cpu", 5, 8)
-    n_mc = -(-5 * many.top_k // q5["BM"])
+    n_mc = cdiv(5 * many.top_k, q5["BM"])
     assert q5["SKL"] and n_mc > 1
     bufs = Buffers.allocate(many, "meta")
     assert bufs.scratch["part"].numel() >= n_mc * q5["NSEGL"] * q5["BM"] * max(nt * q5["BN"], 2 * ngu * q5["BNG"])
@@ -683,7 +684,7 @@ def test_gpu_schedule_options_fp32_identical_trees(shape, option):
         if option[0] == "hidden_half_early":
             assert p["HQ"] and p["HQ_P0"] == p["BM"] and p["NPROG"] > p["BM"]
         elif option[1]:
-            assert p["SKL"] and -(-batch * tc.top_k // p["BM"]) == 2
+            assert p["SKL"] and cdiv(batch * tc.top_k, p["BM"]) == 2
         else:
             assert not p["SKL"] and cfg.with_(stream_k_linear=None).launch_params("cuda", batch, 16)["SKL"]
         bufs, bufs_ref = Buffers.allocate(cfg, "cuda"), Buffers.allocate(cfg, "cuda")

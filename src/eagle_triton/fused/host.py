@@ -266,14 +266,15 @@ class DrafterConfig:
                                      f"{_SMEM_BUDGET}-byte shared-memory budget: use fewer stages or narrower tiles")
             return bk
 
-        def chunk(width: int, rows: int = bm) -> int:  # a product's reduction chunk: block_k or the largest that fits
+        def chunk(width: int, rows: int = bm, weight_bytes: int = welem) -> int:  # a product's reduction chunk:
+            # block_k, or the largest that fits with ``weight_bytes`` per weight (checked with the real size)
             # 128-deep chunks with FP8 weights (H200, bench/results/session30_2026-11-28/defaults/bk128_*, block_k=128
             # against the 256 / 128 / 64 chosen as for bf16): 60/7/10 8B 1.741 -> 1.726 ms, Qwen3-8B 1.664 -> 1.650,
             # 70B 4.171 -> 4.152, the 1B-class head 1.057 -> 0.968, batch 4 3.77 -> 3.67 (batch 16 10.50 -> 10.13,
             # but there lm_head's and gate/up's 128-deep buffers exceed the budget and keep 64: 10.38-10.43 in
             # fp8_b16_default.json); bf16 level (1.964 either way), so it keeps 256 where that fits
-            return min(self.block_k or fit(32 if interp else 128 if small or self.fp8 else 256, width, rows),
-                       _pow2(H))
+            start = 32 if interp else 128 if small or weight_bytes == 1 else 256
+            return min(self.block_k or fit(start, width, rows, weight_bytes), _pow2(H))
 
         def bkq_of(bk_: int) -> int:  # the q/k/v reduction chunk divides H: chunks split the 2H input at H
             while H % bk_:
@@ -284,12 +285,8 @@ class DrafterConfig:
         # their chunks chosen as for 16-bit weights whatever the weights (64 at 128 rows): FP8's 128 there makes the
         # root q/k/v spill (sm_90 build, 8B: 47 local loads and stores against none) and was not measured
         bmr = max(bm, 32 if interp else 128)
-
-        def root_chunk(width: int) -> int:
-            return min(self.block_k or fit(32 if interp else 128 if small else 256, width, bmr, elem), _pow2(H))
-
-        bk, bkg, bkl, bkr = chunk(bnv), chunk(2 * bng), chunk(bn), root_chunk(bn)
-        bkq, bkqr = bkq_of(chunk(bnq)), bkq_of(root_chunk(bnqr))
+        bk, bkg, bkl, bkr = chunk(bnv), chunk(2 * bng), chunk(bn), chunk(bn, bmr, elem)
+        bkq, bkqr = bkq_of(chunk(bnq)), bkq_of(chunk(bnqr, bmr, elem))
         nth = -(-H // bn)
         # the hidden half early (hidden_half_early): programs hq_p0.. have no RM or SEL unit (the tree rows fit one
         # row tile: RM's units are rows, SEL's sequences); one program (the interpreter) does it after its SEL; on
@@ -572,7 +569,7 @@ class FusedDrafterBuffers:
         n_flag = p["NSEG"] * max(cfg.qkv_tiles(p["BNQ"]), cfg.qkv_tiles(p["BNQR"]))
         if p["SKL"]:  # and of the stream-K fc, o, down (NTH tiles) and gate/up (gate's parts, then up's), a region
             # per row tile of the tree rows (the most rows o, gate/up and down take)
-            n_gu, n_mc = cdiv(cfg.intermediate_size, p["BNG"]), cdiv(max(B * K, B), p["BM"])
+            n_gu, n_mc = cdiv(cfg.intermediate_size, p["BNG"]), cdiv(B * K, p["BM"])
             n_part = max(n_part, n_mc * p["NSEGL"] * p["BM"] * max(NTH * p["BN"], 2 * n_gu * p["BNG"]))
             n_flag = max(n_flag, n_mc * p["NSEGL"] * max(NTH, 2 * n_gu))
         mcap = max(B * S, B * K)

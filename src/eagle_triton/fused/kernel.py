@@ -795,8 +795,8 @@ def _gu_phase(s, h1, h1ss, g_post, wg, wu, act, sc_g, part, flag, B, eps, pid, H
                 ag, au = _gu_tile(x_row, rok, rs, g_post, wg, wu, cols, s0 * BK, s1 * BK, H, INTER, BK, DT, IEEE,
                                   STAGES)
                 ag, own = _streamk_fixup(ag, t, s0, n_it, NC, True, part_g, flag_g, pid, NSEG, NPROG)
-                au, own = _streamk_fixup(au, t, s0, n_it, NC, True, part_g + n_it * NSEG * BM * BN,
-                                         flag_g + n_it * NSEG, pid, NSEG, NPROG)
+                au, _ = _streamk_fixup(au, t, s0, n_it, NC, True, part_g + n_it * NSEG * BM * BN,
+                                       flag_g + n_it * NSEG, pid, NSEG, NPROG)  # the same owner as gate's
                 if own:
                     _gu_out(ag, au, r, rok, cols, act, sc_g, INTER, W8, DT)
         else:
