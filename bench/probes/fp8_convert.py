@@ -17,6 +17,12 @@ do), 8 warps, and times the conversion variants against the bf16 product:
   products; not what the drafter computes, timed only to see the conversion's cost);
 - ``fp8-bits-2acc``, ``bf16-2acc`` (session 29): each chunk's reduction split in two halves with an accumulator each
   (two independent ``mma`` chains per warp instead of one; the halves come from ``reshape``/``permute``/``split``);
+- ``bf16-ksplit``, ``fp8-bits-ksplit`` (session 31): each chunk's reduction split into ``WARPS`` slices, one per warp
+  (a batched ``[WARPS, BM, BK / WARPS] @ [WARPS, BK / WARPS, BN]`` product: ``mma`` layout ``warpsPerCTA =
+  [WARPS, 1, 1]``), each warp's accumulator ``[BM, BN]`` summed across the warps once per tile. Every warp then
+  loads only its slice of the activations (the 2-D product gives each warp a slice of the columns and the whole
+  activation chunk) and runs ``BN / 8`` independent ``mma`` chains of ``BK / WARPS / 16`` steps instead of one of
+  ``BK / 16``;
 - ``bf16-swap``, ``fp8-swap`` (session 27): the product transposed, ``acc[BN, BM] += W_tile @ x.T``: the weight
   tile is the MMA's M side (64 or 128 rows), which sm_90 runs as ``wgmma`` (bf16: both operands from shared
   memory; FP8: the converted weights from registers), where the 16-row product runs as ``mma.sync`` with both
@@ -51,10 +57,11 @@ from eagle_triton.fused.kernel import _wcast  # noqa: E402  (the drafter's own c
 
 @triton.jit
 def stream_kernel(X, W, Y, M, N: tl.constexpr, K: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr,
-                  BK: tl.constexpr, STAGES: tl.constexpr, NPROG: tl.constexpr, MODE: tl.constexpr):
+                  BK: tl.constexpr, STAGES: tl.constexpr, NPROG: tl.constexpr, MODE: tl.constexpr,
+                  KS: tl.constexpr):
     """MODE 0: W in X's dtype; 1: e4m3 W, ``.to(bf16)``; 2: e4m3 W, integer conversion; 3: e4m3 W and X as fp16;
     4: MODE 2 transposed (``acc[BN, BM] += W @ x.T``); 5: MODE 0 transposed; 6: MODE 2 and 7: MODE 0 with two
-    accumulators (each chunk's halves)."""
+    accumulators (each chunk's halves); 8: MODE 0 and 9: MODE 2 with the reduction split over ``KS`` warps."""
     pid = tl.program_id(0)
     offm = tl.arange(0, BM)
     offn = tl.arange(0, BN)
@@ -62,41 +69,56 @@ def stream_kernel(X, W, Y, M, N: tl.constexpr, K: tl.constexpr, BM: tl.constexpr
     rok = offm < M
     NC: tl.constexpr = K // BK
     NT: tl.constexpr = N // BN
+    offs = tl.arange(0, KS)[:, None, None]
+    offks = tl.arange(0, BK // KS)[None, None, :]
     for t in range(pid, NT, NPROG):
-        if MODE < 4 or MODE >= 6:
-            acc = tl.zeros([BM, BN], dtype=tl.float32)
-            acc2 = tl.zeros([BM, BN], dtype=tl.float32)
-        else:
-            acc = tl.zeros([BN, BM], dtype=tl.float32)
-        for c in tl.range(0, NC, num_stages=STAGES):
-            woff = (t * BN + offn).to(tl.int64)[:, None] * K + c * BK + offk[None, :]
-            x = tl.load(X + offm[:, None] * K + c * BK + offk[None, :], mask=rok[:, None], other=0.0,
-                        cache_modifier=".cg")
-            w = tl.load(W + woff)
-            if MODE == 0:
-                acc = tl.dot(x, tl.trans(w), acc)
-            elif MODE == 1:
-                acc = tl.dot(x, tl.trans(w.to(x.dtype)), acc)
-            elif MODE == 2:
-                acc = tl.dot(x, tl.trans(_wcast(w, tl.bfloat16)), acc)
-            elif MODE == 3:
-                acc = tl.dot(x.to(tl.float16), tl.trans(w.to(tl.float16)), acc)
-            elif MODE >= 6:
-                wc = _wcast(w, tl.bfloat16) if MODE == 6 else w
-                wa, wb = tl.split(tl.permute(tl.reshape(wc, (BN, 2, BK // 2)), (0, 2, 1)))
-                xa, xb = tl.split(tl.permute(tl.reshape(x, (BM, 2, BK // 2)), (0, 2, 1)))
-                acc = tl.dot(xa, tl.trans(wa), acc)
-                acc2 = tl.dot(xb, tl.trans(wb), acc2)
-            elif MODE == 4:
-                acc = tl.dot(_wcast(w, tl.bfloat16), tl.trans(x), acc)
-            else:
-                acc = tl.dot(w, tl.trans(x), acc)
-        if MODE >= 6:
-            acc = acc + acc2
-        if MODE < 4 or MODE >= 6:
+        if MODE >= 8:
+            acc3 = tl.zeros([KS, BM, BN], dtype=tl.float32)
+            for c in tl.range(0, NC, num_stages=STAGES):
+                kk = c * BK + offs * (BK // KS) + offks
+                x = tl.load(X + offm[None, :, None] * K + kk, mask=rok[None, :, None], other=0.0,
+                            cache_modifier=".cg")
+                w = tl.load(W + (t * BN + offn).to(tl.int64)[None, :, None] * K + kk)
+                if MODE == 9:
+                    w = _wcast(w, tl.bfloat16)
+                acc3 = tl.dot(x, tl.trans(w, (0, 2, 1)), acc3)
+            acc = tl.sum(acc3, axis=0)
             tl.store(Y + offm[:, None] * N + t * BN + offn[None, :], acc, mask=rok[:, None])
         else:
-            tl.store(Y + offm[None, :] * N + t * BN + offn[:, None], acc, mask=rok[None, :])
+            if MODE < 4 or MODE >= 6:
+                acc = tl.zeros([BM, BN], dtype=tl.float32)
+                acc2 = tl.zeros([BM, BN], dtype=tl.float32)
+            else:
+                acc = tl.zeros([BN, BM], dtype=tl.float32)
+            for c in tl.range(0, NC, num_stages=STAGES):
+                woff = (t * BN + offn).to(tl.int64)[:, None] * K + c * BK + offk[None, :]
+                x = tl.load(X + offm[:, None] * K + c * BK + offk[None, :], mask=rok[:, None], other=0.0,
+                            cache_modifier=".cg")
+                w = tl.load(W + woff)
+                if MODE == 0:
+                    acc = tl.dot(x, tl.trans(w), acc)
+                elif MODE == 1:
+                    acc = tl.dot(x, tl.trans(w.to(x.dtype)), acc)
+                elif MODE == 2:
+                    acc = tl.dot(x, tl.trans(_wcast(w, tl.bfloat16)), acc)
+                elif MODE == 3:
+                    acc = tl.dot(x.to(tl.float16), tl.trans(w.to(tl.float16)), acc)
+                elif MODE >= 6:
+                    wc = _wcast(w, tl.bfloat16) if MODE == 6 else w
+                    wa, wb = tl.split(tl.permute(tl.reshape(wc, (BN, 2, BK // 2)), (0, 2, 1)))
+                    xa, xb = tl.split(tl.permute(tl.reshape(x, (BM, 2, BK // 2)), (0, 2, 1)))
+                    acc = tl.dot(xa, tl.trans(wa), acc)
+                    acc2 = tl.dot(xb, tl.trans(wb), acc2)
+                elif MODE == 4:
+                    acc = tl.dot(_wcast(w, tl.bfloat16), tl.trans(x), acc)
+                else:
+                    acc = tl.dot(w, tl.trans(x), acc)
+            if MODE >= 6:
+                acc = acc + acc2
+            if MODE < 4 or MODE >= 6:
+                tl.store(Y + offm[:, None] * N + t * BN + offn[None, :], acc, mask=rok[:, None])
+            else:
+                tl.store(Y + offm[None, :] * N + t * BN + offn[:, None], acc, mask=rok[None, :])
 
 
 def main(argv=None) -> int:
@@ -122,7 +144,7 @@ def main(argv=None) -> int:
     if any(len(c) != 3 for c in configs):
         raise SystemExit("--configs: each entry is BK:STAGES:WARPS")
     modes = {"bf16": 0, "fp8-cvt": 1, "fp8-bits": 2, "fp8-f16": 3, "fp8-swap": 4, "bf16-swap": 5,
-             "fp8-bits-2acc": 6, "bf16-2acc": 7}
+             "fp8-bits-2acc": 6, "bf16-2acc": 7, "bf16-ksplit": 8, "fp8-bits-ksplit": 9}
     if args.modes:
         unknown = sorted(set(args.modes.split(",")) - set(modes))
         if unknown:
@@ -139,13 +161,13 @@ def main(argv=None) -> int:
         y = torch.empty(10, n, device=dev, dtype=torch.float32)
         for mname, mode in modes.items():
             for bk, stages, nw in configs:
-                ws = wb if mode in (0, 5, 7) else w8
+                ws = wb if mode in (0, 5, 7, 8) else w8
                 nbytes = n * k * ws[0].element_size()
                 it = [0]
 
                 def go(it=it, ws=ws, x=x, y=y, n=n, k=k, bn=bn, bk=bk, stages=stages, mode=mode, nw=nw):
                     i = it[0] = it[0] ^ 1
-                    stream_kernel[(sms,)](x, ws[i], y, 10, n, k, 16, bn, bk, stages, sms, mode, num_warps=nw)
+                    stream_kernel[(sms,)](x, ws[i], y, 10, n, k, 16, bn, bk, stages, sms, mode, nw, num_warps=nw)
 
                 ms = timed_or_record(go, rows, shape=name, mode=mname, bk=bk, stages=stages, warps=nw)
                 if ms is None:
@@ -154,7 +176,7 @@ def main(argv=None) -> int:
                 go()
                 torch.cuda.synchronize()
                 err = None
-                if mode in (1, 2, 4, 6):
+                if mode in (1, 2, 4, 6, 9):
                     err = float((y - ref).abs().max() / ref.abs().max())
                 rows.append(dict(shape=name, mode=mname, bk=bk, stages=stages, warps=nw, us=ms * 1e3,
                                  TBps=nbytes / (ms * 1e-3) / 1e12, max_rel_err=err))
