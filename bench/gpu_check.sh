@@ -29,10 +29,9 @@
 #               alone, bf16 / converted FP8 / two accumulators, at 3 launch settings; fp8_convert.json) and
 #               bench/probes/fp8_split_wgmma.py (FP8 x FP8 products on exactly split activations;
 #               fp8_split_wgmma.json)
-#   skl16       stream-K fc/o/gate-up/down over several row tiles (stream_k_linear=True; session 30 built it, no
-#               device time was left to measure it): the schedule GPU tests (two row tiles among them), then batch
-#               13 and 16 at the 8B shape, bf16 and FP8, alternated against the default's whole tiles
-#               (skl16_bf16.json, skl16_fp8.json)
+#   skl16       stream-K fc/o/gate-up/down over several row tiles (the default since session 31, measured with
+#               this part): the schedule GPU tests (two row tiles among them), then batch 13 and 16 at the 8B shape,
+#               bf16 and FP8, alternated against whole tiles (stream_k_linear=0) (skl16_bf16.json, skl16_fp8.json)
 #   batch       batched generation (bench_batch.json, .png): SmolLM2 total tok/s and speculative/plain per batch
 #               size 1-16 (best tree per size), 8B-shape batched step times; BATCH_ARGS adds options (e.g. --quick)
 #   timeline    where a continuous-batching job's time goes (batch_timeline.json, bench/probes/batch_probe.py's job
@@ -98,7 +97,7 @@ part_skl16()      { run skl16test 300 "$PY" -m pytest -q -p no:cacheprovider -rs
                     for w in bf16 fp8; do
                       run "skl16_$w" 200 "$PY" bench/bench_fused_drafter.py --no-sweep --no-ref --no-graph \
                         --weights "$w" --tune-case llama31-8b:60/7/10 --name "skl16_$w" --out "$OUTDIR" \
-                        --tunings "0:0:0:0:0:16,0:0:0:0:0:16+stream_k_linear=1,0:0:0:0:0:16,0:0:0:0:0:16+stream_k_linear=1,0:0:0:0:0:13,0:0:0:0:0:13+stream_k_linear=1"
+                        --tunings "0:0:0:0:0:16+stream_k_linear=0,0:0:0:0:0:16,0:0:0:0:0:16+stream_k_linear=0,0:0:0:0:0:16,0:0:0:0:0:13+stream_k_linear=0,0:0:0:0:0:13"
                     done; }
 part_fp8probes()  { run fp8convert 300 "$PY" bench/probes/fp8_convert.py --out "$OUTDIR" \
                       --modes bf16,fp8-bits,fp8-bits-2acc --configs 256:4:8,256:4:4,512:3:8

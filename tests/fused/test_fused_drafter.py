@@ -248,8 +248,8 @@ def test_compile_signature_needs_every_constexpr():
 
 
 def test_linear_schedule_and_chunks_launch_parameters_and_buffers():
-    """Stream-K linear products: on by default (and with ``True``) where the tree rows fit one row tile, never
-    beyond it, never with ``False``; off by default for heads below 1024 wide. NSEGL bounds the programs sharing a
+    """Stream-K linear products: on by default (and with ``True``) for every batch, one row tile or several, never
+    with ``False``; off by default for heads below 1024 wide. NSEGL bounds the programs sharing a
     tile of fc, o, down and gate/up, and the partial-sum buffers hold every (tile, part) slot of each (gate/up: two
     sets). FP8 weights take 128-deep reduction chunks."""
     from eagle_triton.fused.host import streamk_max_sharing
@@ -259,12 +259,12 @@ def test_linear_schedule_and_chunks_launch_parameters_and_buffers():
                         max_batch=16, nprog=132)
     fp8 = big.with_(weight_dtype=torch.float8_e4m3fn)
     for cfg in (big, fp8):
-        on = {b: cfg.launch_params("cuda", b, 4)["SKL"] for b in range(1, 17)}
-        bm = {b: cfg.launch_params("cuda", b, 4)["BM"] for b in range(1, 17)}
-        assert on == {b: 10 * b <= bm[b] for b in range(1, 17)} and on[12] and not on[13]
+        assert all(cfg.launch_params("cuda", b, 4)["SKL"] for b in range(1, 17))
+        assert cdiv(10 * 13, cfg.launch_params("cuda", 13, 4)["BM"]) == 2  # batch 13-16: two row tiles, each cut
         assert not any(cfg.with_(stream_k_linear=False).launch_params("cuda", b, 4)["SKL"] for b in range(1, 17))
         assert all(cfg.with_(stream_k_linear=True).launch_params("cuda", b, 4)["SKL"] for b in range(1, 17))
-    # a small head (SmolLM2's shape: hidden 576, its own narrow tiles; not measured) keeps whole tiles unless asked
+    # a small head (SmolLM2's shape: hidden 576, its own narrow tiles; measured slower with stream-K) keeps whole
+    # tiles unless asked
     smol = DrafterConfig(hidden_size=576, num_heads=9, num_kv_heads=3, head_dim=64, intermediate_size=1536,
                          draft_vocab=12288, feature_width=3 * 576, vocab_size=49152, rms_eps=1e-5, has_d2t=True,
                          nprog=132)
@@ -298,8 +298,8 @@ def test_linear_schedule_and_chunks_launch_parameters_and_buffers():
     bufs = Buffers.allocate(small, "meta")
     assert bufs.scratch["part"].numel() >= q["NSEGL"] * q["BM"] * max(nt * q["BN"], 2 * ngu * q["BNG"])
     assert bufs.scratch["flag"].numel() >= q["NSEGL"] * max(nt, 2 * ngu)
-    # several row tiles (stream_k_linear=True): a region per row tile of the tree rows
-    many = small.with_(max_batch=5, stream_k_linear=True)
+    # several row tiles (the default too): a region per row tile of the tree rows
+    many = small.with_(max_batch=5)
     q5 = many.launch_params("cpu", 5, 8)
     n_mc = cdiv(5 * many.top_k, q5["BM"])
     assert q5["SKL"] and n_mc > 1
@@ -655,38 +655,40 @@ def test_gpu_llama8b_fp8_bf16_separated_trees_identical():
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("shape,option", [("small", ("hidden_half_early", True)), ("8b", ("hidden_half_early", True)),
-                                          ("small", ("stream_k_linear", False)), ("8b", ("stream_k_linear", False)),
-                                          ("small", ("stream_k_linear", True))],
-                         ids=["small-hidden-half-early", "8b-hidden-half-early", "small-whole-tiles", "8b-whole-tiles",
+@pytest.mark.parametrize("shape,option,batches", [("small", ("hidden_half_early", True), (1, 2)),
+                                                  ("8b", ("hidden_half_early", True), (1,)),
+                                                  ("small", ("stream_k_linear", True), (1, 2)),
+                                                  ("8b", ("stream_k_linear", False), (1,)),
+                                                  ("small", ("stream_k_linear", True), (13,))],
+                         ids=["small-hidden-half-early", "8b-hidden-half-early", "small-stream-k", "8b-whole-tiles",
                               "small-stream-k-two-row-tiles"])
-def test_gpu_schedule_options_fp32_identical_trees(shape, option):
+def test_gpu_schedule_options_fp32_identical_trees(shape, option, batches):
     """The schedules other than the default, with one program per SM. ``hidden_half_early``: the programs past
     the row tile compute the next step's hidden half during RM and SEL (arriving at the RM barrier without
-    waiting). ``stream_k_linear=False``: fc, o, gate/up and down in whole tiles, each over the full reduction (the
-    default cuts them between programs where the rows fit one row tile). ``stream_k_linear=True`` with 13
-    sequences of a 60/7/10 tree: 130 rows in two row tiles, each cut between programs with its own part / flag
-    region. fp32 trees and held KV identical to the reference across calls."""
+    waiting). ``stream_k_linear=True`` on a head below 1024 wide (whole tiles by default there), with one row tile
+    and, with 13 sequences of a 60/7/10 tree, 130 rows in two row tiles, each cut between programs with its own part
+    / flag region. ``stream_k_linear=False`` at the 8B shape: fc, o, gate/up and down in whole tiles, each over the
+    full reduction (the default cuts them between programs). fp32 trees and held KV identical to the reference
+    across calls."""
     torch.backends.cuda.matmul.allow_tf32 = False
     if shape == "small":
         head = make_head(True, hidden_size=256, intermediate_size=512, num_attention_heads=8, num_key_value_heads=2,
                          vocab_size=1024, draft_vocab_size=512).cuda()
-        tc, batches = TreeConfig(30, 4, 6), (1, 2)
-        if option == ("stream_k_linear", True):
-            tc, batches = TreeConfig(60, 7, 10), (13,)
+        tc = TreeConfig(60, 7, 10) if batches == (13,) else TreeConfig(30, 4, 6)
     else:
-        head, tc, batches = llama8b_head(False, torch.float32), TreeConfig(60, 7, 10), (1,)
+        head, tc = llama8b_head(False, torch.float32), TreeConfig(60, 7, 10)
     V = head.config.vocab_size
     w = Weights.from_head(head, 140)
     for batch in batches:
         cfg = DrafterConfig.from_head(head, tc, max_batch=batch, max_len=128, max_new_rows=16, **dict([option]))
         p = cfg.launch_params("cuda", batch, 16)
+        default = cfg.with_(**{option[0]: None}).launch_params("cuda", batch, 16)
         if option[0] == "hidden_half_early":
             assert p["HQ"] and p["HQ_P0"] == p["BM"] and p["NPROG"] > p["BM"]
         elif option[1]:
-            assert p["SKL"] and cdiv(batch * tc.top_k, p["BM"]) == 2
+            assert p["SKL"] and not default["SKL"] and cdiv(batch * tc.top_k, p["BM"]) == (2 if batch == 13 else 1)
         else:
-            assert not p["SKL"] and cfg.with_(stream_k_linear=None).launch_params("cuda", batch, 16)["SKL"]
+            assert not p["SKL"] and default["SKL"]
         bufs, bufs_ref = Buffers.allocate(cfg, "cuda"), Buffers.allocate(cfg, "cuda")
         for _ in range(3):
             num_new = torch.randint(1, 16, (batch,)).tolist()

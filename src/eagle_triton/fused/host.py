@@ -82,12 +82,13 @@ class DrafterConfig:
     hidden size >= 1024 (bf16 8B 60/7/10 2.50 -> 2.46 ms; fp32, the test dtype, follows bf16); ``True``: wherever
     a row tile leaves half the programs idle; ``False``: never.
     ``stream_k_linear``: fc, o, gate/up and down cut into equal contiguous (tile, reduction chunk) ranges, one per
-    program, as q/k/v always is (a tile's parts summed by its owner in a fixed order), where a step's rows fit one
-    row tile, for heads of hidden size >= 1024 (the default, ``None``: measured faster on an H200 at every such
-    shape and batch tried: FP8 8B 60/7/10 1.884 -> 1.747 ms, bf16 batch 2-8 4-6% faster, batch 1 0.2-0.4%; small
-    heads such as SmolLM2's, with their own narrow tiles, were not measured and keep whole tiles); ``True``: at every
-    shape and for any number of row tiles (each row tile's parts in a region of their own; several row tiles, e.g.
-    batch 13-16 at 60/7/10, not measured yet); ``False``: never (whole tiles, each over the full reduction).
+    program, as q/k/v always is (a tile's parts summed by its owner in a fixed order; with several row tiles each
+    row tile's parts in a region of their own). ``None`` (the default): for heads of hidden size >= 1024, where it
+    measured faster on an H200 at every such shape and batch tried (FP8 8B 60/7/10 1.884 -> 1.747 ms; bf16 batch
+    2-8 4-6%, batch 1 0.2-0.4%; two row tiles, batch 13-16: bf16 8B 8.48 -> 7.93 ms, FP8 10.38 -> 9.28; prefill
+    level); small heads such as SmolLM2's, with their own narrow tiles, measured slower with it (60/7/10 0.443 ->
+    0.474 ms, batch 16 1.424 -> 1.634) and keep whole tiles. ``True``: at every shape; ``False``: never (whole
+    tiles, each over the full reduction).
 
     Shapes the kernel cannot run are refused here or in :meth:`launch_params`, before any launch, with the reason:
     head_dim not a power of two >= 16 (RoPE pairs features within one power-of-two tile), hidden size not a multiple
@@ -303,15 +304,17 @@ class DrafterConfig:
                          streamk_max_sharing(self.qkv_tiles(bnqr), 2 * H // bkqr, nprog),
                          streamk_max_sharing(self.qkv_tiles(bnq), H // bkq, nprog) if hq else 1))
         nsegh = _pow2(streamk_max_sharing(self.qkv_tiles(bnq), H // bkq, nprog - hq_p0)) if hq else 1
-        # fc (the root of a prompt within one row tile), o, gate/up and down stream-K, by default where the rows fit
-        # one row tile (stream_k_linear=True: every row tile, each with its own part / flag region): whole tiles
-        # leave SMs idle (down and o: 64 tiles on 132 SMs) or unevenly loaded (gate/up: 224 tiles), and with FP8
-        # weights each program's K loop, not the GPU's bandwidth, bounds a product. On an H200
-        # (bench/results/session30_2026-11-28/skl/): FP8 8B 60/7/10 1.884 -> 1.747 ms (down 54 -> 34 us per step),
-        # Qwen3-8B 1.826 -> 1.670, 70B 4.23 -> 4.17, batch 2/4/8 9-12% faster; bf16 batch 1 0.2-0.4% (8B, Qwen3-8B,
-        # 70B), batch 2/4/8 4-6%. Heads below 1024 wide (their own 16- and 32-wide tiles) were not measured: whole
-        # tiles there by default. NSEGL: the most programs sharing one of their tiles (a power of two, as NSEG).
-        skl = (not small and mq <= bm) if self.stream_k_linear is None else bool(self.stream_k_linear)
+        # fc, o, gate/up and down stream-K by default for heads >= 1024 wide, every row tile with its own part /
+        # flag region: whole tiles leave SMs idle (down and o: 64 tiles on 132 SMs) or unevenly loaded (gate/up:
+        # 224 tiles), and with FP8 weights each program's K loop, not the GPU's bandwidth, bounds a product. On an
+        # H200 (bench/results/session30_2026-11-28/skl/, session31_2026-11-28/skl16/): FP8 8B 60/7/10 1.884 ->
+        # 1.747 ms (down 54 -> 34 us per step), Qwen3-8B 1.826 -> 1.670, 70B 4.23 -> 4.17, batch 2/4/8 9-12%
+        # faster; bf16 batch 1 0.2-0.4%, batch 2/4/8 4-6%; batch 16 (two row tiles) bf16 8B 8.48 -> 7.93, Qwen3-8B
+        # 8.30 -> 7.61, 70B 26.45 -> 25.04, 1B-class 4.81 -> 4.77, FP8 8B 10.38 -> 9.28; prefill level. Heads below
+        # 1024 wide (their own 16- and 32-wide tiles) measured slower with it (SmolLM2 60/7/10 0.443 -> 0.474 ms,
+        # batch 16 1.424 -> 1.634): whole tiles there. NSEGL: the most programs sharing one of their tiles (a power
+        # of two, as NSEG).
+        skl = (not small) if self.stream_k_linear is None else bool(self.stream_k_linear)
         nsegl = 1
         if skl:
             sharing = [streamk_max_sharing(nth, cdiv(kdim, bkl), nprog)

@@ -20,7 +20,7 @@ ATT           (sequence, kv head, KV split): all query heads of the group  root:
               over packed prefix + tree keys, ancestor mask implicit       frontier nodes
 COMB          (row, head): merges the KV splits (flash-decoding)
 O             BN features of ``o_proj`` + residual (FC, O, GU, DOWN:
-              stream-K as QKV where the rows fit one row tile, SKL)
+              stream-K as QKV for heads >= 1024 wide, SKL)
 GU            BNG features of gate and up, post-attention RMSNorm inline,
               ``silu(g) * u``
 DOWN          BN features of ``down_proj`` + residual: the step output
@@ -1226,8 +1226,8 @@ def fused_drafter_kernel(
     # HQ_P0.. (which have no RM or SEL unit: HQ_P0 >= the row tile; 0 when one program runs everything); NSEGH >=
     # the programs sharing one of its tiles (a power of two)
     HQ: tl.constexpr = False, HQ_P0: tl.constexpr = 0, NSEGH: tl.constexpr = 1,
-    # SKL: fc (one row tile), o, gate/up and down stream-K over (tile, chunk) as q/k/v, in part / flag (a region per
-    # row tile; DrafterConfig.stream_k_linear); NSEGL >= the programs sharing one of their tiles
+    # SKL: fc (of a prompt within one row tile), o, gate/up and down stream-K over (tile, chunk) as q/k/v, in part /
+    # flag (a region per row tile; DrafterConfig.stream_k_linear); NSEGL >= the programs sharing one of their tiles
     SKL: tl.constexpr = False, NSEGL: tl.constexpr = 1,
 ):
     pid = tl.program_id(0)
