@@ -23,6 +23,11 @@ do), 8 warps, and times the conversion variants against the bf16 product:
   loads only its slice of the activations (the 2-D product gives each warp a slice of the columns and the whole
   activation chunk) and runs ``BN / 8`` independent ``mma`` chains of ``BK / WARPS / 16`` steps instead of one of
   ``BK / 16``;
+- ``fp8-bits-noscale`` (session 31): ``fp8-bits`` without the multiply by 2^120 (three integer operations and half
+  a ``prmt`` per pair instead of four and a half): the bf16 weight is the e4m3 one times 2^-120 exactly (e4m3
+  subnormals as bf16 subnormals), the activations are passed in times 2^100 (exact in bf16) and the product is
+  multiplied by 2^20 afterwards, so the sums are those of ``fp8-bits`` scaled by a power of two if the tensor cores
+  take bf16 subnormal inputs as they are (the probe reports whether the result equals ``fp8-bits``' bit for bit);
 - ``bf16-swap``, ``fp8-swap`` (session 27): the product transposed, ``acc[BN, BM] += W_tile @ x.T``: the weight
   tile is the MMA's M side (64 or 128 rows), which sm_90 runs as ``wgmma`` (bf16: both operands from shared
   memory; FP8: the converted weights from registers), where the 16-row product runs as ``mma.sync`` with both
@@ -54,6 +59,25 @@ from weight_layout import timed_or_record, write_probe_json  # noqa: E402
 
 from eagle_triton.fused.kernel import _wcast  # noqa: E402  (the drafter's own conversion: integer operations)
 
+# e4m3 -> bf16 times 2^-120 (fp8-bits-noscale): _wcast's integer operations without its final multiply
+_E4M3_BF16_SCALED_ASM = tl.constexpr("""{
+.reg .b32 lo, hi, s, u;
+prmt.b32 lo, $2, 0, 0x1404;
+prmt.b32 hi, $2, 0, 0x3424;
+shr.b32 s, lo, 4;
+and.b32 u, lo, 0x80008000;
+lop3.b32 $0, s, 0x07F007F0, u, 0xEA;
+shr.b32 s, hi, 4;
+and.b32 u, hi, 0x80008000;
+lop3.b32 $1, s, 0x07F007F0, u, 0xEA;
+}""")
+
+
+@triton.jit
+def _wcast_scaled(w):
+    return tl.inline_asm_elementwise(_E4M3_BF16_SCALED_ASM, "=r,=r,r", [w.to(tl.uint8, bitcast=True)],
+                                     dtype=tl.bfloat16, is_pure=True, pack=4)
+
 
 @triton.jit
 def stream_kernel(X, W, Y, M, N: tl.constexpr, K: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr,
@@ -61,7 +85,8 @@ def stream_kernel(X, W, Y, M, N: tl.constexpr, K: tl.constexpr, BM: tl.constexpr
                   KS: tl.constexpr):
     """MODE 0: W in X's dtype; 1: e4m3 W, ``.to(bf16)``; 2: e4m3 W, integer conversion; 3: e4m3 W and X as fp16;
     4: MODE 2 transposed (``acc[BN, BM] += W @ x.T``); 5: MODE 0 transposed; 6: MODE 2 and 7: MODE 0 with two
-    accumulators (each chunk's halves); 8: MODE 0 and 9: MODE 2 with the reduction split over ``KS`` warps."""
+    accumulators (each chunk's halves); 8: MODE 0 and 9: MODE 2 with the reduction split over ``KS`` warps; 10:
+    e4m3 W converted to bf16 times 2^-120 (X and Y scaled by the caller)."""
     pid = tl.program_id(0)
     offm = tl.arange(0, BM)
     offn = tl.arange(0, BN)
@@ -72,7 +97,7 @@ def stream_kernel(X, W, Y, M, N: tl.constexpr, K: tl.constexpr, BM: tl.constexpr
     offs = tl.arange(0, KS)[:, None, None]
     offks = tl.arange(0, BK // KS)[None, None, :]
     for t in range(pid, NT, NPROG):
-        if MODE >= 8:
+        if MODE == 8 or MODE == 9:
             acc3 = tl.zeros([KS, BM, BN], dtype=tl.float32)
             for c in tl.range(0, NC, num_stages=STAGES):
                 kk = c * BK + offs * (BK // KS) + offks
@@ -101,6 +126,8 @@ def stream_kernel(X, W, Y, M, N: tl.constexpr, K: tl.constexpr, BM: tl.constexpr
                     acc = tl.dot(x, tl.trans(w.to(x.dtype)), acc)
                 elif MODE == 2:
                     acc = tl.dot(x, tl.trans(_wcast(w, tl.bfloat16)), acc)
+                elif MODE == 10:
+                    acc = tl.dot(x, tl.trans(_wcast_scaled(w)), acc)
                 elif MODE == 3:
                     acc = tl.dot(x.to(tl.float16), tl.trans(w.to(tl.float16)), acc)
                 elif MODE >= 6:
@@ -113,7 +140,7 @@ def stream_kernel(X, W, Y, M, N: tl.constexpr, K: tl.constexpr, BM: tl.constexpr
                     acc = tl.dot(_wcast(w, tl.bfloat16), tl.trans(x), acc)
                 else:
                     acc = tl.dot(w, tl.trans(x), acc)
-            if MODE >= 6:
+            if MODE == 6 or MODE == 7:
                 acc = acc + acc2
             if MODE < 4 or MODE >= 6:
                 tl.store(Y + offm[:, None] * N + t * BN + offn[None, :], acc, mask=rok[:, None])
@@ -144,7 +171,8 @@ def main(argv=None) -> int:
     if any(len(c) != 3 for c in configs):
         raise SystemExit("--configs: each entry is BK:STAGES:WARPS")
     modes = {"bf16": 0, "fp8-cvt": 1, "fp8-bits": 2, "fp8-f16": 3, "fp8-swap": 4, "bf16-swap": 5,
-             "fp8-bits-2acc": 6, "bf16-2acc": 7, "bf16-ksplit": 8, "fp8-bits-ksplit": 9}
+             "fp8-bits-2acc": 6, "bf16-2acc": 7, "bf16-ksplit": 8, "fp8-bits-ksplit": 9,
+             "fp8-bits-noscale": 10}
     if args.modes:
         unknown = sorted(set(args.modes.split(",")) - set(modes))
         if unknown:
@@ -157,6 +185,7 @@ def main(argv=None) -> int:
         w8 = [w.to(torch.float8_e4m3fn) for w in w16]
         wb = [w.to(torch.bfloat16) for w in w16]
         x = torch.randn(10, k, device=dev, dtype=torch.bfloat16)
+        x_up = x * 2.0 ** 100  # exact in bf16 (fp8-bits-noscale's activations)
         ref = x.float() @ w8[0].float().T
         y = torch.empty(10, n, device=dev, dtype=torch.float32)
         for mname, mode in modes.items():
@@ -165,7 +194,9 @@ def main(argv=None) -> int:
                 nbytes = n * k * ws[0].element_size()
                 it = [0]
 
-                def go(it=it, ws=ws, x=x, y=y, n=n, k=k, bn=bn, bk=bk, stages=stages, mode=mode, nw=nw):
+                xin = x_up if mode == 10 else x
+
+                def go(it=it, ws=ws, x=xin, y=y, n=n, k=k, bn=bn, bk=bk, stages=stages, mode=mode, nw=nw):
                     i = it[0] = it[0] ^ 1
                     stream_kernel[(sms,)](x, ws[i], y, 10, n, k, 16, bn, bk, stages, sms, mode, nw, num_warps=nw)
 
@@ -175,13 +206,19 @@ def main(argv=None) -> int:
                 it[0] = 1  # the next run uses copy 0
                 go()
                 torch.cuda.synchronize()
-                err = None
-                if mode in (1, 2, 4, 6, 9):
+                err, same = None, None
+                if mode == 10:  # back to the product's scale; then bit for bit against fp8-bits' product
+                    y.mul_(2.0 ** 20)
+                    y2 = torch.empty_like(y)
+                    stream_kernel[(sms,)](x, ws[0], y2, 10, n, k, 16, bn, bk, stages, sms, 2, nw, num_warps=nw)
+                    same = bool(torch.equal(y, y2))
+                if mode in (1, 2, 4, 6, 9, 10):
                     err = float((y - ref).abs().max() / ref.abs().max())
                 rows.append(dict(shape=name, mode=mname, bk=bk, stages=stages, warps=nw, us=ms * 1e3,
-                                 TBps=nbytes / (ms * 1e-3) / 1e12, max_rel_err=err))
+                                 TBps=nbytes / (ms * 1e-3) / 1e12, max_rel_err=err, equal_to_fp8_bits=same))
+                tail = "" if same is None else f"  equal {same}"
                 print(f"{name:20s} {mname:13s} bk {bk:3d} st {stages} w {nw:2d}  {ms * 1e3:8.1f} us  "
-                      f"{nbytes / (ms * 1e-3) / 1e12:5.2f} TB/s  err {err}", flush=True)
+                      f"{nbytes / (ms * 1e-3) / 1e12:5.2f} TB/s  err {err}{tail}", flush=True)
     write_probe_json(args.out, "fp8_convert.json", rows)
     return 0
 
