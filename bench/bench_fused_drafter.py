@@ -43,6 +43,9 @@ from eagle_triton.fused import (  # noqa: E402
 )
 from eagle_triton.testing import random_eagle3_head_on  # noqa: E402
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from bench_engine import git_commit  # noqa: E402  (the commit measured: $EAGLE_TRITON_GIT_COMMIT, else git's HEAD)
+
 SHAPES = {
     "llama31-8b": dict(hidden_size=4096, intermediate_size=14336, num_attention_heads=32, num_key_value_heads=8,
                        vocab_size=128256, draft_vocab_size=32000),
@@ -377,7 +380,8 @@ def main(argv=None) -> int:
     meta = dict(device=torch.cuda.get_device_name(), date=datetime.datetime.now().isoformat(timespec="seconds"),
                 torch=torch.__version__, triton=triton.__version__, copy_TBps=bw / 1e12,
                 command=" ".join([os.path.basename(sys.executable)] + sys.argv),
-                sms=torch.cuda.get_device_properties(0).multi_processor_count, wall_s=time.time() - t0)
+                sms=torch.cuda.get_device_properties(0).multi_processor_count, wall_s=time.time() - t0,
+                **git_commit())
     os.makedirs(args.out, exist_ok=True)
     with open(os.path.join(args.out, f"{args.name}.json"), "w") as f:
         json.dump(dict(meta=meta, rows=rows), f, indent=1)

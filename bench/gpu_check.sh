@@ -142,6 +142,7 @@ run() {  # name, default limit (s), command...
 # COMMIT (set by whoever copied the tree, e.g. bench/lent_gpu/run.sh's caller) wins over git: a copied tree may carry a
 # .git of another state than its files (the lent GPU's copy answered 271ed74 for f78dcc3's files, session 29)
 commit=${COMMIT:-$(git rev-parse HEAD 2>/dev/null || echo unknown)}
+export EAGLE_TRITON_GIT_COMMIT=$commit  # every bench script's JSON records it (bench_engine.git_commit)
 device=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -n 1)
 "$PY" - "$OUTDIR/run.json" "$commit" "${device:-unknown}" "$parts" "bash bench/gpu_check.sh $ARGS" <<'EOF'
 import datetime, json, sys

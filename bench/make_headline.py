@@ -573,23 +573,29 @@ def session28_entries() -> list[dict]:
 
 
 S30 = "session30_2026-11-28/defaults/"  # the README's H200 head-shape table (session 30: the only device lent)
+S31 = "session31_2026-11-28/defaults/"  # its batch-16 rows (session 31)
 
 
 def session30_entries() -> list[dict]:
-    """Session 30's H200 figures of the drafter at each head shape (the README's H200 table), names as issue 19's
-    with ``_h200``: bf16 from the sweep at 437672a (stream-K linear products; bf16 unchanged since), FP8 from runs
-    of the code whose default is the measured ``block_k=128`` launch (``bk128_fp8_*.json``' tuned rows: the same
-    constexprs as the default, as tests/fused/test_fused_drafter.py asserts) or of that default itself."""
+    """Sessions 30 and 31's H200 figures of the drafter at each head shape (the README's H200 table), names as
+    issue 19's with ``_h200``: batch 1 bf16 from the sweep at 437672a (stream-K linear products; unchanged since),
+    FP8 from runs of the code whose default is the measured ``block_k=128`` launch (``bk128_fp8_*.json``' tuned
+    rows: the same constexprs as the default, as tests/fused/test_fused_drafter.py asserts) or of that default
+    itself; batch 16 from session 31's sweep of the default at 20a5e83 (stream-K in both row tiles)."""
     names = {"llama31-8b": ("8b", "Llama-3.1-8B"), "qwen3-8b": ("qwen3_8b", "Qwen3-8B"),
              "llama33-70b": ("70b", "Llama-3.3-70B"), "llama32-1b": ("1b", "Llama-3.2-1B")}
     rows = []
     for shape in names:
         rows.append((shape, "bf16", 1, S30 + "drafter_h200.json",
                      ["rows", {"shape": shape, "weights": "bf16", "batch": 1}], "437672a"))
-    rows += [("llama31-8b", "fp8", 1, S30 + "fp8_b16_default.json", ["rows", 3], "2e719a6"),
-             ("llama31-8b", "fp8", 16, S30 + "fp8_b16_default.json", ["rows", 0], "2e719a6")]
+    rows += [("llama31-8b", "fp8", 1, S30 + "fp8_b16_default.json", ["rows", 3], "2e719a6")]
     for shape in ("qwen3-8b", "llama33-70b", "llama32-1b"):
         rows.append((shape, "fp8", 1, S30 + f"bk128_fp8_{shape}.json", ["rows", 1], "437672a with block_k=128"))
+    # batch 16 (two 128-row tiles per step), session 31: stream-K in every row tile, the default since 20a5e83
+    for shape in names:
+        for weights in ("bf16", "fp8"):
+            rows.append((shape, weights, 16, S31 + "drafter_h200_b16.json",
+                         ["rows", {"shape": shape, "weights": weights, "batch": 16}], "20a5e83"))
     out = []
     for shape, weights, batch, src, sel, code in rows:
         short, label = names[shape]
