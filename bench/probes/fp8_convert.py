@@ -28,6 +28,11 @@ do), 8 warps, and times the conversion variants against the bf16 product:
   subnormals as bf16 subnormals), the activations are passed in times 2^100 (exact in bf16) and the product is
   multiplied by 2^20 afterwards, so the sums are those of ``fp8-bits`` scaled by a power of two if the tensor cores
   take bf16 subnormal inputs as they are (the probe reports whether the result equals ``fp8-bits``' bit for bit);
+- ``fp8-bits-halves`` (session 31, ``--rows`` 17-32: 32-row tiles): the 32-row product as two 16-row products on
+  the same converted tile. A 32-row ``mma.sync`` product puts the 8 warps in a 2 x 4 grid (compiled for sm_90), so
+  each weight is converted by two warps (twice the ``prmt`` of the 16-row product); two 16-row products keep the
+  warps in a 1 x 8 row and convert each weight once. (At 64 rows and more sm_90 runs ``wgmma``, with the converted
+  tile in shared memory: converted once.);
 - ``bf16-swap``, ``fp8-swap`` (session 27): the product transposed, ``acc[BN, BM] += W_tile @ x.T``: the weight
   tile is the MMA's M side (64 or 128 rows), which sm_90 runs as ``wgmma`` (bf16: both operands from shared
   memory; FP8: the converted weights from registers), where the 16-row product runs as ``mma.sync`` with both
@@ -86,7 +91,8 @@ def stream_kernel(X, W, Y, M, N: tl.constexpr, K: tl.constexpr, BM: tl.constexpr
     """MODE 0: W in X's dtype; 1: e4m3 W, ``.to(bf16)``; 2: e4m3 W, integer conversion; 3: e4m3 W and X as fp16;
     4: MODE 2 transposed (``acc[BN, BM] += W @ x.T``); 5: MODE 0 transposed; 6: MODE 2 and 7: MODE 0 with two
     accumulators (each chunk's halves); 8: MODE 0 and 9: MODE 2 with the reduction split over ``KS`` warps; 10:
-    e4m3 W converted to bf16 times 2^-120 (X and Y scaled by the caller)."""
+    e4m3 W converted to bf16 times 2^-120 (X and Y scaled by the caller); 11: MODE 2 for BM = 32 as two 16-row
+    products sharing the converted tile."""
     pid = tl.program_id(0)
     offm = tl.arange(0, BM)
     offn = tl.arange(0, BN)
@@ -109,6 +115,21 @@ def stream_kernel(X, W, Y, M, N: tl.constexpr, K: tl.constexpr, BM: tl.constexpr
                 acc3 = tl.dot(x, tl.trans(w, (0, 2, 1)), acc3)
             acc = tl.sum(acc3, axis=0)
             tl.store(Y + offm[:, None] * N + t * BN + offn[None, :], acc, mask=rok[:, None])
+        elif MODE == 11:
+            HM: tl.constexpr = BM // 2
+            offh = tl.arange(0, HM)
+            acc_lo = tl.zeros([HM, BN], dtype=tl.float32)
+            acc_hi = tl.zeros([HM, BN], dtype=tl.float32)
+            for c in tl.range(0, NC, num_stages=STAGES):
+                xo = offh[:, None] * K + c * BK + offk[None, :]
+                x_lo = tl.load(X + xo, mask=(offh < M)[:, None], other=0.0, cache_modifier=".cg")
+                x_hi = tl.load(X + HM * K + xo, mask=(offh + HM < M)[:, None], other=0.0, cache_modifier=".cg")
+                wc = tl.trans(_wcast(tl.load(W + (t * BN + offn).to(tl.int64)[:, None] * K + c * BK + offk[None, :]),
+                                     tl.bfloat16))
+                acc_lo = tl.dot(x_lo, wc, acc_lo)
+                acc_hi = tl.dot(x_hi, wc, acc_hi)
+            tl.store(Y + offh[:, None] * N + t * BN + offn[None, :], acc_lo, mask=(offh < M)[:, None])
+            tl.store(Y + (offh + HM)[:, None] * N + t * BN + offn[None, :], acc_hi, mask=(offh + HM < M)[:, None])
         else:
             if MODE < 4 or MODE >= 6:
                 acc = tl.zeros([BM, BN], dtype=tl.float32)
@@ -153,9 +174,16 @@ def main(argv=None) -> int:
     ap.add_argument("--out", required=True)
     ap.add_argument("--modes", default=None, help="comma list of the variants to time (default: all)")
     ap.add_argument("--shapes", default=None, help="comma list of o, down, gate, lm_head (default: all)")
+    ap.add_argument("--rows", type=int, default=10, help="activation rows (1-32; 10 = a 60/7/10 step of one "
+                    "sequence, 20 of two); the row tile is the next power of two >= 16")
     ap.add_argument("--configs", default="256:4:8,512:3:8,128:6:8",
                     help="comma list of BK:STAGES:WARPS launch configurations, each timed for every mode and shape")
     args = ap.parse_args(argv)
+    if not 1 <= args.rows <= 32:
+        raise SystemExit("--rows: 1 to 32")
+    rows_m, bm = args.rows, max(16, triton.next_power_of_2(args.rows))
+    if "fp8-bits-halves" in (args.modes or "").split(",") and bm != 32:
+        raise SystemExit("--modes fp8-bits-halves needs --rows 17 to 32 (a 32-row tile)")
     dev = torch.device("cuda")
     sms = torch.cuda.get_device_properties(dev).multi_processor_count
     # the 8B EAGLE-3 head's products (N outputs x K reduction) and the drafter's tile widths
@@ -172,7 +200,7 @@ def main(argv=None) -> int:
         raise SystemExit("--configs: each entry is BK:STAGES:WARPS")
     modes = {"bf16": 0, "fp8-cvt": 1, "fp8-bits": 2, "fp8-f16": 3, "fp8-swap": 4, "bf16-swap": 5,
              "fp8-bits-2acc": 6, "bf16-2acc": 7, "bf16-ksplit": 8, "fp8-bits-ksplit": 9,
-             "fp8-bits-noscale": 10}
+             "fp8-bits-noscale": 10, "fp8-bits-halves": 11}
     if args.modes:
         unknown = sorted(set(args.modes.split(",")) - set(modes))
         if unknown:
@@ -184,10 +212,10 @@ def main(argv=None) -> int:
         w16 = [torch.randn(n, k, device=dev) * 0.05 for _ in range(2)]
         w8 = [w.to(torch.float8_e4m3fn) for w in w16]
         wb = [w.to(torch.bfloat16) for w in w16]
-        x = torch.randn(10, k, device=dev, dtype=torch.bfloat16)
+        x = torch.randn(rows_m, k, device=dev, dtype=torch.bfloat16)
         x_up = x * 2.0 ** 100  # exact in bf16 (fp8-bits-noscale's activations)
         ref = x.float() @ w8[0].float().T
-        y = torch.empty(10, n, device=dev, dtype=torch.float32)
+        y = torch.empty(rows_m, n, device=dev, dtype=torch.float32)
         for mname, mode in modes.items():
             for bk, stages, nw in configs:
                 ws = wb if mode in (0, 5, 7, 8) else w8
@@ -198,7 +226,8 @@ def main(argv=None) -> int:
 
                 def go(it=it, ws=ws, x=xin, y=y, n=n, k=k, bn=bn, bk=bk, stages=stages, mode=mode, nw=nw):
                     i = it[0] = it[0] ^ 1
-                    stream_kernel[(sms,)](x, ws[i], y, 10, n, k, 16, bn, bk, stages, sms, mode, nw, num_warps=nw)
+                    stream_kernel[(sms,)](x, ws[i], y, rows_m, n, k, bm, bn, bk, stages, sms, mode, nw,
+                                          num_warps=nw)
 
                 ms = timed_or_record(go, rows, shape=name, mode=mname, bk=bk, stages=stages, warps=nw)
                 if ms is None:
@@ -207,14 +236,15 @@ def main(argv=None) -> int:
                 go()
                 torch.cuda.synchronize()
                 err, same = None, None
-                if mode == 10:  # back to the product's scale; then bit for bit against fp8-bits' product
-                    y.mul_(2.0 ** 20)
+                if mode in (10, 11):  # (10: back to the product's scale) bit for bit against fp8-bits' product
+                    if mode == 10:
+                        y.mul_(2.0 ** 20)
                     y2 = torch.empty_like(y)
-                    stream_kernel[(sms,)](x, ws[0], y2, 10, n, k, 16, bn, bk, stages, sms, 2, nw, num_warps=nw)
+                    stream_kernel[(sms,)](x, ws[0], y2, rows_m, n, k, bm, bn, bk, stages, sms, 2, nw, num_warps=nw)
                     same = bool(torch.equal(y, y2))
-                if mode in (1, 2, 4, 6, 9, 10):
+                if mode in (1, 2, 4, 6, 9, 10, 11):
                     err = float((y - ref).abs().max() / ref.abs().max())
-                rows.append(dict(shape=name, mode=mname, bk=bk, stages=stages, warps=nw, us=ms * 1e3,
+                rows.append(dict(shape=name, mode=mname, rows=rows_m, bk=bk, stages=stages, warps=nw, us=ms * 1e3,
                                  TBps=nbytes / (ms * 1e-3) / 1e12, max_rel_err=err, equal_to_fp8_bits=same))
                 tail = "" if same is None else f"  equal {same}"
                 print(f"{name:20s} {mname:13s} bk {bk:3d} st {stages} w {nw:2d}  {ms * 1e3:8.1f} us  "
