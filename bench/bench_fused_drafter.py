@@ -31,6 +31,8 @@ import torch
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "src"))
 
+from bench_engine import git_commit  # noqa: E402  (the scripts of bench/ run with bench/ on sys.path)
+
 from eagle_triton import DraftHeadConfig, Eagle3DraftHead, TreeConfig, TreeDrafter  # noqa: E402
 from eagle_triton.fused import (  # noqa: E402
     Buffers,
@@ -42,9 +44,6 @@ from eagle_triton.fused import (  # noqa: E402
     profile_phases,
 )
 from eagle_triton.testing import random_eagle3_head_on  # noqa: E402
-
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from bench_engine import git_commit  # noqa: E402  (the commit measured: $EAGLE_TRITON_GIT_COMMIT, else git's HEAD)
 
 SHAPES = {
     "llama31-8b": dict(hidden_size=4096, intermediate_size=14336, num_attention_heads=32, num_key_value_heads=8,

@@ -306,14 +306,9 @@ class DrafterConfig:
         nsegh = _pow2(streamk_max_sharing(self.qkv_tiles(bnq), H // bkq, nprog - hq_p0)) if hq else 1
         # fc, o, gate/up and down stream-K by default for heads >= 1024 wide, every row tile with its own part /
         # flag region: whole tiles leave SMs idle (down and o: 64 tiles on 132 SMs) or unevenly loaded (gate/up:
-        # 224 tiles), and with FP8 weights each program's K loop, not the GPU's bandwidth, bounds a product. On an
-        # H200 (bench/results/session30_2026-11-28/skl/, session31_2026-11-28/skl16/): FP8 8B 60/7/10 1.884 ->
-        # 1.747 ms (down 54 -> 34 us per step), Qwen3-8B 1.826 -> 1.670, 70B 4.23 -> 4.17, batch 2/4/8 9-12%
-        # faster; bf16 batch 1 0.2-0.4%, batch 2/4/8 4-6%; batch 16 (two row tiles) bf16 8B 8.48 -> 7.93, Qwen3-8B
-        # 8.30 -> 7.61, 70B 26.45 -> 25.04, 1B-class 4.81 -> 4.77, FP8 8B 10.38 -> 9.28; prefill level. Heads below
-        # 1024 wide (their own 16- and 32-wide tiles) measured slower with it (SmolLM2 60/7/10 0.443 -> 0.474 ms,
-        # batch 16 1.424 -> 1.634): whole tiles there. NSEGL: the most programs sharing one of their tiles (a power
-        # of two, as NSEG).
+        # 224 tiles), and with FP8 weights each program's K loop, not the GPU's bandwidth, bounds a product (the
+        # measured figures: the class docstring, stream_k_linear). NSEGL: the most programs sharing one of their
+        # tiles (a power of two, as NSEG).
         skl = (not small) if self.stream_k_linear is None else bool(self.stream_k_linear)
         nsegl = 1
         if skl:
