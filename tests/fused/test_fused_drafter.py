@@ -277,15 +277,17 @@ def test_linear_schedule_and_chunks_launch_parameters_and_buffers():
     assert (q16["BKL"], q16["BKG"], q16["BK"], q16["BKQ"]) == (256, 128, 128, 128)
     # the FP8 default is the decode launch measured as block_k=128 where one row tile holds the rows (batch 1 and 4:
     # bench/results/session30_2026-11-28/defaults/bk128_*) but for the long-prompt root tiles (BKR, BKQR: not run
-    # by a decode step), which keep the 16-bit choice, 64 (128 spills there); at batch 16 (128-row tiles) lm_head's
-    # and gate/up's 128-deep chunks exceed the pipeline budget and take 64
+    # by a decode step), which keep the 16-bit choice, 64 (128 spills there); at batch 16 (128-row tiles) too, where
+    # lm_head's and gate/up's 128-deep chunks take the FP8 pipeline budget (193 KB; bf16 keeps 64 there)
     root = ("BKR", "BKQR")
-    for b in (1, 4):
+    for b in (1, 4, 16):
         dflt, tuned = fp8.launch_params("cuda", b, 4), fp8.with_(block_k=128).launch_params("cuda", b, 4)
         assert {k: v for k, v in dflt.items() if k not in root} == {k: v for k, v in tuned.items() if k not in root}
         assert (dflt["BKR"], dflt["BKQR"]) == (64, 64) == (q16["BKR"], q16["BKQR"])
     p16 = fp8.launch_params("cuda", 16, 4)
-    assert (p16["BK"], p16["BKG"], p16["BKL"], p16["BKQ"]) == (64, 64, 128, 128)
+    assert (p16["BK"], p16["BKG"], p16["BKL"], p16["BKQ"]) == (128, 128, 128, 128)
+    b16 = big.launch_params("cuda", 16, 4)
+    assert (b16["BK"], b16["BKG"], b16["BKL"], b16["BKQ"]) == (64, 64, 64, 64)
     worst = max(streamk_max_sharing(64, 96, 132), streamk_max_sharing(64, 32, 132),
                 streamk_max_sharing(64, 112, 132), streamk_max_sharing(224, 32, 132))
     assert worst <= p["NSEGL"] < 2 * worst
@@ -306,6 +308,25 @@ def test_linear_schedule_and_chunks_launch_parameters_and_buffers():
     bufs = Buffers.allocate(many, "meta")
     assert bufs.scratch["part"].numel() >= n_mc * q5["NSEGL"] * q5["BM"] * max(nt * q5["BN"], 2 * ngu * q5["BNG"])
     assert bufs.scratch["flag"].numel() >= n_mc * q5["NSEGL"] * max(nt, 2 * ngu)
+
+
+def test_l2_prefetch_launch_parameter():
+    """L2 prefetch of the next phase's weights: by default 2 chunks at 128-row tiles of 4096-wide heads (bf16 and
+    FP8 weights), none at smaller row tiles, at other widths or under the interpreter; an explicit count wherever
+    asked on the GPU; a negative count refused."""
+    big = DrafterConfig(hidden_size=4096, num_heads=32, num_kv_heads=8, head_dim=128, intermediate_size=14336,
+                        draft_vocab=32000, feature_width=3 * 4096, vocab_size=128256, rms_eps=1e-5, has_d2t=True,
+                        max_batch=16, nprog=132)
+    for cfg in (big, big.with_(weight_dtype=torch.float8_e4m3fn)):
+        assert [cfg.launch_params("cuda", b, 4)["PF"] for b in (1, 4, 6, 7, 8, 13, 16)] == [0, 0, 0, 2, 2, 2, 2]
+        assert cfg.with_(l2_prefetch=0).launch_params("cuda", 16, 4)["PF"] == 0
+        assert cfg.with_(l2_prefetch=3).launch_params("cuda", 1, 4)["PF"] == 3
+        assert cfg.with_(l2_prefetch=3).launch_params("cpu", 1, 4)["PF"] == 0
+    for other in (big.with_(hidden_size=2048, num_heads=16, intermediate_size=8192, feature_width=3 * 2048),
+                  big.with_(hidden_size=8192, num_heads=64, intermediate_size=28672, feature_width=3 * 8192)):
+        assert other.launch_params("cuda", 16, 4)["PF"] == 0
+    with pytest.raises(ValueError, match="l2_prefetch"):
+        big.with_(l2_prefetch=-1)
 
 
 @pytest.mark.parametrize("tree,batch", [((14, 2, 4), 2), ((20, 2, 6), 3)], ids=["2x4-rows", "3x6-rows-two-tiles"])
@@ -659,16 +680,19 @@ def test_gpu_llama8b_fp8_bf16_separated_trees_identical():
                                                   ("8b", ("hidden_half_early", True), (1,)),
                                                   ("small", ("stream_k_linear", True), (1, 2)),
                                                   ("8b", ("stream_k_linear", False), (1,)),
-                                                  ("small", ("stream_k_linear", True), (13,))],
+                                                  ("small", ("stream_k_linear", True), (13,)),
+                                                  ("small", ("l2_prefetch", 2), (1, 2)),
+                                                  ("small", ("l2_prefetch", 2), (13,))],
                          ids=["small-hidden-half-early", "8b-hidden-half-early", "small-stream-k", "8b-whole-tiles",
-                              "small-stream-k-two-row-tiles"])
+                              "small-stream-k-two-row-tiles", "small-l2-prefetch", "small-l2-prefetch-two-row-tiles"])
 def test_gpu_schedule_options_fp32_identical_trees(shape, option, batches):
     """The schedules other than the default, with one program per SM. ``hidden_half_early``: the programs past
     the row tile compute the next step's hidden half during RM and SEL (arriving at the RM barrier without
     waiting). ``stream_k_linear=True`` on a head below 1024 wide (whole tiles by default there), with one row tile
     and, with 13 sequences of a 60/7/10 tree, 130 rows in two row tiles, each cut between programs with its own part
     / flag region. ``stream_k_linear=False`` at the 8B shape: fc, o, gate/up and down in whole tiles, each over the
-    full reduction (the default cuts them between programs). fp32 trees and held KV identical to the reference
+    full reduction (the default cuts them between programs). ``l2_prefetch=2`` where the default has none (a hint:
+    the trees must not change; whole tiles at this width). fp32 trees and held KV identical to the reference
     across calls."""
     torch.backends.cuda.matmul.allow_tf32 = False
     if shape == "small":
@@ -685,6 +709,8 @@ def test_gpu_schedule_options_fp32_identical_trees(shape, option, batches):
         default = cfg.with_(**{option[0]: None}).launch_params("cuda", batch, 16)
         if option[0] == "hidden_half_early":
             assert p["HQ"] and p["HQ_P0"] == p["BM"] and p["NPROG"] > p["BM"]
+        elif option[0] == "l2_prefetch":
+            assert p["PF"] == 2 and default["PF"] == 0
         elif option[1]:
             assert p["SKL"] and not default["SKL"] and cdiv(batch * tc.top_k, p["BM"]) == (2 if batch == 13 else 1)
         else:
@@ -705,17 +731,24 @@ def test_gpu_schedule_options_fp32_identical_trees(shape, option, batches):
 
 
 @pytest.mark.gpu
-def test_gpu_llama8b_two_row_tiles_fp32_identical_trees():
+@pytest.mark.parametrize("fp8", [False, True], ids=["default", "fp8-128-deep-chunks"])
+def test_gpu_llama8b_two_row_tiles_fp32_identical_trees(fp8):
     """The default launch at the Llama-3.1-8B shape for 13 sequences of a 60/7/10 tree: 130 tree rows in two row
-    tiles, fc / o / gate-up / down cut between programs in each (stream-K, a part / flag region per row tile), one
-    program per SM, fp32 (peaked head). Every sequence whose reference decisions are separated by more than 256 fp32
-    ulps (:func:`reference_margins`) has the reference's tree; every sequence's draft KV equals the reference's."""
+    tiles, fc / o / gate-up / down cut between programs in each (stream-K, a part / flag region per row tile), the L2
+    prefetch, one program per SM, fp32 (peaked head). With ``fp8``: FP8 weights in 128-deep chunks at the 128-row
+    tile, as bf16 activations take them by default (fp32 activations need 2 stages to fit). Every sequence whose
+    reference decisions are separated by more than 256 fp32 ulps (:func:`reference_margins`) has the reference's
+    tree; every sequence's draft KV equals the reference's."""
     torch.backends.cuda.matmul.allow_tf32 = False
     head, tc, batch = llama8b_head(True, torch.float32), TreeConfig(60, 7, 10), 13
+    if fp8:
+        head.quantize_fp8()
     V = head.config.vocab_size
-    cfg = DrafterConfig.from_head(head, tc, max_batch=batch, max_len=128, max_new_rows=16)
+    cfg = DrafterConfig.from_head(head, tc, max_batch=batch, max_len=128, max_new_rows=16,
+                                  **(dict(block_k=128, stages=2) if fp8 else {}))
     p = cfg.launch_params("cuda", batch, 16)
-    assert p["SKL"] and cdiv(batch * tc.top_k, p["BM"]) == 2
+    assert p["SKL"] and cdiv(batch * tc.top_k, p["BM"]) == 2 and p["PF"] == 2  # with the L2 prefetch
+    assert p["W8"] == fp8 and (not fp8 or (p["BK"], p["BKG"], p["BKL"], p["BKQ"]) == (128, 128, 128, 128))
     w = Weights.from_head(head, 140)
     bufs, bufs_ref = Buffers.allocate(cfg, "cuda"), Buffers.allocate(cfg, "cuda")
     num_new = torch.randint(1, 16, (batch,)).tolist()

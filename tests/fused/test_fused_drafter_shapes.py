@@ -18,7 +18,7 @@ from test_fused_drafter import accept_some, assert_same_kv, assert_same_tree, re
 
 from eagle_triton import Eagle3DraftHead, TreeConfig, TreeDrafter
 from eagle_triton.fused import Buffers, DrafterConfig, DraftInputs, Weights, launch_drafter, launch_drafter_ref
-from eagle_triton.fused.host import _SMEM_BUDGET, _TILE_KEY_ROWS, streamk_max_sharing
+from eagle_triton.fused.host import _SMEM_BUDGET, _SMEM_BUDGET_FP8, _TILE_KEY_ROWS, streamk_max_sharing
 from eagle_triton.fused.kernel import _epi
 from eagle_triton.heads import DraftHeadConfig
 from eagle_triton.ops._utils import cdiv
@@ -159,10 +159,11 @@ def test_published_shapes_launch_parameters(shape, fp8):
             assert p["BKV"] == (32 if p["BQ"] >= 128 else 64)
             assert cfg.with_(block_kv=64).launch_params(torch.device("cuda"), batch, 4)["BKV"] == 64
             welem = 1 if fp8 else 2
+            budget = _SMEM_BUDGET_FP8 if fp8 else _SMEM_BUDGET  # FP8: 128-deep chunks at 128-row tiles too
             for rows, width, bk in ((p["BM"], p["BNV"], p["BK"]), (p["BM"], 2 * p["BNG"], p["BKG"]),
                                     (p["BM"], p["BN"], p["BKL"]), (p["BMR"], p["BN"], p["BKR"]),
                                     (p["BM"], p["BNQ"], p["BKQ"]), (p["BMR"], p["BNQR"], p["BKQR"])):
-                assert p["STAGES"] * bk * (2 * rows + welem * width + 2) <= _SMEM_BUDGET
+                assert p["STAGES"] * bk * (2 * rows + welem * width + 2) <= budget
             tiles_per_prog = cdiv(cdiv(dvocab, p["BNV"]), 132)
             if p["LMW"]:
                 assert tiles_per_prog * p["BNV"] <= _TILE_KEY_ROWS

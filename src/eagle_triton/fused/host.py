@@ -40,6 +40,10 @@ __all__ = [
 
 PROFILE_SLOTS = 128  # = kernel.PROF_SLOTS: arrival-time slots per program
 _SMEM_BUDGET = 180 * 1024  # bytes of pipeline buffers per program (an H100 SM has 227 KB)
+# FP8 weights: 128-deep chunks also for lm_head and gate/up at 128-row tiles (193 KB of buffers; the sm_90 builds
+# of the four benchmark shapes take 181-214 KB in all): 8B 60/7/10 batch 16 9.27 -> 8.98 ms on an H200
+# (bench/results/session32_2026-11-28/), where 180 KB left them 64 deep
+_SMEM_BUDGET_FP8 = 200 * 1024
 _FP8 = torch.float8_e4m3fn
 _MAX_VOCAB = 2**31 - 1  # the int64 ranking keys hold a 32-bit vocabulary index
 _TILE_KEY_ROWS = 65536  # the int32 keys of a program's lm_head tiles hold a 16-bit index within its tiles
@@ -89,6 +93,12 @@ class DrafterConfig:
     level); small heads such as SmolLM2's, with their own narrow tiles, measured slower with it (60/7/10 0.443 ->
     0.474 ms, batch 16 1.424 -> 1.634) and keep whole tiles. ``True``: at every shape; ``False``: never (whole
     tiles, each over the full reduction).
+    ``l2_prefetch``: chunks of its next weight phase each program asks L2 for while it waits at a grid barrier
+    (sm_90 ``prefetch.global.L2``; the values are the same). ``None`` (the default): 2 at 128-row tiles (batch >= 7
+    at top-k 10) of 4096-wide heads, where it measured faster on an H200 (60/7/10 batch 16: 8B bf16 7.98 -> 7.85 ms,
+    FP8 9.06 -> 8.85, Qwen3-8B bf16 7.66 -> 7.54, FP8 8.65 -> 8.48; 8B batch 8 bf16 4.33 -> 4.24, FP8 5.06 -> 4.95);
+    it measured slower at the 70B (bf16 25.28 -> 25.59, FP8 24.24 -> 24.87) and 1B-class shapes (bf16 4.82 -> 5.10,
+    FP8 5.23 -> 5.31) and at batch 1 (8B bf16 1.940 -> 1.956, FP8 1.73 -> 1.92) and is off there; ``0``: never.
 
     Shapes the kernel cannot run are refused here or in :meth:`launch_params`, before any launch, with the reason:
     head_dim not a power of two >= 16 (RoPE pairs features within one power-of-two tile), hidden size not a multiple
@@ -129,6 +139,7 @@ class DrafterConfig:
     attention_bias: bool = False
     hidden_half_early: bool | None = None
     stream_k_linear: bool | None = None
+    l2_prefetch: int | None = None
 
     def __post_init__(self):
         TreeConfig(self.total_tokens, self.depth, self.top_k)  # validates the tree shape
@@ -159,6 +170,8 @@ class DrafterConfig:
         if self.weight_dtype not in (None, self.dtype, _FP8):
             raise TypeError(f"weight_dtype must be None (the model dtype) or torch.float8_e4m3fn, got "
                             f"{self.weight_dtype}")
+        if self.l2_prefetch is not None and self.l2_prefetch < 0:
+            raise ValueError(f"l2_prefetch {self.l2_prefetch} must be >= 0 (chunks) or None (the default)")
         if self.draft_vocab > _MAX_VOCAB:
             raise ValueError(f"draft vocabulary {self.draft_vocab} exceeds the kernel's 32-bit ranking-key index "
                              f"({_MAX_VOCAB})")
@@ -259,12 +272,13 @@ class DrafterConfig:
         def fit(bk: int, width: int, rows: int = bm, pick: int = welem) -> int:  # the pipelined K loop's tiles
             if not interp:  # must fit in smem: the chunk that fits with ``pick`` bytes per weight (default: the real
                 # size, FP8 one byte), checked with the real size
-                while bk > 32 and smem(bk, width, rows, pick) > _SMEM_BUDGET:
+                budget = _SMEM_BUDGET_FP8 if pick == 1 else _SMEM_BUDGET
+                while bk > 32 and smem(bk, width, rows, pick) > budget:
                     bk //= 2
-                if smem(bk, width, rows) > _SMEM_BUDGET:
+                if smem(bk, width, rows) > budget:
                     raise ValueError(f"a {rows}-row x {width}-wide product tile needs {smem(bk, width, rows)} bytes "
                                      f"of pipeline buffers at the smallest reduction chunk ({bk}), over the "
-                                     f"{_SMEM_BUDGET}-byte shared-memory budget: use fewer stages or narrower tiles")
+                                     f"{budget}-byte shared-memory budget: use fewer stages or narrower tiles")
             return bk
 
         def chunk(width: int, rows: int = bm, weight_bytes: int = welem) -> int:  # a product's reduction chunk:
@@ -326,6 +340,19 @@ class DrafterConfig:
                              f"{self.draft_vocab} ({nprog} programs, {bnv}-wide tiles), beyond the 16-bit index of "
                              f"its int32 tile keys ({_TILE_KEY_ROWS}); use more programs or lm_warp_rank=None")
         lmw = (bm <= 32 and lmw_fits) if self.lm_warp_rank is None else bool(self.lm_warp_rank)
+        # L2 prefetch (l2_prefetch, measured figures in the class docstring): by default 2 chunks at 128-row tiles
+        # of 4096-wide heads on sm_90 and newer (the compile-only build for sm_90 sees no GPU); the interpreter has
+        # no L2 to warm
+        sm90 = not torch.cuda.is_available() or torch.cuda.get_device_capability(torch.device(device))[0] >= 9
+        if self.l2_prefetch and not interp and not sm90:
+            raise ValueError(f"l2_prefetch needs an sm_90 or newer GPU, got "
+                             f"{torch.cuda.get_device_name(torch.device(device))}")
+        if interp:
+            pf = 0
+        elif self.l2_prefetch is None:
+            pf = 2 if sm90 and bm >= 128 and H == 4096 else 0
+        else:
+            pf = int(self.l2_prefetch)
         return dict(
             H=H, W=self.feature_width, NH=self.num_heads, NKV=self.num_kv_heads, HD=self.head_dim,
             INTER=self.intermediate_size, VD=self.draft_vocab, HAS_D2T=self.has_d2t,
@@ -336,7 +363,7 @@ class DrafterConfig:
             BQ=bq, NTH=nth, NTHP=_pow2(nth), BKQ=bkq, NSEG=nseg, BMR=bmr, BKR=bkr, BKQR=bkqr,
             IEEE=self.dtype == torch.float32, STAGES=1 if interp else self.stages,
             LMW=lmw, W8=self.fp8, HAS_BIAS=bool(self.attention_bias), HQ=hq, HQ_P0=hq_p0 if hq else 0, NSEGH=nsegh,
-            SKL=skl, NSEGL=nsegl,
+            SKL=skl, NSEGL=nsegl, PF=pf,
         )
 
 

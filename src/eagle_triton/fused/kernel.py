@@ -102,6 +102,12 @@ def _grid_sync(bar_ptr, target, NPROG: tl.constexpr, prof, PROFILE: tl.constexpr
     With ``PROFILE`` each program first records its arrival time in ``prof[pid, target // NPROG]``: the phase
     breakdown of bench/bench_fused_drafter.py --profile (slowest program per phase, load imbalance)."""
     _grid_arrive(bar_ptr, target, NPROG, prof, PROFILE)
+    _grid_wait(bar_ptr, target, NPROG)
+
+
+@triton.jit
+def _grid_wait(bar_ptr, target, NPROG: tl.constexpr):
+    """Wait, after :func:`_grid_arrive`, until every program has arrived (the counter reaches ``target``)."""
     if NPROG > 1:
         seen = tl.atomic_add(bar_ptr, 0, sem="acquire")
         while seen < target:
@@ -147,6 +153,35 @@ def _wcast(w, DT: tl.constexpr):
 def _rnd(x, DT: tl.constexpr):
     """Round an fp32 value to the model dtype and back (the reference's storage rounding)."""
     return x.to(DT).to(tl.float32)
+
+
+# L2 prefetch: between two weight phases the memory system idles while the last programs finish, the barrier
+# releases and the next phase's first loads travel to HBM and back. A program waiting at a barrier asks L2 for the
+# first weights it will stream next (``DrafterConfig.l2_prefetch`` chunks of its range). A hint only: the values
+# loaded later are the same. One ``prefetch.global.L2`` per 128-byte line and thread (the bulk form takes uniform
+# operands: the compiler loops over the lanes' distinct rows one at a time).
+_PF_ASM = tl.constexpr("""{
+.reg .pred p;
+setp.ne.b32 p, $2, 0;
+@p prefetch.global.L2 [$1];
+mov.b32 $0, 0;
+}""")
+
+
+@triton.jit
+def _l2_prefetch(rows, k_lo, k_hi, row_ok, KDIM: tl.constexpr):
+    """Ask L2 for elements ``[k_lo, min(k_hi, KDIM))`` of the weight rows ``rows`` (``[R]`` pointers to element 0)
+    where ``row_ok`` (nothing under the interpreter)."""
+    if _PTX:
+        LE: tl.constexpr = 128 // (rows.dtype.element_ty.primitive_bitwidth // 8)  # elements per line
+        NLW: tl.constexpr = 16  # lines per row per pass
+        hi = tl.minimum(k_hi, KDIM)
+        offl = tl.arange(0, NLW) * LE
+        for k0 in range(k_lo, hi, NLW * LE):
+            kk = k0 + offl
+            ok = row_ok[:, None] & (kk < hi)[None, :]
+            tl.inline_asm_elementwise(_PF_ASM, "=r,l,r", [rows[:, None] + kk[None, :], ok.to(tl.int32)],
+                                      dtype=tl.int32, is_pure=False, pack=1)
 
 
 @triton.jit
@@ -1182,6 +1217,53 @@ def _tree_phase(ids, nnew, kvlen, cand_sc, cand_tok, par_list, node_of, selg, pn
         _stamp(prof, 114, PROFILE)
 
 
+@triton.jit
+def _pf_tiles(w, pid, NPF, N: tl.constexpr, KDIM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, SK: tl.constexpr,
+              NPROG: tl.constexpr, w2=None, TWO: tl.constexpr = False):
+    """:func:`_l2_prefetch` of the first ``NPF`` BK chunks this program streams of ``w`` ``[N, KDIM]`` (and of ``w2``,
+    up's rows beside gate's) tiled as :func:`_linear_tiles`: its stream-K range with ``SK``, else its first tile."""
+    NC: tl.constexpr = (KDIM + BK - 1) // BK
+    n_t: tl.constexpr = (N + BN - 1) // BN
+    offn = tl.arange(0, BN)
+    if SK:
+        c_lo, c_hi, t0, n_seg = _streamk_span(pid, n_t, NC, True, NPROG)
+        c_end = tl.minimum(c_hi, c_lo + NPF)
+        for i in range(0, n_seg):  # segments past c_end ask for nothing
+            t, s0, s1 = _streamk_segment(i, c_lo, c_end, t0, NC, True, pid, NPROG)
+            cols = t * BN + offn
+            _l2_prefetch(w + cols.to(tl.int64) * KDIM, s0 * BK, s1 * BK, cols < N, KDIM)
+            if TWO:
+                _l2_prefetch(w2 + cols.to(tl.int64) * KDIM, s0 * BK, s1 * BK, cols < N, KDIM)
+    else:
+        cols = pid * BN + offn
+        _l2_prefetch(w + cols.to(tl.int64) * KDIM, 0, NPF * BK, cols < N, KDIM)
+        if TWO:
+            _l2_prefetch(w2 + cols.to(tl.int64) * KDIM, 0, NPF * BK, cols < N, KDIM)
+
+
+@triton.jit
+def _pf_qkv(wq, wk, wv, pid, NPF, split, H: tl.constexpr, NH: tl.constexpr, NKV: tl.constexpr, HD: tl.constexpr,
+            BN: tl.constexpr, BK: tl.constexpr, HQ_IN: tl.constexpr, NPROG: tl.constexpr):
+    """:func:`_l2_prefetch` of the first ``NPF`` chunks of a tree step's q/k/v (:func:`_qkv_phase`'s schedule: the
+    embedding half only with ``HQ_IN``)."""
+    NC: tl.constexpr = (2 - HQ_IN) * (H // BK)
+    n_t = (NH * HD + BN - 1) // BN + 2 * ((NKV * HD + BN - 1) // BN)
+    c_lo, c_hi, t0, n_seg = _streamk_span(pid, n_t, NC, split, NPROG)
+    c_end = tl.where(split, tl.minimum(c_hi, c_lo + NPF), c_hi)
+    for i in range(0, tl.where(split, n_seg, tl.minimum(n_seg, 1))):
+        t, s0, s1 = _streamk_segment(i, c_lo, c_end, t0, NC, split, pid, NPROG)
+        s1 = tl.where(split, s1, tl.minimum(s1, NPF))
+        which, rope, jj, f = _qkv_tile_rows(t, H, NH, NKV, HD, BN)
+        fok = f < tl.where(which == 0, NH * HD, NKV * HD)
+        if which == 0:
+            wbase = wq
+        elif which == 1:
+            wbase = wk
+        else:
+            wbase = wv
+        _l2_prefetch(wbase + f.to(tl.int64) * (2 * H), s0 * BK, s1 * BK, fok, 2 * H)
+
+
 # ---------------------------------------------------------------------------------------------------------- kernel
 # sizes that vary from call to call are not specialised (no recompilation when a step accepts 1 or 16 tokens)
 @triton.jit(do_not_specialize=["S", "LMAX", "MCAP"])
@@ -1229,6 +1311,8 @@ def fused_drafter_kernel(
     # SKL: fc (of a prompt within one row tile), o, gate/up and down stream-K over (tile, chunk) as q/k/v, in part /
     # flag (a region per row tile; DrafterConfig.stream_k_linear); NSEGL >= the programs sharing one of their tiles
     SKL: tl.constexpr = False, NSEGL: tl.constexpr = 1,
+    # PF: BK chunks of the next phase's weights each program asks L2 for while it waits at a barrier (0: none)
+    PF: tl.constexpr = 0,
 ):
     pid = tl.program_id(0)
     DT: tl.constexpr = hbuf.dtype.element_ty
@@ -1272,19 +1356,31 @@ def fused_drafter_kernel(
         _grid_sync(bar, bt, NPROG, prof, PROFILE)
         _comb_phase(s, att_o, att_ml, attn, B, pid, NH, HD, K, NSPLIT, NPROG)
         bt += NPROG
-        _grid_sync(bar, bt, NPROG, prof, PROFILE)
+        _grid_arrive(bar, bt, NPROG, prof, PROFILE)
+        if PF > 0:
+            _pf_tiles(wo, pid, PF, H, QW, BN, BKL, SKL, NPROG)
+        _grid_wait(bar, bt, NPROG)
         _o_phase(s, attn, wo, hbuf, src, nnew, h1, h1ss, wsc, wb, part, flag, B, S, MCAP, pid, H, QW, KVW, K, NTH,
                  BM, BN, BKL, IEEE, STAGES, NPROG, W8, HAS_BIAS, SKL, NSEGL)
         bt += NPROG
-        _grid_sync(bar, bt, NPROG, prof, PROFILE)
+        _grid_arrive(bar, bt, NPROG, prof, PROFILE)
+        if PF > 0:
+            _pf_tiles(wg, pid, PF, INTER, H, BNG, BKG, SKL, NPROG, wu, True)
+        _grid_wait(bar, bt, NPROG)
         _gu_phase(s, h1, h1ss, g_post, wg, wu, act, wsc + SC_G, part, flag, B, eps, pid, H, INTER, K, NTH, NTHP,
                   BM, BNG, BKG, IEEE, STAGES, NPROG, W8, SKL, NSEGL)
         bt += NPROG
-        _grid_sync(bar, bt, NPROG, prof, PROFILE)
+        _grid_arrive(bar, bt, NPROG, prof, PROFILE)
+        if PF > 0:
+            _pf_tiles(wd, pid, PF, H, INTER, BN, BKL, SKL, NPROG)
+        _grid_wait(bar, bt, NPROG)
         _down_phase(s, act, wd, h1, hbuf, hss, wsc + SC_D, part, flag, B, MCAP, pid, H, INTER, K, NTH, BM, BN, BKL,
                     IEEE, STAGES, NPROG, W8, SKL, NSEGL)
         bt += NPROG
-        _grid_sync(bar, bt, NPROG, prof, PROFILE)
+        _grid_arrive(bar, bt, NPROG, prof, PROFILE)
+        if PF > 0:
+            _pf_tiles(wlm, pid, PF, VD, H, BNV, BK, False, NPROG)
+        _grid_wait(bar, bt, NPROG)
         _lm_phase(s, hbuf, hss, g_norm, wlm, lm_key, lm_ms, lm_scr, wsc + SC_LM, B, MCAP, eps, pid, H, VD, K, KP,
                   NPP, NTH, NTHP, BM, BNV, BK, IEEE, STAGES, NPROG, LMW, W8)
         bt += NPROG
@@ -1306,7 +1402,10 @@ def fused_drafter_kernel(
                           NTH, NTHP, NSEGH, BM, BNQ, BKQ, IEEE, STAGES, NPROG - HQ_P0)
         if s < D:
             bt += NPROG
-            _grid_sync(bar, bt, NPROG, prof, PROFILE)
+            _grid_arrive(bar, bt, NPROG, prof, PROFILE)
+            if PF > 0:  # the next tree step's q/k/v
+                _pf_qkv(wq, wk, wv, pid, PF, B * K <= BM, H, NH, NKV, HD, BNQ, BKQ, HQ, NPROG)
+            _grid_wait(bar, bt, NPROG)
     # the final reranking reads only this sequence's SEL output (same program): no barrier
     _tree_phase(ids, nnew, kvlen, cand_sc, cand_tok, par_list, node_of, selg, pnode, posb, o_tokens, o_retrieve,
                 o_mask, o_pos, o_parents, o_nleaves, o_maxdepth, B, S, pid, prof, K, D, T, TP, NCP, CP, NPROG, PROFILE)
