@@ -34,6 +34,9 @@
 #   skl16       stream-K fc/o/gate-up/down over several row tiles (the default since session 31, measured with
 #               this part): the schedule GPU tests (two row tiles among them), then batch 13 and 16 at the 8B shape,
 #               bf16 and FP8, alternated against whole tiles (stream_k_linear=0) (skl16_bf16.json, skl16_fp8.json)
+#   l2pf        the L2 prefetch (DrafterConfig.l2_prefetch, session 32): per head shape (L2PF_SHAPES, default the
+#               four benchmark shapes) at batch 8 and 16, bf16 and FP8, the default alternated with l2_prefetch=0 and
+#               l2_prefetch=2 (l2pf_<shape>_<weights>.json); its default (4096-wide heads only) was measured on an H200
 #   batch       batched generation (bench_batch.json, .png): SmolLM2 total tok/s and speculative/plain per batch
 #               size 1-16 (best tree per size), 8B-shape batched step times; BATCH_ARGS adds options (e.g. --quick)
 #   timeline    where a continuous-batching job's time goes (batch_timeline.json, bench/probes/batch_probe.py's job
@@ -106,6 +109,13 @@ part_fp8probes()  { run fp8convert 300 "$PY" bench/probes/fp8_convert.py --out "
                     run fp8halves 200 "$PY" bench/probes/fp8_convert.py --out "$OUTDIR/rows20" --rows 20 \
                       --modes bf16,fp8-bits,fp8-bits-halves --configs 128:4:8,256:4:8
                     run fp8split 200 "$PY" bench/probes/fp8_split_wgmma.py --out "$OUTDIR"; }
+part_l2pf()       { for shape in ${L2PF_SHAPES:-llama31-8b qwen3-8b llama33-70b llama32-1b}; do
+                      for w in bf16 fp8; do
+                        run "l2pf_${shape}_$w" 200 "$PY" bench/bench_fused_drafter.py --no-sweep --no-ref --no-graph \
+                          --weights "$w" --tune-case "$shape:60/7/10" --name "l2pf_${shape}_$w" --out "$OUTDIR" \
+                          --tunings "0:0:0:0:0:16,0:0:0:0:0:16+l2_prefetch=0,0:0:0:0:0:16+l2_prefetch=2,0:0:0:0:0:8,0:0:0:0:0:8+l2_prefetch=0,0:0:0:0:0:8+l2_prefetch=2"
+                      done
+                    done; }
 part_drafters()   { run drafters 240 "$PY" bench/check_drafters_gpu.py --backends "${DRAFTERS:-graph,triton}" \
                       --out "$OUTDIR"; }
 

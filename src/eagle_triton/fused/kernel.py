@@ -1221,7 +1221,9 @@ def _tree_phase(ids, nnew, kvlen, cand_sc, cand_tok, par_list, node_of, selg, pn
 def _pf_tiles(w, pid, NPF, N: tl.constexpr, KDIM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, SK: tl.constexpr,
               NPROG: tl.constexpr, w2=None, TWO: tl.constexpr = False):
     """:func:`_l2_prefetch` of the first ``NPF`` BK chunks this program streams of ``w`` ``[N, KDIM]`` (and of ``w2``,
-    up's rows beside gate's) tiled as :func:`_linear_tiles`: its stream-K range with ``SK``, else its first tile."""
+    up's rows beside gate's) tiled as :func:`_linear_tiles`: its stream-K range with ``SK``, else its first tile.
+    Inlined into the step loop, where the compiler hoists and spills its addresses; a ``noinline`` version (no
+    spills) measured slower (docs/fused_drafter.md, "L2 prefetch and FP8 chunks at 128-row tiles")."""
     NC: tl.constexpr = (KDIM + BK - 1) // BK
     n_t: tl.constexpr = (N + BN - 1) // BN
     offn = tl.arange(0, BN)
