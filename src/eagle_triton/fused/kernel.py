@@ -170,8 +170,8 @@ mov.b32 $0, 0;
 
 @triton.jit
 def _l2_prefetch(rows, k_lo, k_hi, row_ok, KDIM: tl.constexpr):
-    """Ask L2 for elements ``[k_lo, min(k_hi, KDIM))`` of the weight rows ``rows`` (``[R]`` pointers to element 0)
-    where ``row_ok`` (nothing under the interpreter)."""
+    """Ask L2 for elements ``[k_lo, min(k_hi, KDIM))`` of the weight rows ``rows`` (``[R, 1]`` pointers to element 0)
+    where ``row_ok`` (``[R, 1]``; nothing under the interpreter)."""
     if _PTX:
         LE: tl.constexpr = 128 // (rows.dtype.element_ty.primitive_bitwidth // 8)  # elements per line
         NLW: tl.constexpr = 16  # lines per row per pass
@@ -179,8 +179,8 @@ def _l2_prefetch(rows, k_lo, k_hi, row_ok, KDIM: tl.constexpr):
         offl = tl.arange(0, NLW) * LE
         for k0 in range(k_lo, hi, NLW * LE):
             kk = k0 + offl
-            ok = row_ok[:, None] & (kk < hi)[None, :]
-            tl.inline_asm_elementwise(_PF_ASM, "=r,l,r", [rows[:, None] + kk[None, :], ok.to(tl.int32)],
+            ok = row_ok & (kk < hi)[None, :]
+            tl.inline_asm_elementwise(_PF_ASM, "=r,l,r", [rows + kk[None, :], ok.to(tl.int32)],
                                       dtype=tl.int32, is_pure=False, pack=1)
 
 
@@ -1232,12 +1232,12 @@ def _pf_tiles(w, pid, NPF, N: tl.constexpr, KDIM: tl.constexpr, BN: tl.constexpr
         c_end = tl.minimum(c_hi, c_lo + NPF)
         for i in range(0, n_seg):  # segments past c_end ask for nothing
             t, s0, s1 = _streamk_segment(i, c_lo, c_end, t0, NC, True, pid, NPROG)
-            cols = t * BN + offn
+            cols = (t * BN + offn)[:, None]
             _l2_prefetch(w + cols.to(tl.int64) * KDIM, s0 * BK, s1 * BK, cols < N, KDIM)
             if TWO:
                 _l2_prefetch(w2 + cols.to(tl.int64) * KDIM, s0 * BK, s1 * BK, cols < N, KDIM)
     else:
-        cols = pid * BN + offn
+        cols = (pid * BN + offn)[:, None]
         _l2_prefetch(w + cols.to(tl.int64) * KDIM, 0, NPF * BK, cols < N, KDIM)
         if TWO:
             _l2_prefetch(w2 + cols.to(tl.int64) * KDIM, 0, NPF * BK, cols < N, KDIM)
@@ -1255,15 +1255,8 @@ def _pf_qkv(wq, wk, wv, pid, NPF, split, H: tl.constexpr, NH: tl.constexpr, NKV:
     for i in range(0, tl.where(split, n_seg, tl.minimum(n_seg, 1))):
         t, s0, s1 = _streamk_segment(i, c_lo, c_end, t0, NC, split, pid, NPROG)
         s1 = tl.where(split, s1, tl.minimum(s1, NPF))
-        which, rope, jj, f = _qkv_tile_rows(t, H, NH, NKV, HD, BN)
-        fok = f < tl.where(which == 0, NH * HD, NKV * HD)
-        if which == 0:
-            wbase = wq
-        elif which == 1:
-            wbase = wk
-        else:
-            wbase = wv
-        _l2_prefetch(wbase + f.to(tl.int64) * (2 * H), s0 * BK, s1 * BK, fok, 2 * H)
+        which, rope, jj, f, fok, w_row = _qkv_tile_weights(t, wq, wk, wv, H, NH, NKV, HD, BN)
+        _l2_prefetch(w_row, s0 * BK, s1 * BK, fok[:, None], 2 * H)
 
 
 # ---------------------------------------------------------------------------------------------------------- kernel
