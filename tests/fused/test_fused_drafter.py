@@ -157,12 +157,17 @@ def test_hidden_half_early_matches_reference(tree, batch, peaked, rows):
     assert_calls_match_reference(cfg, head, batch, rows, 7)
 
 
+def llama8b_launch_config(**kw) -> DrafterConfig:
+    """The Llama-3.1-8B EAGLE-3 head's drafter config, 132 programs, up to 16 sequences (launch parameters only)."""
+    return DrafterConfig(hidden_size=4096, num_heads=32, num_kv_heads=8, head_dim=128, intermediate_size=14336,
+                         draft_vocab=32000, feature_width=3 * 4096, vocab_size=128256, rms_eps=1e-5, has_d2t=True,
+                         max_batch=16, nprog=132, **kw)
+
+
 def test_hidden_half_early_needs_one_row_tile_and_half_the_programs():
     """132 programs at the 8B shape, 60/7/10: on for batch 1-6 (row tiles of 16-64 rows leave 116-68 programs),
     off for batch 7-12 (128-row tiles leave 4) and beyond one row tile; never without the flag."""
-    cfg = DrafterConfig(hidden_size=4096, num_heads=32, num_kv_heads=8, head_dim=128, intermediate_size=14336,
-                        draft_vocab=32000, feature_width=3 * 4096, vocab_size=128256, rms_eps=1e-5, has_d2t=True,
-                        max_batch=16, nprog=132, hidden_half_early=True)
+    cfg = llama8b_launch_config(hidden_half_early=True)
     on = {b: cfg.launch_params("cuda", b, 4)["HQ"] for b in range(1, 17)}
     assert on == {b: b <= 6 for b in range(1, 17)}
     p = cfg.launch_params("cuda", 1, 4)
@@ -254,9 +259,7 @@ def test_linear_schedule_and_chunks_launch_parameters_and_buffers():
     sets). FP8 weights take 128-deep reduction chunks."""
     from eagle_triton.fused.host import streamk_max_sharing
 
-    big = DrafterConfig(hidden_size=4096, num_heads=32, num_kv_heads=8, head_dim=128, intermediate_size=14336,
-                        draft_vocab=32000, feature_width=3 * 4096, vocab_size=128256, rms_eps=1e-5, has_d2t=True,
-                        max_batch=16, nprog=132)
+    big = llama8b_launch_config()
     fp8 = big.with_(weight_dtype=torch.float8_e4m3fn)
     for cfg in (big, fp8):
         assert all(cfg.launch_params("cuda", b, 4)["SKL"] for b in range(1, 17))
@@ -314,9 +317,7 @@ def test_l2_prefetch_launch_parameter():
     """L2 prefetch of the next phase's weights: by default 2 chunks at 128-row tiles of 4096-wide heads (bf16 and
     FP8 weights), none at smaller row tiles, at other widths or under the interpreter; an explicit count wherever
     asked on the GPU; a negative count refused."""
-    big = DrafterConfig(hidden_size=4096, num_heads=32, num_kv_heads=8, head_dim=128, intermediate_size=14336,
-                        draft_vocab=32000, feature_width=3 * 4096, vocab_size=128256, rms_eps=1e-5, has_d2t=True,
-                        max_batch=16, nprog=132)
+    big = llama8b_launch_config()
     for cfg in (big, big.with_(weight_dtype=torch.float8_e4m3fn)):
         assert [cfg.launch_params("cuda", b, 4)["PF"] for b in (1, 4, 6, 7, 8, 13, 16)] == [0, 0, 0, 2, 2, 2, 2]
         assert cfg.with_(l2_prefetch=0).launch_params("cuda", 16, 4)["PF"] == 0

@@ -285,9 +285,9 @@ class DrafterConfig:
             # block_k, or the largest that fits with ``weight_bytes`` per weight (checked with the real size)
             # 128-deep chunks with FP8 weights (H200, bench/results/session30_2026-11-28/defaults/bk128_*, block_k=128
             # against the 256 / 128 / 64 chosen as for bf16): 60/7/10 8B 1.741 -> 1.726 ms, Qwen3-8B 1.664 -> 1.650,
-            # 70B 4.171 -> 4.152, the 1B-class head 1.057 -> 0.968, batch 4 3.77 -> 3.67 (batch 16 10.50 -> 10.13,
-            # but there lm_head's and gate/up's 128-deep buffers exceed the budget and keep 64: 10.38-10.43 in
-            # fp8_b16_default.json); bf16 level (1.964 either way), so it keeps 256 where that fits
+            # 70B 4.171 -> 4.152, the 1B-class head 1.057 -> 0.968, batch 4 3.77 -> 3.67; at 128-row tiles too since
+            # the FP8 budget (_SMEM_BUDGET_FP8) holds lm_head's and gate/up's 128-deep buffers; bf16 level (1.964
+            # either way), so it keeps 256 where that fits
             start = 32 if interp else 128 if small or weight_bytes == 1 else 256
             return min(self.block_k or fit(start, width, rows, weight_bytes), _pow2(H))
 
