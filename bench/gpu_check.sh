@@ -37,6 +37,11 @@
 #   l2pf        the L2 prefetch (DrafterConfig.l2_prefetch, session 32): per head shape (L2PF_SHAPES, default the
 #               four benchmark shapes) at batch 8 and 16, bf16 and FP8, the default alternated with l2_prefetch=0 and
 #               l2_prefetch=2 (l2pf_<shape>_<weights>.json); its default (4096-wide heads only) was measured on an H200
+#   tq          the q/k/v table (DrafterConfig.token_qkv_table, session 33): per head shape (TQ_SHAPES, default the 8B)
+#               at batch 1 and 16, bf16 and FP8, without and with the table alternated, and at batch 1 with the table
+#               and the hidden half early flipped from its default (tq_<shape>_<weights>.json)
+#   tqtest      its GPU tests: trees and KV against the reference and the tree steps' K/V against the kernel's own
+#               without the table (fp32, a small head at batch 1, 2 and 13, the 8B shape at batch 1)
 #   batch       batched generation (bench_batch.json, .png): SmolLM2 total tok/s and speculative/plain per batch
 #               size 1-16 (best tree per size), 8B-shape batched step times; BATCH_ARGS adds options (e.g. --quick)
 #   timeline    where a continuous-batching job's time goes (batch_timeline.json, bench/probes/batch_probe.py's job
@@ -116,6 +121,16 @@ part_l2pf()       { for shape in ${L2PF_SHAPES:-llama31-8b qwen3-8b llama33-70b 
                           --tunings "0:0:0:0:0:16,0:0:0:0:0:16+l2_prefetch=0,0:0:0:0:0:16+l2_prefetch=2,0:0:0:0:0:8,0:0:0:0:0:8+l2_prefetch=0,0:0:0:0:0:8+l2_prefetch=2"
                       done
                     done; }
+part_tq()         { for shape in ${TQ_SHAPES:-llama31-8b}; do
+                      for w in bf16 fp8; do
+                        if [ "$w" = bf16 ]; then hq=0; else hq=1; fi
+                        run "tq_${shape}_$w" 240 "$PY" bench/bench_fused_drafter.py --no-sweep --no-ref --no-graph \
+                          --weights "$w" --tune-case "$shape:60/7/10" --name "tq_${shape}_$w" --out "$OUTDIR" \
+                          --tunings "0:0:0:0+token_qkv_table=0,0:0:0:0+token_qkv_table=1,0:0:0:0+token_qkv_table=1+hidden_half_early=$hq,0:0:0:0+token_qkv_table=0,0:0:0:0+token_qkv_table=1,0:0:0:0:0:16+token_qkv_table=0,0:0:0:0:0:16+token_qkv_table=1,0:0:0:0:0:16+token_qkv_table=0,0:0:0:0:0:16+token_qkv_table=1"
+                      done
+                    done; }
+part_tqtest()     { run tqtest 300 "$PY" -m pytest -q -p no:cacheprovider -rs -s tests/fused/test_fused_drafter.py \
+                      -k "schedule_options and qkv_table"; }
 part_drafters()   { run drafters 240 "$PY" bench/check_drafters_gpu.py --backends "${DRAFTERS:-graph,triton}" \
                       --out "$OUTDIR"; }
 

@@ -157,6 +157,71 @@ def test_hidden_half_early_matches_reference(tree, batch, peaked, rows):
     assert_calls_match_reference(cfg, head, batch, rows, 7)
 
 
+@pytest.mark.parametrize("hq", [False, True], ids=["hidden-streamed", "hidden-early"])
+@pytest.mark.parametrize("tree,batch,rows,fp8", [((20, 3, 4), 1, 7, False), ((14, 2, 4), 2, 7, True),
+                                                 ((20, 2, 6), 3, 5, False), ((12, 2, 3), 1, 37, True)],
+                         ids=["20-3-4", "2x4-rows-fp8", "3x6-rows-two-tiles", "long-prompt-root-tiles-fp8"])
+def test_token_qkv_table_matches_reference(tree, batch, rows, fp8, hq):
+    """``token_qkv_table``: the tree steps add each draft token's row of the q/k/v table (the embedding half) to the
+    hidden half they stream, or, with the hidden half early, to its parts (no reduction left in the phase: whole
+    tiles). Trees and draft KV as the reference's over calls with KV growth, with FP8 weights (the table unscaled,
+    the epilogue scaling the sum), two row tiles and long-prompt roots (which stream both halves); the tree steps'
+    K/V rows (the scratch rows past the held ones, which the reference does not keep) as the kernel's own without
+    the table, to fp32 rounding (the trees alone would not show a small error in the q/k/v)."""
+    head = make_head(True)
+    if fp8:
+        head.quantize_fp8()
+    tc = TreeConfig(*tree)
+    cfg = DrafterConfig.from_head(head, tc, max_batch=batch, max_len=128, max_new_rows=max(8, rows),
+                                  token_qkv_table=True, hidden_half_early=hq)
+    p = cfg.launch_params("cpu", batch, rows)
+    assert p["TQ"] and p["HQ"] == (hq and batch * tc.top_k <= p["BM"])
+    assert not cfg.with_(token_qkv_table=False).launch_params("cpu", batch, rows)["TQ"]
+    assert_calls_match_reference(cfg, head, batch, rows, rows)
+    w = Weights.from_head(head, cfg.max_len + cfg.depth + 1)
+    bufs_t, bufs_s = Buffers.allocate(cfg, "cpu"), Buffers.allocate(cfg, "cpu")
+    V = head.config.vocab_size
+    for call in range(2):
+        n = rows if call == 0 else max(1, rows // 2)
+        X = DraftInputs(torch.randn(batch, n, head.feature_width), torch.randint(0, V, (batch, n)))
+        out_t = launch_drafter(cfg, X, w, bufs_t)
+        out_s = launch_drafter(cfg.with_(token_qkv_table=False), X, w, bufs_s)
+        for a, b in zip(out_t, out_s, strict=True):
+            assert torch.equal(a, b)
+        for b, held in enumerate(bufs_t.kv_len.tolist()):
+            end = held + tc.depth * tc.top_k
+            torch.testing.assert_close(bufs_t.k_cache[b, :end], bufs_s.k_cache[b, :end], atol=1e-5, rtol=1e-5)
+            torch.testing.assert_close(bufs_t.v_cache[b, :end], bufs_s.v_cache[b, :end], atol=1e-5, rtol=1e-5)
+
+
+def test_token_qkv_table_rows_are_the_embedding_half():
+    """Each table row is the embedding half of q/k/v the kernel would stream for that draft token: the normalised
+    embedding row of its target token (d2t) times the first H columns of q, k and v, to fp32 rounding; the launch
+    builds it once, keeps it with the weights, and a table of the wrong shape is refused."""
+    from eagle_triton.fused.host import token_qkv_table
+
+    head = make_head(True)
+    cfg = DrafterConfig.from_head(head, TreeConfig(10, 2, 3), max_len=64, max_new_rows=8, token_qkv_table=True)
+    w = Weights.from_head(head, 64)
+    tab = token_qkv_table(cfg, w, rows_per_slice=7)  # slices that do not divide the vocabulary
+    H, V = cfg.hidden_size, cfg.draft_vocab
+    assert tab.shape == (V, (cfg.num_heads + 2 * cfg.num_kv_heads) * cfg.head_dim) and tab.dtype == torch.float32
+    m = head.midlayer
+    tok = torch.arange(V) + head.d2t
+    emb = m.input_layernorm(head.embed_tokens.weight[tok].detach())
+    want = torch.cat([emb @ lin.weight[:, :H].T for lin in (m.self_attn.q_proj, m.self_attn.k_proj,
+                                                             m.self_attn.v_proj)], 1)
+    torch.testing.assert_close(tab, want.detach(), rtol=1e-5, atol=1e-5)
+    assert w.qkv_table is None
+    bufs = Buffers.allocate(cfg, "cpu")
+    X = DraftInputs(torch.randn(1, 3, head.feature_width), torch.randint(0, head.config.vocab_size, (1, 3)))
+    launch_drafter(cfg, X, w, bufs)
+    assert torch.equal(w.qkv_table, tab)
+    w.qkv_table = tab[:, 1:].contiguous()
+    with pytest.raises(ValueError, match="qkv_table"):
+        w.check(cfg)
+
+
 def llama8b_launch_config(**kw) -> DrafterConfig:
     """The Llama-3.1-8B EAGLE-3 head's drafter config, 132 programs, up to 16 sequences (launch parameters only)."""
     return DrafterConfig(hidden_size=4096, num_heads=32, num_kv_heads=8, head_dim=128, intermediate_size=14336,
@@ -683,9 +748,13 @@ def test_gpu_llama8b_fp8_bf16_separated_trees_identical():
                                                   ("8b", ("stream_k_linear", False), (1,)),
                                                   ("small", ("stream_k_linear", True), (13,)),
                                                   ("small", ("l2_prefetch", 2), (1, 2)),
-                                                  ("small", ("l2_prefetch", 2), (13,))],
+                                                  ("small", ("l2_prefetch", 2), (13,)),
+                                                  ("small", ("token_qkv_table", True), (1, 2)),
+                                                  ("small", ("token_qkv_table", True), (13,)),
+                                                  ("8b", ("token_qkv_table", True), (1,))],
                          ids=["small-hidden-half-early", "8b-hidden-half-early", "small-stream-k", "8b-whole-tiles",
-                              "small-stream-k-two-row-tiles", "small-l2-prefetch", "small-l2-prefetch-two-row-tiles"])
+                              "small-stream-k-two-row-tiles", "small-l2-prefetch", "small-l2-prefetch-two-row-tiles",
+                              "small-qkv-table", "small-qkv-table-two-row-tiles", "8b-qkv-table"])
 def test_gpu_schedule_options_fp32_identical_trees(shape, option, batches):
     """The schedules other than the default, with one program per SM. ``hidden_half_early``: the programs past
     the row tile compute the next step's hidden half during RM and SEL (arriving at the RM barrier without
@@ -693,8 +762,10 @@ def test_gpu_schedule_options_fp32_identical_trees(shape, option, batches):
     and, with 13 sequences of a 60/7/10 tree, 130 rows in two row tiles, each cut between programs with its own part
     / flag region. ``stream_k_linear=False`` at the 8B shape: fc, o, gate/up and down in whole tiles, each over the
     full reduction (the default cuts them between programs). ``l2_prefetch=2`` where the default has none (a hint:
-    the trees must not change; whole tiles at this width). fp32 trees and held KV identical to the reference
-    across calls."""
+    the trees must not change; whole tiles at this width). ``token_qkv_table=True``: the tree steps' embedding
+    half from the table (with the hidden half early at batch 1 of the 8B shape, the default there: no reduction
+    left in the phase), their K/V rows also against the kernel's own without the table. fp32 trees and held KV
+    identical to the reference across calls."""
     torch.backends.cuda.matmul.allow_tf32 = False
     if shape == "small":
         head = make_head(True, hidden_size=256, intermediate_size=512, num_attention_heads=8, num_key_value_heads=2,
@@ -712,11 +783,15 @@ def test_gpu_schedule_options_fp32_identical_trees(shape, option, batches):
             assert p["HQ"] and p["HQ_P0"] == p["BM"] and p["NPROG"] > p["BM"]
         elif option[0] == "l2_prefetch":
             assert p["PF"] == 2 and default["PF"] == 0
+        elif option[0] == "token_qkv_table":
+            assert p["TQ"] and p["HQ"] == (shape == "8b")
         elif option[1]:
             assert p["SKL"] and not default["SKL"] and cdiv(batch * tc.top_k, p["BM"]) == (2 if batch == 13 else 1)
         else:
             assert not p["SKL"] and default["SKL"]
         bufs, bufs_ref = Buffers.allocate(cfg, "cuda"), Buffers.allocate(cfg, "cuda")
+        table = option[0] == "token_qkv_table"
+        bufs_s = Buffers.allocate(cfg, "cuda") if table else None
         for _ in range(3):
             num_new = torch.randint(1, 16, (batch,)).tolist()
             X = DraftInputs(torch.randn(batch, 16, head.feature_width, device="cuda"),
@@ -727,6 +802,12 @@ def test_gpu_schedule_options_fp32_identical_trees(shape, option, batches):
                 assert torch.equal(a, b)
             for b, n in enumerate(bufs.kv_len.tolist()):
                 torch.testing.assert_close(bufs.k_cache[b, :n], bufs_ref.k_cache[b, :n], atol=1e-3, rtol=1e-3)
+            if table:  # the tree steps' K/V rows (past the held ones) as streamed without the table
+                launch_drafter(cfg.with_(token_qkv_table=False), X, w, bufs_s)
+                for b, n in enumerate(bufs.kv_len.tolist()):
+                    end = n + tc.depth * tc.top_k
+                    torch.testing.assert_close(bufs.k_cache[b, :end], bufs_s.k_cache[b, :end], atol=1e-4, rtol=1e-4)
+                    torch.testing.assert_close(bufs.v_cache[b, :end], bufs_s.v_cache[b, :end], atol=1e-4, rtol=1e-4)
     del head
     torch.cuda.empty_cache()
 

@@ -36,6 +36,7 @@ __all__ = [
     "FusedDraftBackend",
     "triton_available",
     "profile_phases",
+    "token_qkv_table",
 ]
 
 PROFILE_SLOTS = 128  # = kernel.PROF_SLOTS: arrival-time slots per program
@@ -99,6 +100,13 @@ class DrafterConfig:
     FP8 9.06 -> 8.85, Qwen3-8B bf16 7.66 -> 7.54, FP8 8.65 -> 8.48; 8B batch 8 bf16 4.33 -> 4.24, FP8 5.06 -> 4.95);
     it measured slower at the 70B (bf16 25.28 -> 25.59, FP8 24.24 -> 24.87) and 1B-class shapes (bf16 4.82 -> 5.10,
     FP8 5.23 -> 5.31) and at batch 1 (8B bf16 1.940 -> 1.956, FP8 1.73 -> 1.92) and is off there; ``0``: never.
+    ``token_qkv_table``: a tree step's input rows are draft tokens, so the embedding half of their q/k/v product,
+    ``W_qkv[:, :H] @ RMSNorm(embedding)``, depends on the token alone: with the table it is computed once per
+    draft-vocabulary token (:func:`token_qkv_table`, fp32 ``[draft_vocab, q + k + v features]``, built on the
+    first launch and kept with the weights), and the tree steps gather their rows instead of streaming that half
+    of the weights (the root step still streams both halves). The same products in another summation order (each
+    row's sum exact in fp64, rounded once to fp32). ``None`` (the default): :meth:`uses_token_table`; ``True``:
+    always; ``False``: never.
 
     Shapes the kernel cannot run are refused here or in :meth:`launch_params`, before any launch, with the reason:
     head_dim not a power of two >= 16 (RoPE pairs features within one power-of-two tile), hidden size not a multiple
@@ -140,6 +148,7 @@ class DrafterConfig:
     hidden_half_early: bool | None = None
     stream_k_linear: bool | None = None
     l2_prefetch: int | None = None
+    token_qkv_table: bool | None = None
 
     def __post_init__(self):
         TreeConfig(self.total_tokens, self.depth, self.top_k)  # validates the tree shape
@@ -213,6 +222,17 @@ class DrafterConfig:
     @property
     def num_candidates(self) -> int:
         return self.top_k + self.depth * self.top_k**2
+
+    @property
+    def token_table_bytes(self) -> int:
+        """Bytes of the q/k/v table of :attr:`token_qkv_table` (fp32, a row per draft-vocabulary token)."""
+        return 4 * self.draft_vocab * (self.num_heads + 2 * self.num_kv_heads) * self.head_dim
+
+    def uses_token_table(self) -> bool:
+        """Whether the tree steps read the embedding half of q/k/v from the table (:attr:`token_qkv_table`)."""
+        if self.token_qkv_table is not None:
+            return bool(self.token_qkv_table)
+        return False
 
     def qkv_tiles(self, block_n: int) -> int:
         """Output tiles of q, k and v at tile width ``block_n`` (the kernel's QKV work units)."""
@@ -312,11 +332,12 @@ class DrafterConfig:
         # and with FP8 weights (+39); flat at SmolLM2's head)
         want = (batch == 1 and not self.fp8 and not small) if self.hidden_half_early is None else self.hidden_half_early
         hq = bool(want) and mq <= bm and nprog - hq_p0 >= nprog // 2
+        tq = self.uses_token_table()
         # the most programs sharing one stream-K q/k/v tile at any chunking (sizes the partial-sum buffer)
         # (a power of two: the owner polls the flags of all parts of a tile as one vector)
         nseg = _pow2(max(streamk_max_sharing(self.qkv_tiles(bnq), 2 * H // bkq, nprog),
                          streamk_max_sharing(self.qkv_tiles(bnqr), 2 * H // bkqr, nprog),
-                         streamk_max_sharing(self.qkv_tiles(bnq), H // bkq, nprog) if hq else 1))
+                         streamk_max_sharing(self.qkv_tiles(bnq), H // bkq, nprog) if hq or tq else 1))
         nsegh = _pow2(streamk_max_sharing(self.qkv_tiles(bnq), H // bkq, nprog - hq_p0)) if hq else 1
         # fc, o, gate/up and down stream-K by default for heads >= 1024 wide, every row tile with its own part /
         # flag region: whole tiles leave SMs idle (down and o: 64 tiles on 132 SMs) or unevenly loaded (gate/up:
@@ -363,7 +384,7 @@ class DrafterConfig:
             BQ=bq, NTH=nth, NTHP=_pow2(nth), BKQ=bkq, NSEG=nseg, BMR=bmr, BKR=bkr, BKQR=bkqr,
             IEEE=self.dtype == torch.float32, STAGES=1 if interp else self.stages,
             LMW=lmw, W8=self.fp8, HAS_BIAS=bool(self.attention_bias), HQ=hq, HQ_P0=hq_p0 if hq else 0, NSEGH=nsegh,
-            SKL=skl, NSEGL=nsegl, PF=pf,
+            SKL=skl, NSEGL=nsegl, PF=pf, TQ=tq,
         )
 
 
@@ -393,7 +414,8 @@ class FusedDrafterWeights:
     ``cos``/``sin`` are the head's fp32 RoPE tables ``[P, head_dim]`` (the kernel rounds them to the model dtype
     as the reference does). ``embed_rstd`` is fp32 ``[vocab]``: the input RMSNorm's ``rsqrt(mean(x**2) + eps)``
     of every embedding row, computed once here (the kernel then reads one number per row instead of the row).
-    ``head`` keeps the module for the reference path.
+    ``head`` keeps the module for the reference path. ``qkv_table``: the fp32 q/k/v table of
+    :attr:`DrafterConfig.token_qkv_table` once a launch built it (:func:`token_qkv_table`), else ``None``.
     ``wsc``: with FP8 weights (fc ... lm_head then ``float8_e4m3fn``) the fp32 per-output-channel scales of the
     matrices concatenated in the order of :attr:`SCALED` (:meth:`scale` gives one matrix's); ``wb``: the q, k, v
     and o_proj biases concatenated (model dtype, zeros for a layer without one; :meth:`bias`). A one-element
@@ -425,6 +447,7 @@ class FusedDrafterWeights:
     qkv_norm: torch.Tensor | None = None  # input_norm ++ hidden_norm (derived)
     wsc: torch.Tensor | None = None
     wb: torch.Tensor | None = None
+    qkv_table: torch.Tensor | None = None
 
     def __post_init__(self):
         if self.qkv_norm is None:
@@ -497,7 +520,8 @@ class FusedDrafterWeights:
         )
 
     def tensors(self):
-        return [getattr(self, f.name) for f in fields(self) if f.name not in ("head", "qkv_norm", "wsc", "wb")]
+        return [getattr(self, f.name) for f in fields(self)
+                if f.name not in ("head", "qkv_norm", "wsc", "wb", "qkv_table")]
 
     def check(self, cfg: DrafterConfig) -> None:
         H, W, INTER, V = cfg.hidden_size, cfg.feature_width, cfg.intermediate_size, cfg.draft_vocab
@@ -533,9 +557,46 @@ class FusedDrafterWeights:
                              f"config says attention_bias={cfg.attention_bias}")
         if cfg.has_d2t and tuple(self.d2t.shape) != (V,):
             raise ValueError(f"weights.d2t has shape {list(self.d2t.shape)}, expected [{V}]")
+        tab = self.qkv_table
+        if tab is not None and (tuple(tab.shape) != (V, QW + 2 * KVW) or tab.dtype != torch.float32
+                                or tab.device != dev or not tab.is_contiguous()):
+            raise ValueError(f"weights.qkv_table must be contiguous float32 [{V}, {QW + 2 * KVW}] on {dev}, got "
+                             f"{tab.dtype} {list(tab.shape)} on {tab.device}")
         if self.cos.shape[0] < cfg.max_len + cfg.depth + 1 or self.cos.shape[1] != cfg.head_dim:
             raise ValueError(f"RoPE tables {list(self.cos.shape)} must cover max_len + depth + 1 = "
                              f"{cfg.max_len + cfg.depth + 1} positions of head_dim {cfg.head_dim}")
+
+
+def token_qkv_table(cfg: DrafterConfig, weights: Weights, rows_per_slice: int = 2048) -> torch.Tensor:
+    """The embedding half of q/k/v for every draft-vocabulary token (:attr:`DrafterConfig.token_qkv_table`):
+    fp32 ``[draft_vocab, q + k + v features]``, row ``v`` = ``W[:, :H] @ xn(v)`` over the q, k and v matrices
+    (FP8: the e4m3 values, unscaled; the kernel's epilogue scales the whole sum), where ``xn(v)`` is the
+    input-normalised embedding row of ``v``'s target token rounded as the kernel rounds it (the row times its
+    ``embed_rstd`` in the model dtype, times the norm weight, in the model dtype). Each sum is computed in fp64 and
+    rounded once; slices of ``rows_per_slice`` tokens bound the fp64 temporaries."""
+    H, V, dt = cfg.hidden_size, cfg.draft_vocab, cfg.dtype
+    w = weights
+    dev = w.fc.device
+    w_e = torch.cat([w.wq[:, :H].float(), w.wk[:, :H].float(), w.wv[:, :H].float()]).double()
+    g = w.input_norm.float()
+    out = torch.empty(V, w_e.shape[0], dtype=torch.float32, device=dev)
+    for lo in range(0, V, rows_per_slice):
+        v = torch.arange(lo, min(V, lo + rows_per_slice), device=dev)
+        tok = v + w.d2t[v] if cfg.has_d2t else v
+        x = w.embed[tok].float() * w.embed_rstd[tok][:, None]
+        xn = (g * x.to(dt).float()).to(dt)
+        out[lo:lo + len(v)] = (xn.double() @ w_e.T).float()
+    return out
+
+
+def _table_for(cfg: DrafterConfig, weights: Weights) -> torch.Tensor:
+    """``weights.qkv_table``, built on first use (never inside a CUDA-graph capture: it allocates and computes)."""
+    if weights.qkv_table is None:
+        if torch.cuda.is_available() and torch.cuda.is_current_stream_capturing():
+            raise RuntimeError("the fused drafter's q/k/v table (DrafterConfig.token_qkv_table) is built on the first "
+                               "launch: launch once before capturing a CUDA graph")
+        weights.qkv_table = token_qkv_table(cfg, weights)
+    return weights.qkv_table
 
 
 # ------------------------------------------------------------------------------------------------ buffers
@@ -831,6 +892,7 @@ def launch_drafter(cfg: DrafterConfig, X, weights: Weights, bufs: Buffers, fallb
     args = (
         w.fc, w.embed_rstd, w.qkv_norm, w.wq, w.wk, w.wv, w.wo, w.post_norm, w.w_gate, w.w_up,
         w.w_down, w.final_norm, w.lm_head, w.d2t, w.cos, w.sin, w.wsc, w.wb,
+        _table_for(cfg, w) if plan.kw["TQ"] else w.wsc,
         X.features, X.input_ids, num_new,
         bufs.k_cache, bufs.v_cache, bufs.kv_len,
         sc["hbuf"], sc["hss"], sc["qbuf"], sc["part"], sc["flag"], sc["hq_part"], sc["att_o"], sc["att_ml"],

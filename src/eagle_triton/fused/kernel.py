@@ -547,18 +547,24 @@ def _qkv_phase(s, emb_off, emb_rstd, g_qkv, wq, wk, wv, cos_t, sin_t, ids, nnew,
                NKV: tl.constexpr, HD: tl.constexpr, K: tl.constexpr, NTH: tl.constexpr, NTHP: tl.constexpr,
                NSEG: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, IEEE: tl.constexpr,
                STAGES: tl.constexpr, NPROG: tl.constexpr, W8: tl.constexpr, HAS_B: tl.constexpr,
-               HQ_IN: tl.constexpr = 0, hq_part=None, NSEGH: tl.constexpr = 1, NHQ: tl.constexpr = 1):
+               HQ_IN: tl.constexpr = 0, hq_part=None, NSEGH: tl.constexpr = 1, NHQ: tl.constexpr = 1,
+               TQ: tl.constexpr = 0, tq_tab=None):
     """q/k/v of the step's rows from RMSNorm(embedding) ++ RMSNorm(hidden), RoPE inline; K/V into the draft KV.
     Stream-K over (output tile, BK chunk of the 2H reduction) with one row tile (every tree step, and root steps
     of at most BM rows). ``HQ_IN`` (tree steps, with one row tile): the hidden half was computed in the previous
     step (:func:`_hq_phase`, per parent row): the stream-K covers the embedding half only, and each tile's owner
-    adds the hidden half's parts of its rows' parents (``src``)."""
+    adds the hidden half's parts of its rows' parents (``src``). ``TQ`` (tree steps): the embedding half of every
+    draft token's q/k/v is read from ``tq_tab`` (:func:`eagle_triton.fused.host.token_qkv_table`; ``tok_in`` then
+    holds draft-vocabulary indices): the stream-K covers the hidden half only, or nothing with ``HQ_IN`` (each
+    program then finishes whole tiles: table row + hidden parts + epilogue)."""
     DT: tl.constexpr = hbuf.dtype.element_ty
     QW: tl.constexpr = NH * HD
     KVW: tl.constexpr = NKV * HD
     BH: tl.constexpr = BN // 2
     NCH: tl.constexpr = H // BK  # chunks per half (the host makes BK divide H)
-    NC: tl.constexpr = (2 - HQ_IN) * NCH
+    NC: tl.constexpr = (2 - HQ_IN - TQ) * NCH
+    KB: tl.constexpr = TQ * H  # the first reduction element streamed (the hidden half's when the table holds the other)
+    NCS: tl.constexpr = NC if NC > 0 else 1  # (the schedule divides by it; with nothing to reduce it is not split)
     offm = tl.arange(0, BM)
     is_root = s == 0
     lvl = s - 1
@@ -566,8 +572,8 @@ def _qkv_phase(s, emb_off, emb_rstd, g_qkv, wq, wk, wv, cos_t, sin_t, ids, nnew,
     MR = tl.where(is_root, B * S, B * K)  # rows whose K/V are computed
     n_t = (QW + BN - 1) // BN + 2 * ((KVW + BN - 1) // BN)
     n_mc = (MR + BM - 1) // BM
-    split = n_mc == 1
-    c_lo, c_hi, t0, n_seg = _streamk_span(pid, n_t, NC, split, NPROG)
+    split = (n_mc == 1) & (NC > 0)  # nothing to reduce: whole tiles in turn
+    c_lo, c_hi, t0, n_seg = _streamk_span(pid, n_t, NCS, split, NPROG)
     for mc in range(0, n_mc):
         r = mc * BM + offm
         rok = r < MR
@@ -588,21 +594,32 @@ def _qkv_phase(s, emb_off, emb_rstd, g_qkv, wq, wk, wv, cos_t, sin_t, ids, nnew,
         valid = valid & (slot < LMAX)
         e_off = emb_off + tok.to(tl.int64)[:, None] * H  # elements from hbuf to the embedding rows
         h_off = (in_off + hrow).to(tl.int64)[:, None] * H
-        r_e = tl.load(emb_rstd + tok, mask=rok, other=1.0)
+        if TQ:  # tok: draft-vocabulary indices; the embedding rows are not read
+            r_e = tl.full([BM], 1.0, tl.float32)
+        else:
+            r_e = tl.load(emb_rstd + tok, mask=rok, other=1.0)
         r_h = _rstd_parts(hss + (in_off + hrow).to(tl.int64)[:, None] * NTH, rok[:, None], NTH, NTHP, H, eps)
         for i in range(0, n_seg):
-            t, s0, s1 = _streamk_segment(i, c_lo, c_hi, t0, NC, split, pid, NPROG)
+            t, s0, s1 = _streamk_segment(i, c_lo, c_hi, t0, NCS, split, pid, NPROG)
             which, rope, jj, f, fok, w_row = _qkv_tile_weights(t, wq, wk, wv, H, NH, NKV, HD, BN)
             acc = tl.zeros([BM, BN], dtype=tl.float32)
-            acc = _mm_qkv(acc, hbuf, e_off, h_off, rok[:, None], r_e, r_h, g_qkv, w_row, fok[:, None], s0 * BK,
-                          s1 * BK, H, BK, DT, IEEE, STAGES)
-            acc, own = _streamk_fixup(acc, t, s0, n_t, NC, split, part, flag, pid, NSEG, NPROG)
+            if NC > 0:
+                acc = _mm_qkv(acc, hbuf, e_off, h_off, rok[:, None], r_e, r_h, g_qkv, w_row, fok[:, None],
+                              KB + s0 * BK, KB + s1 * BK, H, BK, DT, IEEE, STAGES)
+                acc, own = _streamk_fixup(acc, t, s0, n_t, NC, split, part, flag, pid, NSEG, NPROG)
+            else:
+                own = True
             if HQ_IN:
                 if own:
                     acc += _hq_parts(hq_part, t, hrow, rok, n_t, NCH, NSEGH, NHQ, BM, BN)
+            # scales of q, k, v follow fc's H in wsc; biases of q, k, v (then o) start wb; the table's columns are
+            # q, k, v too
+            moff = tl.where(which == 0, 0, tl.where(which == 1, QW, QW + KVW))
+            if TQ:
+                if own:
+                    acc += tl.load(tq_tab + tok.to(tl.int64)[:, None] * (QW + 2 * KVW) + (moff + f)[None, :],
+                                   mask=rok[:, None] & fok[None, :], other=0.0)
             if own:
-                # scales of q, k, v follow fc's H in wsc; biases of q, k, v (then o) start wb
-                moff = tl.where(which == 0, 0, tl.where(which == 1, QW, QW + KVW))
                 y = _epi(acc, wsc + H + moff, wb + moff, f, fok, W8, HAS_B, DT)
                 # RoPE (half rotation) on the paired halves, with the tables rounded to the model dtype
                 y3 = tl.permute(tl.reshape(y, (BM, 2, BH)), (0, 2, 1))
@@ -1075,9 +1092,11 @@ def _rm_phase(s, lm_key, lm_ms, ch_lp, ch_id, B, pid, prof, DT: tl.constexpr, K:
 @triton.jit(noinline=True)
 def _sel_phase(s, ch_lp, ch_id, d2t, cand_sc, cand_tok, par_list, tok_in, src, sc, fr, anc, B, pid,
                DT: tl.constexpr, HAS_D2T: tl.constexpr, K: tl.constexpr, KP: tl.constexpr, D: tl.constexpr,
-               NCP: tl.constexpr, CP: tl.constexpr, NPROG: tl.constexpr):
+               NCP: tl.constexpr, CP: tl.constexpr, NPROG: tl.constexpr, TQ: tl.constexpr = False):
     """One sequence per unit: record the step's candidates (cumulative scores, tokens, parents); except after the
-    last step, prune to the next frontier (top-``K`` by (score desc, index asc)) and advance its bookkeeping."""
+    last step, prune to the next frontier (top-``K`` by (score desc, index asc)) and advance its bookkeeping.
+    The next step's input tokens (``tok_in``) are target-vocabulary ids, or with ``TQ`` draft-vocabulary indices
+    (the rows of the q/k/v table)."""
     DP1: tl.constexpr = D + 1
     lvl = s - 1
     apar = (s + 1) % 2
@@ -1094,7 +1113,7 @@ def _sel_phase(s, ch_lp, ch_id, d2t, cand_sc, cand_tok, par_list, tok_in, src, s
             tl.store(cand_sc + b * NCP + offc, r_lp, mask=kok)
             tl.store(cand_tok + b * NCP + offc, r_tk, mask=kok)
             tl.store(par_list + b * (1 + D * K) + offc, offc * 0, mask=offc == 0)
-            tl.store(tok_in + b * K + offc, r_tk, mask=kok)
+            tl.store(tok_in + b * K + offc, r_cid.to(tl.int64) if TQ else r_tk, mask=kok)
             tl.store(src + b * K + offc, offc * 0 + b, mask=kok)
             tl.store(sc + b * KP + offc, r_lp, mask=kok)
             tl.store(fr + b * KP + offc, offc, mask=kok)
@@ -1135,7 +1154,7 @@ def _sel_phase(s, ch_lp, ch_id, d2t, cand_sc, cand_tok, par_list, tok_in, src, s
                                   mask=kok[:, None] & (e_ol < s), other=0, cache_modifier=".cg")
                 e_a_new = tl.where(e_ol == s, s * K + offc[:, None], e_a_old)
                 tl.debug_barrier()
-                tl.store(tok_in + b * K + offc, e_tk_n, mask=kok)
+                tl.store(tok_in + b * K + offc, e_cid_n.to(tl.int64) if TQ else e_tk_n, mask=kok)
                 tl.store(src + b * K + offc, b * K + e_prow_, mask=kok)
                 tl.store(sc + b * KP + offc, e_fval, mask=kok)
                 tl.store(fr + b * KP + offc, e_fidx, mask=kok)
@@ -1245,18 +1264,20 @@ def _pf_tiles(w, pid, NPF, N: tl.constexpr, KDIM: tl.constexpr, BN: tl.constexpr
 
 @triton.jit
 def _pf_qkv(wq, wk, wv, pid, NPF, split, H: tl.constexpr, NH: tl.constexpr, NKV: tl.constexpr, HD: tl.constexpr,
-            BN: tl.constexpr, BK: tl.constexpr, HQ_IN: tl.constexpr, NPROG: tl.constexpr):
+            BN: tl.constexpr, BK: tl.constexpr, HQ_IN: tl.constexpr, NPROG: tl.constexpr, TQ: tl.constexpr = 0):
     """:func:`_l2_prefetch` of the first ``NPF`` chunks of a tree step's q/k/v (:func:`_qkv_phase`'s schedule: the
-    embedding half only with ``HQ_IN``)."""
-    NC: tl.constexpr = (2 - HQ_IN) * (H // BK)
+    embedding half only with ``HQ_IN``, the hidden half only with ``TQ``; both: nothing is streamed)."""
+    NC: tl.constexpr = (2 - HQ_IN - TQ) * (H // BK)
+    KB: tl.constexpr = TQ * H
     n_t = (NH * HD + BN - 1) // BN + 2 * ((NKV * HD + BN - 1) // BN)
-    c_lo, c_hi, t0, n_seg = _streamk_span(pid, n_t, NC, split, NPROG)
-    c_end = tl.where(split, tl.minimum(c_hi, c_lo + NPF), c_hi)
-    for i in range(0, tl.where(split, n_seg, tl.minimum(n_seg, 1))):
-        t, s0, s1 = _streamk_segment(i, c_lo, c_end, t0, NC, split, pid, NPROG)
-        s1 = tl.where(split, s1, tl.minimum(s1, NPF))
-        which, rope, jj, f, fok, w_row = _qkv_tile_weights(t, wq, wk, wv, H, NH, NKV, HD, BN)
-        _l2_prefetch(w_row, s0 * BK, s1 * BK, fok[:, None], 2 * H)
+    if NC > 0:
+        c_lo, c_hi, t0, n_seg = _streamk_span(pid, n_t, NC, split, NPROG)
+        c_end = tl.where(split, tl.minimum(c_hi, c_lo + NPF), c_hi)
+        for i in range(0, tl.where(split, n_seg, tl.minimum(n_seg, 1))):
+            t, s0, s1 = _streamk_segment(i, c_lo, c_end, t0, NC, split, pid, NPROG)
+            s1 = tl.where(split, s1, tl.minimum(s1, NPF))
+            which, rope, jj, f, fok, w_row = _qkv_tile_weights(t, wq, wk, wv, H, NH, NKV, HD, BN)
+            _l2_prefetch(w_row, KB + s0 * BK, KB + s1 * BK, fok[:, None], 2 * H)
 
 
 # ---------------------------------------------------------------------------------------------------------- kernel
@@ -1269,6 +1290,8 @@ def fused_drafter_kernel(
     # with W8: fp32 per-output-channel scales of every FP8 matrix, concatenated (fc, q, k, v, o, gate, up, down,
     # lm_head); with HAS_BIAS: the q, k, v and o_proj biases concatenated (model dtype; zeros where a head has none)
     wsc, wb,
+    # with TQ: fp32 [VD, QW + 2 KVW], the embedding half of q/k/v for every draft token (host.token_qkv_table)
+    tq_tab,
     # inputs: features [B, S, W], ids [B, S] (row j's token; the last valid one is the root), nnew [B]
     X, ids, nnew,
     # persistent state: draft KV [B, LMAX, NKV, HD] and rows held [B]
@@ -1308,6 +1331,8 @@ def fused_drafter_kernel(
     SKL: tl.constexpr = False, NSEGL: tl.constexpr = 1,
     # PF: BK chunks of the next phase's weights each program asks L2 for while it waits at a barrier (0: none)
     PF: tl.constexpr = 0,
+    # TQ: tree steps read the embedding half of q/k/v from tq_tab (DrafterConfig.token_qkv_table)
+    TQ: tl.constexpr = False,
 ):
     pid = tl.program_id(0)
     DT: tl.constexpr = hbuf.dtype.element_ty
@@ -1338,7 +1363,12 @@ def fused_drafter_kernel(
             _qkv_phase(s, emb_off, emb_rstd, g_qkv, wq, wk, wv, cos_t, sin_t, ids, nnew, kvlen, kc, vc, hbuf, hss,
                        qbuf, part, flag, tok_in, src, status, wsc, wb, B, S, LMAX, MCAP, eps, pid, H, NH, NKV, HD,
                        K, NTH, NTHP, NSEG, BM, BNQ, BKQ, IEEE, STAGES, NPROG, W8, HAS_BIAS, 1, hq_part, NSEGH,
-                       NPROG - HQ_P0)
+                       NPROG - HQ_P0, TQ, tq_tab)
+        elif TQ and (s > 0):  # the embedding half from the table, the hidden half streamed here
+            _qkv_phase(s, emb_off, emb_rstd, g_qkv, wq, wk, wv, cos_t, sin_t, ids, nnew, kvlen, kc, vc, hbuf, hss,
+                       qbuf, part, flag, tok_in, src, status, wsc, wb, B, S, LMAX, MCAP, eps, pid, H, NH, NKV, HD,
+                       K, NTH, NTHP, NSEG, BM, BNQ, BKQ, IEEE, STAGES, NPROG, W8, HAS_BIAS, 0, hq_part, NSEGH, 1,
+                       TQ, tq_tab)
         else:
             _qkv_phase(s, emb_off, emb_rstd, g_qkv, wq, wk, wv, cos_t, sin_t, ids, nnew, kvlen, kc, vc, hbuf, hss,
                        qbuf, part, flag, tok_in, src, status, wsc, wb, B, S, LMAX, MCAP, eps, pid, H, NH, NKV, HD,
@@ -1391,7 +1421,7 @@ def fused_drafter_kernel(
             bt += NPROG
             _grid_sync(bar, bt, NPROG, prof, PROFILE)
             _sel_phase(s, ch_lp, ch_id, d2t, cand_sc, cand_tok, par_list, tok_in, src, sc, fr, anc, B, pid, DT,
-                       HAS_D2T, K, KP, D, NCP, CP, NPROG)
+                       HAS_D2T, K, KP, D, NCP, CP, NPROG, TQ)
             if hq_step and (pid >= HQ_P0):  # HQ_P0 == 0: one program does every phase in turn
                 _hq_phase(s, hbuf, hss, g_qkv, wq, wk, wv, hq_part, B, MCAP, eps, pid - HQ_P0, H, NH, NKV, HD, K,
                           NTH, NTHP, NSEGH, BM, BNQ, BKQ, IEEE, STAGES, NPROG - HQ_P0)
@@ -1399,7 +1429,7 @@ def fused_drafter_kernel(
             bt += NPROG
             _grid_arrive(bar, bt, NPROG, prof, PROFILE)
             if PF > 0:  # the next tree step's q/k/v
-                _pf_qkv(wq, wk, wv, pid, PF, B * K <= BM, H, NH, NKV, HD, BNQ, BKQ, HQ, NPROG)
+                _pf_qkv(wq, wk, wv, pid, PF, B * K <= BM, H, NH, NKV, HD, BNQ, BKQ, HQ, NPROG, TQ)
             _grid_wait(bar, bt, NPROG)
     # the final reranking reads only this sequence's SEL output (same program): no barrier
     _tree_phase(ids, nnew, kvlen, cand_sc, cand_tok, par_list, node_of, selg, pnode, posb, o_tokens, o_retrieve,

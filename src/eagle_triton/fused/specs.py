@@ -13,7 +13,7 @@ _I64 = {"d2t", "ids", "tok_in", "cand_tok", "o_tokens", "o_retrieve", "o_pos", "
 _I32 = {"nnew", "kvlen", "ch_id", "src", "fr", "anc", "par_list", "node_of", "selg", "pnode", "posb", "bar",
         "status", "flag"}
 _F32 = {"cos_t", "sin_t", "att_o", "att_ml", "lm_ms", "ch_lp", "sc", "cand_sc", "o_mask", "emb_rstd", "hss", "h1ss",
-        "part", "hq_part", "wsc"}
+        "part", "hq_part", "wsc", "tq_tab"}
 _MATRICES = {"fc_w", "wq", "wk", "wv", "wo", "wg", "wu", "wd", "wlm"}  # fp8e4nv when the constexpr W8 is set
 _SCALARS = {"B": "i32", "S": "i32", "LMAX": "i32", "MCAP": "i32", "emb_off": "i64", "eps": "fp32", "sm_scale": "fp32"}
 
@@ -81,7 +81,7 @@ def _tiny(dtype: str) -> tuple:
                  BKG=32, BK=32, BKV=16,
                  BQ=16, NTH=4, NTHP=4, BKQ=32, NSEG=1, BMR=32, BKR=32, BKQR=32, STAGES=1,
                  IEEE=dtype == "fp32", LMW=True, W8=False, HAS_BIAS=False, PROFILE=False, HQ=False,
-                 HQ_P0=0, NSEGH=1, SKL=True, NSEGL=1, PF=0)
+                 HQ_P0=0, NSEGH=1, SKL=True, NSEGL=1, PF=0, TQ=False)
     return (fused_drafter_kernel, kernel_signature(dtype, const), const)
 
 
