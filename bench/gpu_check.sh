@@ -157,7 +157,7 @@ failed=0
 
 run() {  # name, default limit (s), command...
   local name=$1 limit=$2; shift 2
-  local var="LIMIT_${name^^}"; limit=${!var:-$limit}
+  local var="LIMIT_${name^^}"; var=${var//[^A-Z0-9_]/_}; limit=${!var:-$limit}  # (llama31-8b: LIMIT_..._LLAMA31_8B)
   echo "=== $name (limit ${limit}s): $*" | tee -a "$summary"
   local t0=$SECONDS
   timeout "$limit" "$@" > "$OUTDIR/$name.log" 2>&1
