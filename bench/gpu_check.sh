@@ -40,6 +40,8 @@
 #   tq          the q/k/v table (DrafterConfig.token_qkv_table, session 33): per head shape (TQ_SHAPES, default the 8B)
 #               at batch 1 and 16, bf16 and FP8, without and with the table alternated, and at batch 1 with the table
 #               and the hidden half early flipped from its default (tq_<shape>_<weights>.json)
+#   tqb         the same at batch 2, 4 and 8 (TQB_SHAPE, default the 8B), with the hidden half early at 2 and 4
+#               (tqb_<weights>.json)
 #   tqtest      its GPU tests: trees and KV against the reference and the tree steps' K/V against the kernel's own
 #               without the table (fp32, a small head at batch 1, 2 and 13, the 8B shape at batch 1)
 #   batch       batched generation (bench_batch.json, .png): SmolLM2 total tok/s and speculative/plain per batch
@@ -130,7 +132,12 @@ part_tq()         { for shape in ${TQ_SHAPES:-llama31-8b}; do
                       done
                     done; }
 part_tqtest()     { run tqtest 300 "$PY" -m pytest -q -p no:cacheprovider -rs -s tests/fused/test_fused_drafter.py \
-                      -k "schedule_options and qkv_table"; }
+                      -k "schedule_options and qkv"; }
+part_tqb()        { for w in bf16 fp8; do
+                      run "tqb_$w" 240 "$PY" bench/bench_fused_drafter.py --no-sweep --no-ref --no-graph \
+                        --weights "$w" --tune-case "${TQB_SHAPE:-llama31-8b}:60/7/10" --name "tqb_$w" --out "$OUTDIR" \
+                        --tunings "0:0:0:0:0:2+token_qkv_table=0,0:0:0:0:0:2+token_qkv_table=1,0:0:0:0:0:2+token_qkv_table=1+hidden_half_early=1,0:0:0:0:0:4+token_qkv_table=0,0:0:0:0:0:4+token_qkv_table=1,0:0:0:0:0:4+token_qkv_table=1+hidden_half_early=1,0:0:0:0:0:8+token_qkv_table=0,0:0:0:0:0:8+token_qkv_table=1"
+                    done; }
 part_drafters()   { run drafters 240 "$PY" bench/check_drafters_gpu.py --backends "${DRAFTERS:-graph,triton}" \
                       --out "$OUTDIR"; }
 
