@@ -150,9 +150,9 @@ def test_hidden_half_early_matches_reference(tree, batch, peaked, rows):
     head = make_head(peaked)
     tc = TreeConfig(*tree)
     cfg = DrafterConfig.from_head(head, tc, max_batch=batch, max_len=128, max_new_rows=max(8, rows),
-                                  hidden_half_early=True)
+                                  hidden_half_early=True, token_qkv_table=False)  # (with the table: below)
     p = cfg.launch_params("cpu", batch, rows)
-    assert p["HQ"] and p["HQ_P0"] == 0 and p["NSEGH"] == 1
+    assert p["HQ"] and p["HQ_P0"] == 0 and p["NSEGH"] == 1 and not p["TQ"]
     assert not cfg.launch_params("cpu", batch * 4, 8)["HQ"] or batch * 4 * tc.top_k <= p["BM"]
     assert_calls_match_reference(cfg, head, batch, rows, 7)
 

@@ -83,9 +83,12 @@ class DrafterConfig:
     ``hidden_half_early``: where a tree step's rows fit one row tile and programs are left over, those programs
     compute the hidden half of the next step's q/k/v product during RM and SEL, and the next q/k/v streams only the
     embedding half (docs/fused_drafter.md, "The hidden half early"). The same arithmetic in another summation
-    order. ``None`` (the default): where it measured faster on an H100, one sequence whose weights are not FP8, of a
-    hidden size >= 1024 (bf16 8B 60/7/10 2.50 -> 2.46 ms; fp32, the test dtype, follows bf16); ``True``: wherever
-    a row tile leaves half the programs idle; ``False``: never.
+    order. ``None`` (the default): where it measured faster, for heads of hidden size >= 1024: one sequence whose
+    weights are not FP8 (H100, bf16 8B 60/7/10 2.50 -> 2.46 ms; fp32, the test dtype, follows bf16), and with the
+    q/k/v table (which leaves the next q/k/v nothing to stream then) one or two sequences, FP8 too (H200, 8B
+    60/7/10 with the table: bf16 batch 1 1.863 -> 1.753 ms, batch 2 2.259 -> 2.103; FP8 batch 1 1.652 -> 1.569,
+    batch 2 2.578 -> 2.506; batch 4 slower: 2.940 -> 3.023, FP8 3.551 -> 3.643); ``True``: wherever a row tile
+    leaves half the programs idle; ``False``: never.
     ``stream_k_linear``: fc, o, gate/up and down cut into equal contiguous (tile, reduction chunk) ranges, one per
     program, as q/k/v always is (a tile's parts summed by its owner in a fixed order; with several row tiles each
     row tile's parts in a region of their own). ``None`` (the default): for heads of hidden size >= 1024, where it
@@ -105,8 +108,12 @@ class DrafterConfig:
     draft-vocabulary token (:func:`token_qkv_table`, fp32 ``[draft_vocab, q + k + v features]``, built on the
     first launch and kept with the weights), and the tree steps gather their rows instead of streaming that half
     of the weights (the root step still streams both halves). The same products in another summation order (each
-    row's sum exact in fp64, rounded once to fp32). ``None`` (the default): :meth:`uses_token_table`; ``True``:
-    always; ``False``: never.
+    row's sum exact in fp64, rounded once to fp32). ``None`` (the default): wherever the table is no larger than
+    the head's own weights (:attr:`head_weight_bytes`; 8B-class heads: a 786 MB table beside 1.9 GB of weights; the
+    Llama-3.1-8B, Qwen3-8B, Llama-3.3-70B, 1B-class and SmolLM2 shapes all take it), measured faster at every
+    shape, batch and weight type tried on an H200 (bench/results/session33_2026-11-28/; 60/7/10, 8B: bf16 batch 1
+    1.942 -> 1.753 ms, batch 16 7.84 -> 7.18; FP8 batch 1 1.73 -> 1.57 with the hidden half early, batch 16 8.83 ->
+    8.11; 70B batch 16 25.0 -> 21.4); ``True``: always; ``False``: never.
 
     Shapes the kernel cannot run are refused here or in :meth:`launch_params`, before any launch, with the reason:
     head_dim not a power of two >= 16 (RoPE pairs features within one power-of-two tile), hidden size not a multiple
@@ -232,7 +239,18 @@ class DrafterConfig:
         """Whether the tree steps read the embedding half of q/k/v from the table (:attr:`token_qkv_table`)."""
         if self.token_qkv_table is not None:
             return bool(self.token_qkv_table)
-        return False
+        return self.token_table_bytes <= self.head_weight_bytes
+
+    @property
+    def head_weight_bytes(self) -> int:
+        """Bytes of the head's weights: the linear layers (one byte each with FP8 weights, plus a scale per output
+        row) and the embedding table."""
+        H, QW, KVW, INTER, V = (self.hidden_size, self.num_heads * self.head_dim, self.num_kv_heads * self.head_dim,
+                                self.intermediate_size, self.draft_vocab)
+        linear = H * self.feature_width + 2 * H * (QW + 2 * KVW) + QW * H + 3 * H * INTER + V * H
+        rows = 2 * H + QW + 2 * KVW + 2 * INTER + V
+        lin_bytes = linear + 4 * rows if self.fp8 else linear * self.dtype.itemsize
+        return lin_bytes + self.vocab_size * H * self.dtype.itemsize
 
     def qkv_tiles(self, block_n: int) -> int:
         """Output tiles of q, k and v at tile width ``block_n`` (the kernel's QKV work units)."""
@@ -329,10 +347,14 @@ class DrafterConfig:
         hq_p0 = min(nprog - 1, bm)
         # None: where it measured faster (bench/results/session27_2026-11-28: batch 1 -34 to -42 us per 60/7/10
         # draft at the 8B and Qwen3-8B shapes, -21 at 70B; slower at batch 2-6 (8B +26 to +202 us, 70B up to +540)
-        # and with FP8 weights (+39); flat at SmolLM2's head)
-        want = (batch == 1 and not self.fp8 and not small) if self.hidden_half_early is None else self.hidden_half_early
-        hq = bool(want) and mq <= bm and nprog - hq_p0 >= nprog // 2
+        # and with FP8 weights (+39); flat at SmolLM2's head). With the q/k/v table the next q/k/v streams nothing
+        # then, and it measured faster at batch 1 and 2, FP8 too, slower at 4 (session33_2026-11-28/tq*, tqb*)
         tq = self.uses_token_table()
+        if self.hidden_half_early is None:
+            want = not small and ((batch == 1 and not self.fp8) or (tq and batch <= 2))
+        else:
+            want = self.hidden_half_early
+        hq = bool(want) and mq <= bm and nprog - hq_p0 >= nprog // 2
         # the most programs sharing one stream-K q/k/v tile at any chunking (sizes the partial-sum buffer)
         # (a power of two: the owner polls the flags of all parts of a tile as one vector)
         nseg = _pow2(max(streamk_max_sharing(self.qkv_tiles(bnq), 2 * H // bkq, nprog),
