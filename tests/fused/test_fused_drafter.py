@@ -222,6 +222,31 @@ def test_token_qkv_table_rows_are_the_embedding_half():
         w.check(cfg)
 
 
+def test_token_qkv_table_by_default_where_it_is_no_larger_than_the_head():
+    """The table's default: on where its bytes (fp32, a row of q + k + v features per draft token) are at most the
+    head's weights (linear layers and embedding): the 8B, Qwen3-8B, 70B, 1B-class and SmolLM2 heads with their
+    32000 / 12288-token draft vocabularies, bf16 or FP8; off for a Qwen3-8B head that keeps the full 151936-token
+    vocabulary (3.7 GB of table); ``True`` / ``False`` whatever the size. The launch parameter follows it."""
+    big = dict(hidden_size=4096, num_heads=32, num_kv_heads=8, head_dim=128, intermediate_size=14336,
+               draft_vocab=32000, feature_width=3 * 4096, vocab_size=128256, rms_eps=1e-5, has_d2t=True, nprog=132)
+    cfg = DrafterConfig(**big)
+    assert cfg.token_table_bytes == 4 * 32000 * (32 + 16) * 128
+    linear = 4096 * 3 * 4096 + 2 * 4096 * 6144 + 4096 * 4096 + 3 * 4096 * 14336 + 32000 * 4096
+    assert cfg.head_weight_bytes == 2 * (linear + 128256 * 4096)
+    shapes = [cfg, cfg.with_(intermediate_size=12288, vocab_size=151936),
+              cfg.with_(hidden_size=8192, num_heads=64, intermediate_size=28672, feature_width=3 * 8192),
+              cfg.with_(hidden_size=2048, head_dim=64, intermediate_size=8192, feature_width=3 * 2048),
+              cfg.with_(hidden_size=576, num_heads=9, num_kv_heads=3, head_dim=64, intermediate_size=1536,
+                        draft_vocab=12288, feature_width=3 * 576, vocab_size=49152)]
+    for c in shapes:
+        for w in (c, c.with_(weight_dtype=torch.float8_e4m3fn)):
+            assert w.uses_token_table() and w.launch_params("cuda", 1, 4)["TQ"]
+            assert not w.with_(token_qkv_table=False).launch_params("cuda", 1, 4)["TQ"]
+    full = cfg.with_(intermediate_size=12288, vocab_size=151936, draft_vocab=151936, has_d2t=False)
+    assert full.token_table_bytes > full.head_weight_bytes and not full.uses_token_table()
+    assert not full.launch_params("cuda", 1, 4)["TQ"] and full.with_(token_qkv_table=True).uses_token_table()
+
+
 def llama8b_launch_config(**kw) -> DrafterConfig:
     """The Llama-3.1-8B EAGLE-3 head's drafter config, 132 programs, up to 16 sequences (launch parameters only)."""
     return DrafterConfig(hidden_size=4096, num_heads=32, num_kv_heads=8, head_dim=128, intermediate_size=14336,
@@ -241,15 +266,19 @@ def test_hidden_half_early_needs_one_row_tile_and_half_the_programs():
 
 
 def test_hidden_half_early_by_default_where_it_measured_faster():
-    """The default (None): on an H100's 132 programs, only one sequence with 16-bit weights and a hidden size of
-    at least 1024 (batch 2-6 and FP8 weights measured slower, SmolLM2's head flat)."""
+    """The default (None), 132 programs, hidden size >= 1024: with the q/k/v table (the default at the 8B shape)
+    one or two sequences, 16-bit or FP8 weights (batch 4 measured slower); without it one sequence with 16-bit
+    weights (batch 2-6 and FP8 weights measured slower); SmolLM2's head never (flat)."""
     big = dict(hidden_size=4096, num_heads=32, num_kv_heads=8, head_dim=128, intermediate_size=14336,
                draft_vocab=32000, feature_width=3 * 4096, vocab_size=128256, rms_eps=1e-5, has_d2t=True,
                max_batch=16, nprog=132)
     cfg = DrafterConfig(**big)
-    assert cfg.hidden_half_early is None
-    assert {b: cfg.launch_params("cuda", b, 4)["HQ"] for b in range(1, 17)} == {b: b == 1 for b in range(1, 17)}
-    assert not cfg.with_(weight_dtype=torch.float8_e4m3fn).launch_params("cuda", 1, 4)["HQ"]
+    assert cfg.hidden_half_early is None and cfg.uses_token_table()
+    for c in (cfg, cfg.with_(weight_dtype=torch.float8_e4m3fn)):
+        assert {b: c.launch_params("cuda", b, 4)["HQ"] for b in range(1, 17)} == {b: b <= 2 for b in range(1, 17)}
+    streamed = cfg.with_(token_qkv_table=False)
+    assert {b: streamed.launch_params("cuda", b, 4)["HQ"] for b in range(1, 17)} == {b: b == 1 for b in range(1, 17)}
+    assert not streamed.with_(weight_dtype=torch.float8_e4m3fn).launch_params("cuda", 1, 4)["HQ"]
     small = DrafterConfig(hidden_size=576, num_heads=9, num_kv_heads=3, head_dim=64, intermediate_size=1536,
                           draft_vocab=12288, feature_width=3 * 576, vocab_size=49152, rms_eps=1e-5, has_d2t=True,
                           nprog=132)

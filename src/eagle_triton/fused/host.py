@@ -1148,8 +1148,12 @@ class FusedDraftBackend:
         cfg = DrafterConfig.from_head(self.head, tc, max_batch=batch, max_len=max_len,
                                       max_new_rows=min(max_new, max_len - tc.depth * tc.top_k), **self._tuning)
         if self.weights is None or self.weights.cos.shape[0] < max_len + tc.depth + 1:
+            table = self.weights.qkv_table if self.weights is not None else None  # (independent of the length)
             self.weights = Weights.from_head(self.head, max_len + tc.depth + 1)
+            self.weights.qkv_table = table
             self.weights.check(cfg)
+        if cfg.uses_token_table():  # built here, not in a launch a CUDA graph may be capturing
+            _table_for(cfg, self.weights)
         k, v, n = self._kv_store
         bufs = Buffers.allocate(cfg, self.head.device, batch=batch, new_rows=cfg.max_new_rows,
                                 kv=(k[:batch], v[:batch], n[:batch]))
