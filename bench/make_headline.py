@@ -572,42 +572,19 @@ def session28_entries() -> list[dict]:
     return out
 
 
-S30 = "session30_2026-11-28/defaults/"  # the README's H200 head-shape table (session 30: the only device lent)
-S32 = "session32_2026-11-28/"  # its batch-16 rows (session 32: L2 prefetch, FP8 128-deep chunks at 128-row tiles)
+S33 = "session33_2026-11-28/sweep/fused_drafter.json"  # the README's H200 head-shape table (session 33's defaults)
 
 
 def session30_entries() -> list[dict]:
-    """Sessions 30 and 31's H200 figures of the drafter at each head shape (the README's H200 table), names as
-    issue 19's with ``_h200``: batch 1 bf16 from the sweep at 437672a (stream-K linear products; unchanged since),
-    FP8 from runs of the code whose default is the measured ``block_k=128`` launch (``bk128_fp8_*.json``' tuned
-    rows: the same constexprs as the default, as tests/fused/test_fused_drafter.py asserts) or of that default
-    itself; batch 16 from session 32's runs of the default (stream-K in both row tiles since session 31; FP8 weights
-    in 128-deep chunks there and the L2 prefetch at the 4096-wide heads since session 32): the 8B and Qwen3-8B rows
-    from the sweep of that code, the 70B and 1B-class bf16 rows from the sweep of 72be44e (which they equal: no
-    prefetch at those widths, bf16 chunks unchanged), their FP8 rows from the ``l2_prefetch=0`` rows of the prefetch
-    A/B (the default's constexprs; the 70B file transcribed from the call's printed lines, its JSON not returned)."""
+    """The H200 figures of the drafter at each head shape (the README's H200 table; the only device lent since
+    session 30), names as issue 19's with ``_h200``: batch 1 and 16, bf16 and FP8, from session 33's sweep of the
+    defaults at efe5db0 (the q/k/v table, the hidden half early at batch 1 and 2; stream-K products, FP8 128-deep
+    chunks and, at 128-row tiles of 4096-wide heads, the L2 prefetch from sessions 30-32). The floors count the
+    bytes that code moves (with the table a tree step streams q/k/v's hidden half only)."""
     names = {"llama31-8b": ("8b", "Llama-3.1-8B"), "qwen3-8b": ("qwen3_8b", "Qwen3-8B"),
              "llama33-70b": ("70b", "Llama-3.3-70B"), "llama32-1b": ("1b", "Llama-3.2-1B")}
-    rows = []
-    for shape in names:
-        rows.append((shape, "bf16", 1, S30 + "drafter_h200.json",
-                     ["rows", {"shape": shape, "weights": "bf16", "batch": 1}], "437672a"))
-    rows += [("llama31-8b", "fp8", 1, S30 + "fp8_b16_default.json", ["rows", 3], "2e719a6")]
-    for shape in ("qwen3-8b", "llama33-70b", "llama32-1b"):
-        rows.append((shape, "fp8", 1, S30 + f"bk128_fp8_{shape}.json", ["rows", 1], "437672a with block_k=128"))
-    # batch 16 (two 128-row tiles per step), session 32's defaults
-    for shape in ("llama31-8b", "qwen3-8b"):
-        for weights in ("bf16", "fp8"):
-            rows.append((shape, weights, 16, S32 + "defaults_b16/new_b16.json",
-                         ["rows", {"shape": shape, "weights": weights, "batch": 16}],
-                         "f950f5b (measured as 72be44e + its working tree)"))
-    for shape in ("llama33-70b", "llama32-1b"):
-        rows.append((shape, "bf16", 16, S32 + "defaults_b16/base_b16.json",
-                     ["rows", {"shape": shape, "weights": "bf16", "batch": 16}], "72be44e"))
-        fp8_src = (S32 + "fp8_b16_prefetch/pf_fp8_b16_" + shape
-                   + (".transcribed.json" if shape == "llama33-70b" else ".json"))
-        rows.append((shape, "fp8", 16, fp8_src, ["rows", 1],  # the first "+l2_prefetch=0" row
-                     "FP8 128-deep chunks at 128-row tiles, no prefetch (the default there)"))
+    rows = [(shape, weights, batch, S33, ["rows", {"shape": shape, "weights": weights, "batch": batch}], "efe5db0")
+            for shape in names for weights in ("bf16", "fp8") for batch in (1, 16)]
     out = []
     for shape, weights, batch, src, sel, code in rows:
         short, label = names[shape]
