@@ -91,8 +91,9 @@ def test_fused_drafter_device_paced_equals_reference_host_paced(tiny_model, targ
 
 def test_drafter_options_reach_the_fused_drafter(tiny_model, target):
     """``drafter_options`` go to every drafter the engine builds: the fused drafter with ``hidden_half_early``
-    (one program under the interpreter) gives the reference drafter's tokens and accepted lengths; options
-    without a head, and options the back end does not take, are refused."""
+    (one program under the interpreter) gives the reference drafter's tokens and accepted lengths, as it does with
+    ``token_qkv_table=False`` (then without a table); options without a head, and options the back end does not
+    take, are refused."""
     tree = TreeConfig(8, 2, 3)
     head = _head(seed=4)
     fused = EagleEngine(target, head, tree, max_length=96, drafter_backend="triton",
@@ -103,6 +104,13 @@ def test_drafter_options_reach_the_fused_drafter(tiny_model, target):
     a, sa = fused.generate(input_ids=prompt, max_new_tokens=14)
     b, sb = ref.generate(input_ids=prompt, max_new_tokens=14)
     assert a == b and sa.accept_length_histogram == sb.accept_length_histogram
+    impl = fused.drafter._impl  # the q/k/v table by default here (no larger than the head), built with the buffers
+    assert impl._cfg.uses_token_table() and impl.weights.qkv_table is not None
+    # without it (the memory-saving option): the same tokens, no table
+    off = EagleEngine(target, head, tree, max_length=96, drafter_backend="triton",
+                      drafter_options={"token_qkv_table": False})
+    c, _ = off.generate(input_ids=prompt, max_new_tokens=14)
+    assert c == b and off.drafter._impl.weights.qkv_table is None
     with pytest.raises(ValueError, match="drafter_options configure the drafter built from a draft head"):
         EagleEngine(target, drafter=TreeDrafter(_head(), tree, backend="stub"), drafter_options={"nprog": 1})
     with pytest.raises(TypeError, match="hidden_half_early"):

@@ -63,8 +63,10 @@ class EagleEngine:
     batch_trees: ``{batch bucket: TreeConfig}``: the tree :meth:`generate_batch` drafts when its slots run in that
         bucket (smaller trees verify cheaper as the batch grows); other buckets use ``tree_config``. Needs ``head``.
     drafter_options: keyword options of the drafter back end (the fused drafter's
-        :class:`~eagle_triton.fused.DrafterConfig` fields such as ``nprog`` or ``hidden_half_early``), passed to
-        every :class:`~eagle_triton.TreeDrafter` the engine builds; the back end refuses options it does not take.
+        :class:`~eagle_triton.fused.DrafterConfig` fields such as ``nprog``, ``hidden_half_early`` or
+        ``token_qkv_table``: ``False`` saves the q/k/v table's GPU memory, 786 MB at the 8B head shape, for a slower
+        draft), passed to every :class:`~eagle_triton.TreeDrafter` the engine builds; the back end refuses options it
+        does not take.
     """
 
     def __init__(self, target: TargetModel, head: DraftHead | None = None, tree_config: TreeConfig | None = None,
