@@ -106,7 +106,8 @@ class DrafterConfig:
     ``token_qkv_table``: a tree step's input rows are draft tokens, so the embedding half of their q/k/v product,
     ``W_qkv[:, :H] @ RMSNorm(embedding)``, depends on the token alone: with the table it is computed once per
     draft-vocabulary token (:func:`token_qkv_table`, fp32 ``[draft_vocab, q + k + v features]``, built on the
-    first launch and kept with the weights), and the tree steps gather their rows instead of streaming that half
+    first launch and kept with the weights: like ``embed_rstd``, derived once, so a head changed in place later needs
+    new weights), and the tree steps gather their rows instead of streaming that half
     of the weights (the root step still streams both halves). The same products in another summation order (each
     row's sum exact in fp64, rounded once to fp32). ``None`` (the default): wherever the table is no larger than
     the head's own weights (:attr:`head_weight_bytes`; 8B-class heads: a 786 MB table beside 1.9 GB of weights; the
