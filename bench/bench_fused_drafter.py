@@ -67,30 +67,20 @@ def make_head(shape: str, peaked: bool, dtype=torch.bfloat16, seed=0, weights: s
     return head.quantize_fp8() if weights == "fp8" else head
 
 
-def weight_bytes_per_step(c: DrafterConfig, halves: int = 2) -> int:
-    """Bytes of the midlayer and lm_head weights one forward streams: FP8 weights are one byte each plus an fp32
-    scale per output row. ``halves=1``: q/k/v's hidden half only (a tree step with the q/k/v table)."""
-    H, QW, KVW = c.hidden_size, c.num_heads * c.head_dim, c.num_kv_heads * c.head_dim
-    rows = (QW + 2 * KVW) + H + 2 * c.intermediate_size + H + c.draft_vocab
-    weights = halves * H * (QW + 2 * KVW) + QW * H + 3 * H * c.intermediate_size + c.draft_vocab * H
-    return weights + 4 * rows if c.fp8 else c.dtype.itemsize * weights
-
-
 def floor_bytes(c: DrafterConfig, batch: int, S: int, prefix: int) -> int:
     """Bytes a draft must move: fc once, every midlayer + lm_head weight once per forward (root + depth),
     the features, and the draft KV read by each forward (prefix + tree rows). With the q/k/v table
     (``DrafterConfig.token_qkv_table``) a tree step streams q/k/v's hidden half and reads a table row (fp32) per
-    tree row instead of the embedding half."""
+    tree row instead of the embedding half. FP8 weights: one byte each plus an fp32 scale per output row."""
     steps = c.depth + 1
     kv_row = 2 * 2 * c.num_kv_heads * c.head_dim
     kv = batch * kv_row * (steps * (prefix + S) + c.top_k * c.depth * (c.depth + 1) // 2)
-    fc = c.hidden_size * c.feature_width + 4 * c.hidden_size if c.fp8 else 2 * c.hidden_size * c.feature_width
     if c.uses_token_table():
         table_rows = batch * c.top_k * c.depth * c.token_table_bytes // c.draft_vocab
-        steps_bytes = weight_bytes_per_step(c) + c.depth * weight_bytes_per_step(c, halves=1) + table_rows
+        steps_bytes = c.step_weight_bytes() + c.depth * c.step_weight_bytes(qkv_halves=1) + table_rows
     else:
-        steps_bytes = steps * weight_bytes_per_step(c)
-    return fc + steps_bytes + 2 * batch * S * c.feature_width + kv
+        steps_bytes = steps * c.step_weight_bytes()
+    return c.fc_weight_bytes + steps_bytes + 2 * batch * S * c.feature_width + kv
 
 
 def copy_bandwidth() -> float:

@@ -242,16 +242,30 @@ class DrafterConfig:
             return bool(self.token_qkv_table)
         return self.token_table_bytes <= self.head_weight_bytes
 
+    def _linear_bytes(self, rows: int, weights: int) -> int:
+        """Bytes of linear layers with ``rows`` output rows and ``weights`` weights: FP8 weights are one byte each
+        plus an fp32 scale per output row."""
+        return weights + 4 * rows if self.fp8 else weights * self.dtype.itemsize
+
+    @property
+    def fc_weight_bytes(self) -> int:
+        """Bytes of fc (the root step streams it once per draft)."""
+        return self._linear_bytes(self.hidden_size, self.hidden_size * self.feature_width)
+
+    def step_weight_bytes(self, qkv_halves: int = 2) -> int:
+        """Bytes of the midlayer and lm_head weights one forward streams; ``qkv_halves=1``: q/k/v's hidden half only
+        (a tree step with the q/k/v table)."""
+        H, QW, KVW = self.hidden_size, self.num_heads * self.head_dim, self.num_kv_heads * self.head_dim
+        rows = (QW + 2 * KVW) + H + 2 * self.intermediate_size + H + self.draft_vocab
+        weights = qkv_halves * H * (QW + 2 * KVW) + QW * H + 3 * H * self.intermediate_size + self.draft_vocab * H
+        return self._linear_bytes(rows, weights)
+
     @property
     def head_weight_bytes(self) -> int:
-        """Bytes of the head's weights: the linear layers (one byte each with FP8 weights, plus a scale per output
-        row) and the embedding table."""
-        H, QW, KVW, INTER, V = (self.hidden_size, self.num_heads * self.head_dim, self.num_kv_heads * self.head_dim,
-                                self.intermediate_size, self.draft_vocab)
-        linear = H * self.feature_width + 2 * H * (QW + 2 * KVW) + QW * H + 3 * H * INTER + V * H
-        rows = 2 * H + QW + 2 * KVW + 2 * INTER + V
-        lin_bytes = linear + 4 * rows if self.fp8 else linear * self.dtype.itemsize
-        return lin_bytes + self.vocab_size * H * self.dtype.itemsize
+        """Bytes of the head's weights: the linear layers (:attr:`fc_weight_bytes`, :meth:`step_weight_bytes`)
+        and the embedding table."""
+        emb = self.vocab_size * self.hidden_size * self.dtype.itemsize
+        return self.fc_weight_bytes + self.step_weight_bytes() + emb
 
     def qkv_tiles(self, block_n: int) -> int:
         """Output tiles of q, k and v at tile width ``block_n`` (the kernel's QKV work units)."""

@@ -609,17 +609,15 @@ def _qkv_phase(s, emb_off, emb_rstd, g_qkv, wq, wk, wv, cos_t, sin_t, ids, nnew,
                 acc, own = _streamk_fixup(acc, t, s0, n_t, NC, split, part, flag, pid, NSEG, NPROG)
             else:
                 own = True
-            if HQ_IN:
-                if own:
+            if own:
+                if HQ_IN:
                     acc += _hq_parts(hq_part, t, hrow, rok, n_t, NCH, NSEGH, NHQ, BM, BN)
-            # scales of q, k, v follow fc's H in wsc; biases of q, k, v (then o) start wb; the table's columns are
-            # q, k, v too
-            moff = tl.where(which == 0, 0, tl.where(which == 1, QW, QW + KVW))
-            if TQ:
-                if own:
+                # scales of q, k, v follow fc's H in wsc; biases of q, k, v (then o) start wb; the table's columns
+                # are q, k, v too
+                moff = tl.where(which == 0, 0, tl.where(which == 1, QW, QW + KVW))
+                if TQ:
                     acc += tl.load(tq_tab + tok.to(tl.int64)[:, None] * (QW + 2 * KVW) + (moff + f)[None, :],
                                    mask=rok[:, None] & fok[None, :], other=0.0)
-            if own:
                 y = _epi(acc, wsc + H + moff, wb + moff, f, fok, W8, HAS_B, DT)
                 # RoPE (half rotation) on the paired halves, with the tables rounded to the model dtype
                 y3 = tl.permute(tl.reshape(y, (BM, 2, BH)), (0, 2, 1))
@@ -1359,16 +1357,12 @@ def fused_drafter_kernel(
             _qkv_phase(s, emb_off, emb_rstd, g_qkv, wq, wk, wv, cos_t, sin_t, ids, nnew, kvlen, kc, vc, hbuf, hss,
                        qbuf, part, flag, tok_in, src, status, wsc, wb, B, S, LMAX, MCAP, eps, pid, H, NH, NKV, HD,
                        K, NTH, NTHP, NSEG, BMR, BNQR, BKQR, IEEE, STAGES, NPROG, W8, HAS_BIAS)
-        elif HQ and (s > 0):  # the hidden half came from the previous step's idle programs
+        elif (HQ or TQ) and (s > 0):  # a tree step: the hidden half from the previous step's idle programs (HQ),
+            # the embedding half from the table (TQ); the rest streamed here
             _qkv_phase(s, emb_off, emb_rstd, g_qkv, wq, wk, wv, cos_t, sin_t, ids, nnew, kvlen, kc, vc, hbuf, hss,
                        qbuf, part, flag, tok_in, src, status, wsc, wb, B, S, LMAX, MCAP, eps, pid, H, NH, NKV, HD,
-                       K, NTH, NTHP, NSEG, BM, BNQ, BKQ, IEEE, STAGES, NPROG, W8, HAS_BIAS, 1, hq_part, NSEGH,
+                       K, NTH, NTHP, NSEG, BM, BNQ, BKQ, IEEE, STAGES, NPROG, W8, HAS_BIAS, HQ, hq_part, NSEGH,
                        NPROG - HQ_P0, TQ, tq_tab)
-        elif TQ and (s > 0):  # the embedding half from the table, the hidden half streamed here
-            _qkv_phase(s, emb_off, emb_rstd, g_qkv, wq, wk, wv, cos_t, sin_t, ids, nnew, kvlen, kc, vc, hbuf, hss,
-                       qbuf, part, flag, tok_in, src, status, wsc, wb, B, S, LMAX, MCAP, eps, pid, H, NH, NKV, HD,
-                       K, NTH, NTHP, NSEG, BM, BNQ, BKQ, IEEE, STAGES, NPROG, W8, HAS_BIAS, 0, hq_part, NSEGH, 1,
-                       TQ, tq_tab)
         else:
             _qkv_phase(s, emb_off, emb_rstd, g_qkv, wq, wk, wv, cos_t, sin_t, ids, nnew, kvlen, kc, vc, hbuf, hss,
                        qbuf, part, flag, tok_in, src, status, wsc, wb, B, S, LMAX, MCAP, eps, pid, H, NH, NKV, HD,
