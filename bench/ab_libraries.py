@@ -63,6 +63,15 @@ def figures(what: str, folder: Path) -> dict:
     return {"fused_ms": rows[0]["fused_ms"], "floor_ms": rows[0]["floor_ms"]} if rows else {}
 
 
+def library_ran(what: str, folder: Path) -> str | None:
+    """The ``eagle_triton`` folder a run imported, as its JSON records it (None when it wrote none)."""
+    path = folder / ("bench_engine.json" if what == "engine" else "fused_drafter.json")
+    if not path.exists():
+        return None
+    doc = json.loads(path.read_text())
+    return (doc.get("versions", {}) if what == "engine" else doc).get("library_src")
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--base", required=True, help="the base version's src folder (holding eagle_triton/)")
@@ -97,6 +106,11 @@ def main(argv=None) -> int:
         folder.mkdir(parents=True, exist_ok=True)
         (folder / "run.log").write_text(r.stdout + r.stderr)
         got = figures(what, folder)
+        want = str((Path(args.base) if v == "base" else ROOT / "src").resolve() / "eagle_triton")
+        ran = library_ran(what, folder)
+        if got and ran != want:  # the run imported another version than its arm's
+            print(f"{what} {v} round {i}: ran the library in {ran}, not {want}", flush=True)
+            got = {}
         failed |= r.returncode != 0 or not got
         results[what][v].append({"round": i, "rc": r.returncode, **got})
         print(f"{what} {v} round {i}: rc {r.returncode} {got}", flush=True)

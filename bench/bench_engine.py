@@ -52,7 +52,12 @@ from pathlib import Path
 import torch
 
 REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO / "src"))
+# The repository's src first, unless PYTHONPATH names a folder holding a version of the library: the A/B runs
+# (bench/ab_libraries.py, gpu_check's treeab) point it at the base version's src. (An unconditional insert here ran
+# the working tree's code in both arms of session 26's engine A/Bs.) Every script of bench/ imports this module.
+if not any(os.path.isdir(os.path.join(p, "eagle_triton")) for p in os.environ.get("PYTHONPATH", "").split(os.pathsep)
+           if p):
+    sys.path.insert(0, str(REPO / "src"))
 
 PARTS = {"a": "smollm2", "b": "llama8b", "c": "hf_generate"}
 TREES = "60/7/10,32/5/6,16/3/4"
@@ -87,8 +92,11 @@ def git_commit() -> dict:
         return r.stdout.strip() if r.returncode == 0 else None
 
     status = git("status", "--porcelain", "--untracked-files=no")
+    import eagle_triton
+
     return {"git_commit": os.environ.get("EAGLE_TRITON_GIT_COMMIT") or git("rev-parse", "HEAD") or None,
-            "git_dirty": None if status is None else bool(status)}
+            "git_dirty": None if status is None else bool(status),
+            "library_src": str(Path(eagle_triton.__file__).resolve().parent)}  # which version ran (A/B runs)
 
 
 def versions() -> dict:

@@ -29,8 +29,7 @@ import time
 
 import torch
 
-sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "src"))
-
+# (bench_engine puts the repository's src on sys.path unless PYTHONPATH names another version of the library)
 from bench_engine import git_commit  # noqa: E402  (the scripts of bench/ run with bench/ on sys.path)
 
 from eagle_triton import DraftHeadConfig, Eagle3DraftHead, TreeConfig, TreeDrafter  # noqa: E402

@@ -113,3 +113,41 @@ def test_ab_libraries_reads_the_figures_of_a_committed_run(tmp_path):
     assert round(got["spec_step_ms"], 3) == 8.403 and round(got["spec_floor_ms"], 3) == 7.343
     assert round(got["plain_ms"], 3) == 5.547 and got["plain_floor_ms"] > 5
     assert ab_libraries.figures("drafter", tmp_path) == {}  # no drafter JSON there
+
+
+def test_bench_scripts_run_the_library_pythonpath_names(tmp_path):
+    """An A/B arm points PYTHONPATH at its version's src: the bench scripts import that version (and record its
+    folder), not the repository's; without it they import the repository's. (They used to put the repository's src
+    first whatever PYTHONPATH said: both arms of session 26's engine A/Bs ran the same code.) ab_libraries reads the
+    folder a run recorded."""
+    import shutil
+
+    base = tmp_path / "src"
+    shutil.copytree(ROOT / "src" / "eagle_triton", base / "eagle_triton", ignore=shutil.ignore_patterns("assets"))
+    code = ("import sys; sys.path.insert(0, 'bench'); import bench_engine, eagle_triton; "
+            "print(bench_engine.git_commit()['library_src']); print(eagle_triton.__file__)")
+    for pythonpath, want in ((f"{base}{os.pathsep}{ROOT / 'bench'}", base), ("", ROOT / "src")):
+        env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+        if pythonpath:
+            env["PYTHONPATH"] = pythonpath
+        r = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True,
+                           timeout=120)
+        assert r.returncode == 0, r.stderr
+        recorded, imported = r.stdout.split()
+        assert Path(recorded) == (want / "eagle_triton").resolve()
+        assert Path(imported).resolve().parent == (want / "eagle_triton").resolve()
+    sys.path.insert(0, str(ROOT / "bench"))
+    try:
+        import ab_libraries
+    finally:
+        sys.path.remove(str(ROOT / "bench"))
+    (tmp_path / "fused_drafter.json").write_text(json.dumps({"library_src": str(base / "eagle_triton"), "rows": []}))
+    assert ab_libraries.library_ran("drafter", tmp_path) == str(base / "eagle_triton")
+    assert ab_libraries.library_ran("engine", tmp_path) is None  # no engine JSON there
+
+
+def test_treeab_part_needs_a_base_and_says_so(tmp_path):
+    out = tmp_path / "set"
+    r = _run(["bash", "bench/gpu_check.sh", "--out", str(out), "treeab"])
+    assert r.returncode == 1
+    assert "AB_BASE must name a src folder" in (out / "summary.txt").read_text()

@@ -112,8 +112,9 @@ def run_calls(head, tc, backends, calls, prompt, rng, device="cpu", sampling=Fal
 @pytest.mark.parametrize(
     "cfg,peaked,prompt",
     [((20, 3, 4), True, 9), ((12, 2, 3), False, 5), ((4, 0, 4), True, 3), ((3, 2, 1), True, 1),
-     ((12, 2, 3), True, 37)],
-    ids=["20-3-4-peaked", "12-2-3-flat", "4-0-4-depth0", "3-2-1-k1", "12-2-3-long-prompt-root-tiles"],
+     ((12, 2, 3), True, 37), ((3, 1, 1), True, 4)],
+    ids=["20-3-4-peaked", "12-2-3-flat", "4-0-4-depth0", "3-2-1-k1", "12-2-3-long-prompt-root-tiles",
+         "3-1-1-every-candidate"],
 )
 def test_fused_matches_reference_across_calls(cfg, peaked, prompt):
     rng = np.random.default_rng()

@@ -718,8 +718,7 @@ class FusedDrafterBuffers:
             ch_lp=e(mq, KP, dtype=torch.float32),
             ch_id=z(mq, KP), tok_in=z(mq, dtype=torch.int64), src=z(mq), sc=z(B, KP, dtype=torch.float32),
             fr=z(B, KP), anc=z(2, B, KP, D + 1), cand_sc=z(B, NCP, dtype=torch.float32),
-            cand_tok=z(B, NCP, dtype=torch.int64), par_list=z(B, 1 + D * K), node_of=z(B, NCP), selg=z(B, TP),
-            pnode=z(B, TP), posb=z(B, TP),
+            cand_tok=z(B, NCP, dtype=torch.int64), par_list=z(B, 1 + D * K),
         )
         kvshape = (B, cfg.max_len, cfg.num_kv_heads, cfg.head_dim)
         if kv is None:
@@ -935,7 +934,7 @@ def launch_drafter(cfg: DrafterConfig, X, weights: Weights, bufs: Buffers, fallb
         sc["hbuf"], sc["hss"], sc["qbuf"], sc["part"], sc["flag"], sc["hq_part"], sc["att_o"], sc["att_ml"],
         sc["attn"], sc["h1"], sc["h1ss"], sc["act"], sc["lm_key"],
         sc["lm_ms"], sc["lm_scr"], sc["ch_lp"], sc["ch_id"], sc["tok_in"], sc["src"], sc["sc"], sc["fr"], sc["anc"],
-        sc["cand_sc"], sc["cand_tok"], sc["par_list"], sc["node_of"], sc["selg"], sc["pnode"], sc["posb"],
+        sc["cand_sc"], sc["cand_tok"], sc["par_list"],
         bufs.draft_tokens, bufs.retrieve, bufs.tree_mask, bufs.positions, bufs.parents, bufs.num_leaves,
         bufs.max_depth, bufs.barrier, bufs.status, bufs.profile,
         B, S, cfg.max_len, mcap, _element_offset(sc["hbuf"], w.embed), cfg.rms_eps, math.sqrt(cfg.head_dim),

@@ -68,6 +68,7 @@ from ..ops._utils import is_interpreter
 __all__ = ["fused_drafter_kernel"]
 
 _MINKEY = tl.constexpr(-(2**63))  # below every packed key
+_MAXKEY = tl.constexpr(2**63 - 1)  # above every packed key
 PROF_SLOTS = tl.constexpr(128)  # arrival slots per program in the profile buffer (>= barriers + 2)
 
 
@@ -206,6 +207,27 @@ def _unpack_index(key):
     low = key - (hi << 32)
     return (((hi * 0 + 1) << 32) - 1 - low).to(tl.int32)
 
+
+
+@triton.jit
+def _pack16(v, idx, DT: tl.constexpr):
+    """int32 keys in :func:`_pack`'s order for values exact in the 16-bit ``DT`` and ``idx < 2**16``: the value's
+    16 bits made order-preserving, then the index's complement (``_unpack16_index`` inverts it)."""
+    u = v.to(DT).to(tl.int16, bitcast=True).to(tl.int32)
+    o = tl.where(u >= 0, u, u ^ 32767)
+    return o * 65536 + (65535 - idx)
+
+
+@triton.jit
+def _unpack16_index(key):
+    return 65535 - (key & 65535)
+
+
+@triton.jit
+def _unpack16_value(key, DT: tl.constexpr):
+    o = key >> 16
+    u = tl.where(o >= 0, o, o ^ 32767)
+    return u.to(tl.int16).to(DT, bitcast=True).to(tl.float32)
 
 # Top-k selections are rolled loops of maximum extractions (keys are unique apart from the _MINKEY padding). On the
 # GPU every phase's code is fetched cold once per step (the whole kernel is far larger than the instruction cache),
@@ -1137,10 +1159,16 @@ def _sel_phase(s, ch_lp, ch_id, d2t, cand_sc, cand_tok, par_list, tok_in, src, s
             if s < D:
                 # the next frontier: top-K of the K*K cumulative scores by (score desc, index asc)
                 e_cuc = tl.where(e_cu != e_cu, float("-inf"), e_cu)
-                e_key = tl.where(e_ok2, _pack(e_cuc, e_kk * K + e_cc), _MINKEY)
-                e_top = _topk_flat(e_key, K, KP)
-                e_fidx = _unpack_index(e_top)
-                e_fval = _unpack_value(e_top)
+                if (DT == tl.bfloat16) or (DT == tl.float16):  # int32 keys (int64 ones made the 8B build spill)
+                    e_key = tl.where(e_ok2, _pack16(e_cuc, e_kk * K + e_cc, DT), -2147483648)
+                    e_top = tl.topk(tl.reshape(e_key, [KP * KP]), KP)  # past the K-th: masked by kok below
+                    e_fidx = _unpack16_index(e_top)
+                    e_fval = _unpack16_value(e_top, DT)
+                else:
+                    e_key = tl.where(e_ok2, _pack(e_cuc, e_kk * K + e_cc), _MINKEY)
+                    e_top = tl.topk(tl.reshape(e_key, [KP * KP]), KP)
+                    e_fidx = _unpack_index(e_top)
+                    e_fval = _unpack_value(e_top)
                 e_prow_ = e_fidx // K
                 e_ccol = e_fidx % K
                 e_cid_n = tl.load(ch_id + (b * K + e_prow_) * KP + e_ccol, mask=kok, other=0, cache_modifier=".cg")
@@ -1161,43 +1189,58 @@ def _sel_phase(s, ch_lp, ch_id, d2t, cand_sc, cand_tok, par_list, tok_in, src, s
 
 
 @triton.jit(noinline=True)
-def _tree_phase(ids, nnew, kvlen, cand_sc, cand_tok, par_list, node_of, selg, pnode, posb, o_tokens, o_retrieve,
-                o_mask, o_pos, o_parents, o_nleaves, o_maxdepth, B, S, pid, prof, K: tl.constexpr, D: tl.constexpr,
-                T: tl.constexpr, TP: tl.constexpr, NCP: tl.constexpr, CP: tl.constexpr, NPROG: tl.constexpr,
-                PROFILE: tl.constexpr):
+def _tree_phase(ids, nnew, kvlen, cand_sc, cand_tok, par_list, o_tokens, o_retrieve, o_mask, o_pos, o_parents,
+                o_nleaves, o_maxdepth, B, S, pid, prof, K: tl.constexpr, D: tl.constexpr, T: tl.constexpr,
+                TP: tl.constexpr, NCP: tl.constexpr, CP: tl.constexpr, KP: tl.constexpr, DT: tl.constexpr,
+                NPROG: tl.constexpr, PROFILE: tl.constexpr):
     """After the last step, per sequence: the final top-``T`` reranking and every tree buffer (EAGLE's
-    draft_tokens, retrieve_indices, tree_mask, tree_position_ids, plus parents), and ``kv_len += num_new``."""
+    draft_tokens, retrieve_indices, tree_mask, tree_position_ids, plus parents), and ``kv_len += num_new``.
+
+    Everything after the three loads stays in registers: the top-``T`` is one bitonic ``tl.topk`` (the ``T``-th
+    largest by ``T - 1`` maximum extractions took 19 us of the 36 us this phase took, H200), and the node -> candidate,
+    parent and ancestor lookups are ``tl.gather`` where they were L2 round trips through scratch."""
     NC: tl.constexpr = K + D * K * K
+    K16: tl.constexpr = ((DT == tl.bfloat16) or (DT == tl.float16)) and (NCP <= 65536)  # scores are DT-rounded
+    TS: tl.constexpr = TP if TP <= NCP else NCP  # a power of two > T (T <= NC <= NCP; TP = pow2(T + 1))
     for b in range(pid, B, NPROG):
         tl.debug_barrier()
         _stamp(prof, 110, PROFILE)
         f_offg = tl.arange(0, NCP)
         f_gok = f_offg < NC
         f_csc = tl.load(cand_sc + b * NCP + f_offg, mask=f_gok, other=0.0, cache_modifier=".cg")
-        f_csc = tl.where(f_csc != f_csc, float("-inf"), f_csc)
-        f_key = tl.where(f_gok, _pack(f_csc, f_offg), _MINKEY)
-        f_thr = _kth_largest(f_key, T)
-        f_sel = f_gok & (f_key >= f_thr)
-        f_node = tl.cumsum(f_sel.to(tl.int32), axis=0)
-        _stamp(prof, 111, PROFILE)
-        tl.store(node_of + b * NCP + f_offg, f_node, mask=f_gok)
-        tl.store(selg + b * TP + f_node - 1, f_offg, mask=f_sel)
-        tl.debug_barrier()
-        f_offt = tl.arange(0, TP)
-        f_nok = (f_offt >= 1) & (f_offt <= T)
-        f_gsel = tl.load(selg + b * TP + f_offt - 1, mask=f_nok, other=0, cache_modifier=".cg")
-        f_tks = tl.load(cand_tok + b * NCP + f_gsel, mask=f_nok, other=0, cache_modifier=".cg")
+        # token ids as int32 (a vocabulary is far below 2**31); par_list's 1 + D*K entries fit CP * KP >= (D + 2) * K
+        f_ctok = tl.load(cand_tok + b * NCP + f_offg, mask=f_gok, other=0, cache_modifier=".cg").to(tl.int32)
+        f_offl = tl.arange(0, CP * KP)
+        f_plist = tl.load(par_list + b * (1 + D * K) + f_offl, mask=f_offl < 1 + D * K, other=0, cache_modifier=".cg")
         f_nb = tl.load(nnew + b)
         f_root_tok = tl.load(ids + b * S + f_nb - 1)
-        f_tks = tl.where(f_offt == 0, f_root_tok, f_tks)
+        f_csc = tl.where(f_csc != f_csc, float("-inf"), f_csc)
+        # the T best candidates (keys are unique); node t >= 1 is the one with the t-th smallest index
+        f_offs = tl.arange(0, TS)
+        f_tok_ = f_offs < T
+        if K16:  # int32 keys: the int64 top-k made the 8B builds spill (sm_90)
+            f_key = tl.where(f_gok, _pack16(f_csc, f_offg, DT), -2147483648)
+            f_top = tl.topk(f_key, TS)
+            f_tix = _unpack16_index(f_top)
+            f_thr = tl.min(tl.where(f_tok_, f_top, 2147483647), axis=0)  # the T-th largest key
+        else:
+            f_key = tl.where(f_gok, _pack(f_csc, f_offg), _MINKEY)
+            f_top = tl.topk(f_key, TS)
+            f_tix = _unpack_index(f_top)
+            f_thr = tl.min(tl.where(f_tok_, f_top, _MAXKEY), axis=0)
+        # node of the i-th best = 1 + how many of the T best have a smaller index (a sort of 64 indices spilled)
+        f_tnd = 1 + tl.sum((f_tok_[None, :] & (f_tix[None, :] < f_tix[:, None])).to(tl.int32), axis=1)
+        f_node = tl.cumsum((f_gok & (f_key >= f_thr)).to(tl.int32), axis=0)  # a candidate's node (if selected)
+        _stamp(prof, 111, PROFILE)
+        f_offt = tl.arange(0, TP)
+        f_nok = (f_offt >= 1) & (f_offt <= T)
+        f_gsel = tl.sum(tl.where(f_tok_[None, :] & (f_tnd[None, :] == f_offt[:, None]), f_tix[None, :], 0), axis=1)
+        f_tks = tl.where(f_offt == 0, f_root_tok, tl.gather(f_ctok, f_gsel, 0).to(tl.int64))
         tl.store(o_tokens + b * (T + 1) + f_offt, f_tks, mask=f_offt <= T)
-        f_p = tl.load(par_list + b * (1 + D * K) + f_gsel // K, mask=f_nok, other=0, cache_modifier=".cg")
-        f_pn = tl.load(node_of + b * NCP + tl.maximum(f_p - 1, 0), mask=f_nok & (f_p > 0), other=0,
-                       cache_modifier=".cg")
+        f_p = tl.where(f_nok, tl.gather(f_plist, f_gsel // K, 0), 0)
+        f_pn = tl.gather(f_node, tl.maximum(f_p - 1, 0), 0)
         f_pn = tl.where(f_offt == 0, -1, tl.where(f_p > 0, f_pn, 0))
-        tl.store(pnode + b * TP + f_offt, f_pn)
         tl.store(o_parents + b * (T + 1) + f_offt, f_pn.to(tl.int64), mask=f_offt <= T)
-        tl.debug_barrier()
         _stamp(prof, 112, PROFILE)
         # ancestor-or-self matrix by pointer chasing (f_depth <= D + 1)
         f_ra = f_offt[:, None]
@@ -1207,17 +1250,15 @@ def _tree_phase(ids, nnew, kvlen, cand_sc, cand_tok, par_list, node_of, selg, pn
         f_cur = f_pn
         for _c in range(0, D + 1):
             f_m2 = f_m2 | ((f_ca == f_cur[:, None]) & (f_cur[:, None] >= 0))
-            f_cur = tl.where(f_cur >= 0, tl.load(pnode + b * TP + tl.maximum(f_cur, 0), cache_modifier=".cg"), f_cur)
+            f_cur = tl.where(f_cur >= 0, tl.gather(f_pn, tl.maximum(f_cur, 0), 0), f_cur)
         f_m2 = f_m2 & f_aok[:, None] & f_aok[None, :]
         f_depth = tl.sum(f_m2.to(tl.int32), axis=1) - 1
         _stamp(prof, 113, PROFILE)
-        tl.store(posb + b * TP + f_offt, f_depth)
         tl.store(o_pos + b * (T + 1) + f_offt, f_depth.to(tl.int64), mask=f_aok)
         f_mrow = (b * (T + 1) + f_ra).to(tl.int64) * (T + 1) + f_ca
         tl.store(o_mask + f_mrow, f_m2.to(tl.float32), mask=f_aok[:, None] & f_aok[None, :])
-        # leaves (nodes nobody points to), ranked by f_node index
-        f_pn_c = tl.load(pnode + b * TP + f_ca, cache_modifier=".cg")
-        f_is_par = tl.max(((f_pn_c == f_ra) & (f_ca >= 1) & (f_ca <= T)).to(tl.int32), axis=1)
+        # leaves (nodes nobody points to), ranked by node index
+        f_is_par = tl.max(((f_pn[None, :] == f_ra) & (f_ca >= 1) & (f_ca <= T)).to(tl.int32), axis=1)
         f_leaf = (f_is_par == 0) & f_nok
         f_rank = tl.cumsum(f_leaf.to(tl.int32), axis=0) - 1
         f_offcc = tl.arange(0, CP)
@@ -1225,8 +1266,7 @@ def _tree_phase(ids, nnew, kvlen, cand_sc, cand_tok, par_list, node_of, selg, pn
         tl.store(o_retrieve + f_rr, tl.full([TP, CP], -1, tl.int64),
                  mask=(f_offt[:, None] < T) & (f_offcc[None, :] < D + 2))
         tl.debug_barrier()
-        f_pos_c = tl.load(posb + b * TP + f_ca, cache_modifier=".cg")
-        f_dst = (b * T + f_rank[:, None]).to(tl.int64) * (D + 2) + f_pos_c
+        f_dst = (b * T + f_rank[:, None]).to(tl.int64) * (D + 2) + f_depth[None, :]
         tl.store(o_retrieve + f_dst, (f_ca + f_ra * 0).to(tl.int64), mask=f_leaf[:, None] & f_m2)
         tl.store(o_nleaves + b, tl.sum(f_leaf.to(tl.int64), axis=0))
         tl.store(o_maxdepth + b, tl.max(tl.where(f_aok, f_depth, 0), axis=0).to(tl.int64))
@@ -1297,7 +1337,7 @@ def fused_drafter_kernel(
     # scratch (hss / h1ss: per-tile sums of squares of hbuf / h1 rows; part / flag: stream-K partial sums and flags)
     hbuf, hss, qbuf, part, flag, hq_part, att_o, att_ml, attn, h1, h1ss, act, lm_key, lm_ms, lm_scr, ch_lp, ch_id,
     tok_in, src,
-    sc, fr, anc, cand_sc, cand_tok, par_list, node_of, selg, pnode, posb,
+    sc, fr, anc, cand_sc, cand_tok, par_list,
     # outputs
     o_tokens, o_retrieve, o_mask, o_pos, o_parents, o_nleaves, o_maxdepth,
     # control (prof: [NPROG, PROF_SLOTS] int64 arrival times, written only when PROFILE)
@@ -1426,8 +1466,8 @@ def fused_drafter_kernel(
                 _pf_qkv(wq, wk, wv, pid, PF, B * K <= BM, H, NH, NKV, HD, BNQ, BKQ, HQ, NPROG, TQ)
             _grid_wait(bar, bt, NPROG)
     # the final reranking reads only this sequence's SEL output (same program): no barrier
-    _tree_phase(ids, nnew, kvlen, cand_sc, cand_tok, par_list, node_of, selg, pnode, posb, o_tokens, o_retrieve,
-                o_mask, o_pos, o_parents, o_nleaves, o_maxdepth, B, S, pid, prof, K, D, T, TP, NCP, CP, NPROG, PROFILE)
+    _tree_phase(ids, nnew, kvlen, cand_sc, cand_tok, par_list, o_tokens, o_retrieve, o_mask, o_pos, o_parents,
+                o_nleaves, o_maxdepth, B, S, pid, prof, K, D, T, TP, NCP, CP, KP, DT, NPROG, PROFILE)
     if PROFILE:
         tl.store(prof + pid * PROF_SLOTS + PROF_SLOTS - 1, _now())
     # Reset the barrier counter for the next launch: the last program to get here knows every program has

@@ -10,7 +10,7 @@ __all__ = ["AOT_SPECS", "constexpr_names", "kernel_signature"]
 
 _I64 = {"d2t", "ids", "tok_in", "cand_tok", "o_tokens", "o_retrieve", "o_pos", "o_parents", "o_nleaves",
         "o_maxdepth", "lm_key", "prof"}
-_I32 = {"nnew", "kvlen", "ch_id", "src", "fr", "anc", "par_list", "node_of", "selg", "pnode", "posb", "bar",
+_I32 = {"nnew", "kvlen", "ch_id", "src", "fr", "anc", "par_list", "bar",
         "status", "flag"}
 _F32 = {"cos_t", "sin_t", "att_o", "att_ml", "lm_ms", "ch_lp", "sc", "cand_sc", "o_mask", "emb_rstd", "hss", "h1ss",
         "part", "hq_part", "wsc", "tq_tab"}
