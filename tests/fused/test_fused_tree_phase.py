@@ -1,8 +1,9 @@
-"""The fused drafter's final phase (``_tree_phase``: the top-``T`` reranking and the tree buffers) on its own (on the
-GPU where there is one, else under the interpreter): its 16-bit keys (int32, for bf16/fp16 models) rank as its 64-bit ones, and with many tied scores
-it selects what a stable sort by (score desc, index asc) selects and builds the same buffers either way.
+"""The fused drafter's final phase (``_tree_phase``: the top-``T`` reranking and the tree buffers) on its own, on
+the GPU where there is one, else under the interpreter: its 16-bit keys (int32, for bf16/fp16 models) rank as its
+64-bit ones, and with many tied scores it selects what a stable sort by (score desc, index asc) selects and builds
+the same buffers either way.
 
-The candidates come from real fused-drafter calls (fp32, CPU) whose scores are then rounded down to a coarse grid:
+The candidates come from real fused-drafter calls (fp32) whose scores are then rounded down to a coarse grid:
 rounding is monotone, so a child never outranks its parent and the selected set stays a tree, while most scores
 tie."""
 

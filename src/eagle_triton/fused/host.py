@@ -684,7 +684,7 @@ class FusedDrafterBuffers:
         p = cfg.launch_params(dev, B, S)
         dt = cfg.dtype
         H, K, D, T = cfg.hidden_size, cfg.top_k, cfg.depth, cfg.total_tokens - 1
-        KP, NCP, TP, NPP, NSPLIT, NTH = p["KP"], p["NCP"], p["TP"], p["NPP"], p["NSPLIT"], p["NTH"]
+        KP, NCP, NPP, NSPLIT, NTH = p["KP"], p["NCP"], p["NPP"], p["NSPLIT"], p["NTH"]
         QW = cfg.num_heads * cfg.head_dim
         # partial sums and flags of the stream-K q/k/v, at the tree-row tiling or the long-prompt root tiling
         n_part = p["NSEG"] * max(cfg.qkv_tiles(p["BNQ"]) * p["BM"] * p["BNQ"],
