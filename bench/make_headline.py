@@ -572,18 +572,21 @@ def session28_entries() -> list[dict]:
     return out
 
 
-S33 = "session33_2026-11-28/sweep/fused_drafter.json"  # the README's H200 head-shape table (session 33's defaults)
+S34 = "session34_2026-11-28/sweep/fused_drafter.json"  # the README's H200 head-shape table (session 34's defaults)
+S34_ENGINE = "session34_2026-11-28/engine_8b/bench_engine.json"  # the 8B-shape engine step on the H200
 
 
 def session30_entries() -> list[dict]:
     """The H200 figures of the drafter at each head shape (the README's H200 table; the only device lent since
-    session 30), names as issue 19's with ``_h200``: batch 1 and 16, bf16 and FP8, from session 33's sweep of the
-    defaults at efe5db0 (the q/k/v table, the hidden half early at batch 1 and 2; stream-K products, FP8 128-deep
-    chunks and, at 128-row tiles of 4096-wide heads, the L2 prefetch from sessions 30-32). The floors count the
-    bytes that code moves (with the table a tree step streams q/k/v's hidden half only)."""
+    session 30), names as issue 19's with ``_h200``: batch 1 and 16, bf16 and FP8, from session 34's sweep of the
+    defaults at b9ab6b2 (the final tree phase by tl.topk; session 33's q/k/v table, the hidden half early at batch 1
+    and 2; stream-K products, FP8 128-deep chunks and, at 128-row tiles of 4096-wide heads, the L2 prefetch from
+    sessions 30-32). The floors count the bytes that code moves (with the table a tree step streams q/k/v's hidden
+    half only). Also the 8B-shape engine step on the H200 (``*_h200``: plain decode and the speculative step at
+    60/7/10 beside their floors), quoted in the README's prose."""
     names = {"llama31-8b": ("8b", "Llama-3.1-8B"), "qwen3-8b": ("qwen3_8b", "Qwen3-8B"),
              "llama33-70b": ("70b", "Llama-3.3-70B"), "llama32-1b": ("1b", "Llama-3.2-1B")}
-    rows = [(shape, weights, batch, S33, ["rows", {"shape": shape, "weights": weights, "batch": batch}], "efe5db0")
+    rows = [(shape, weights, batch, S34, ["rows", {"shape": shape, "weights": weights, "batch": batch}], "b9ab6b2")
             for shape in names for weights in ("bf16", "fp8") for batch in (1, 16)]
     out = []
     for shape, weights, batch, src, sel, code in rows:
@@ -596,6 +599,21 @@ def session30_entries() -> list[dict]:
                          sel + ["floor_ms"], "floor",
                          f"random head, 60/7/10 decode (4 new rows on a 512-row prefix), code {code}",
                          date="2026-11-28"))
+    eng = ["parts", "llama8b"]
+    text = ("On the H200 the 8B-shape engine (random weights, bf16, batch 1, `bench_engine.py --parts b`, "
+            "`session34_2026-11-28/engine_8b/`) decodes a plain token in 4.203 ms (floor 3.759) and takes 6.544 ms "
+            "per speculative 60/7/10 step (floor 5.106: 1.28x)")
+    commit = _adding_commit(ROOT / RESULTS / S34_ENGINE) or "uncommitted"
+    out.append(entry("plain_step_8b_h200", "ms", S34_ENGINE, eng + ["plain", "step_ms"], 3, H200, commit,
+                     [{"text": text, "printed": "4.203"}, {"text": text, "printed": "3.759", "field": "floor"}],
+                     eng + ["plain", "floor_ms"], "floor", "random Llama-3.1-8B target, code b9ab6b2",
+                     date="2026-11-28"))
+    out.append(entry("spec_step_8b_60_7_10_h200", "ms", S34_ENGINE, eng + ["trees", {"tree": "60/7/10"}, "step_ms"],
+                     3, H200, commit,
+                     [{"text": text, "printed": "6.544"}, {"text": text, "printed": "5.106", "field": "floor"},
+                      {"text": text, "printed": "1.28x", "field": "ratio"}],
+                     eng + ["trees", {"tree": "60/7/10"}, "spec_floor_ms"], "floor",
+                     "random Llama-3.1-8B target and EAGLE-3 head, fused drafter, code b9ab6b2", date="2026-11-28"))
     return out
 
 
