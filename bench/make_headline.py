@@ -611,7 +611,7 @@ def session30_entries() -> list[dict]:
     out.append(entry("spec_step_8b_60_7_10_h200", "ms", S34_ENGINE, eng + ["trees", {"tree": "60/7/10"}, "step_ms"],
                      3, H200, commit,
                      [{"text": text, "printed": "6.544"}, {"text": text, "printed": "5.106", "field": "floor"},
-                      {"text": text, "printed": "1.28x", "field": "ratio"}],
+                      {"text": text, "printed": "1.28", "field": "ratio"}],
                      eng + ["trees", {"tree": "60/7/10"}, "spec_floor_ms"], "floor",
                      "random Llama-3.1-8B target and EAGLE-3 head, fused drafter, code b9ab6b2", date="2026-11-28"))
     return out
