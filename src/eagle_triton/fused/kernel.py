@@ -208,7 +208,6 @@ def _unpack_index(key):
     return (((hi * 0 + 1) << 32) - 1 - low).to(tl.int32)
 
 
-
 @triton.jit
 def _pack16(v, idx, DT: tl.constexpr):
     """int32 keys in :func:`_pack`'s order for values exact in the 16-bit ``DT`` and ``idx < 2**16``: the value's
@@ -229,9 +228,13 @@ def _unpack16_value(key, DT: tl.constexpr):
     u = tl.where(o >= 0, o, o ^ 32767)
     return u.to(tl.int16).to(DT, bitcast=True).to(tl.float32)
 
-# Top-k selections are rolled loops of maximum extractions (keys are unique apart from the _MINKEY padding). On the
-# GPU every phase's code is fetched cold once per step (the whole kernel is far larger than the instruction cache),
-# at roughly 10 ns per instruction: unrolled sorts cost tens of microseconds per phase, a rolled loop a few.
+
+# The per-row top-k merges (lm_head tiles, RM) are rolled loops of maximum extractions (keys are unique apart from the
+# _MINKEY padding): on the GPU every phase's code is fetched cold once per step (the whole kernel is far larger than
+# the instruction cache), at roughly 10 ns per instruction, so unrolled code costs where a rolled loop is short. The
+# flat selections of SEL (K of K*K) and of the final tree (T of all candidates) are a bitonic tl.topk: each of their
+# extractions was a reduction across the program's warps, and tl.topk measured faster (session 34: SEL 7.4 -> 5.4 us
+# per step, the final selection 20.0 -> 8.4 us, 8B, H200).
 
 
 @triton.jit
@@ -258,16 +261,6 @@ def _topk_flat(keys, K, KP: tl.constexpr):
         out = tl.where(offk == i, top, out)
         keys = tl.where(keys == top, _MINKEY, keys)
     return out
-
-
-@triton.jit
-def _kth_largest(keys, k):
-    """The ``k``-th largest (1-based) of the 1-D ``keys``."""
-    top = tl.max(keys, axis=0)
-    for _i in range(1, k):
-        keys = tl.where(keys == top, _MINKEY, keys)
-        top = tl.max(keys, axis=0)
-    return top
 
 
 @triton.jit
@@ -1159,7 +1152,7 @@ def _sel_phase(s, ch_lp, ch_id, d2t, cand_sc, cand_tok, par_list, tok_in, src, s
             if s < D:
                 # the next frontier: top-K of the K*K cumulative scores by (score desc, index asc)
                 e_cuc = tl.where(e_cu != e_cu, float("-inf"), e_cu)
-                if (DT == tl.bfloat16) or (DT == tl.float16):  # int32 keys (int64 ones made the 8B build spill)
+                if ((DT == tl.bfloat16) or (DT == tl.float16)) and (KP * KP <= 65536):  # int32 keys (int64 spilled)
                     e_key = tl.where(e_ok2, _pack16(e_cuc, e_kk * K + e_cc, DT), -2147483648)
                     e_top = tl.topk(tl.reshape(e_key, [KP * KP]), KP)  # past the K-th: masked by kok below
                     e_fidx = _unpack16_index(e_top)
@@ -1217,24 +1210,24 @@ def _tree_phase(ids, nnew, kvlen, cand_sc, cand_tok, par_list, o_tokens, o_retri
         f_csc = tl.where(f_csc != f_csc, float("-inf"), f_csc)
         # the T best candidates (keys are unique); node t >= 1 is the one with the t-th smallest index
         f_offs = tl.arange(0, TS)
-        f_tok_ = f_offs < T
+        f_top_ok = f_offs < T
         if K16:  # int32 keys: the int64 top-k made the 8B builds spill (sm_90)
             f_key = tl.where(f_gok, _pack16(f_csc, f_offg, DT), -2147483648)
             f_top = tl.topk(f_key, TS)
             f_tix = _unpack16_index(f_top)
-            f_thr = tl.min(tl.where(f_tok_, f_top, 2147483647), axis=0)  # the T-th largest key
+            f_thr = tl.min(tl.where(f_top_ok, f_top, 2147483647), axis=0)  # the T-th largest key
         else:
             f_key = tl.where(f_gok, _pack(f_csc, f_offg), _MINKEY)
             f_top = tl.topk(f_key, TS)
             f_tix = _unpack_index(f_top)
-            f_thr = tl.min(tl.where(f_tok_, f_top, _MAXKEY), axis=0)
+            f_thr = tl.min(tl.where(f_top_ok, f_top, _MAXKEY), axis=0)
         # node of the i-th best = 1 + how many of the T best have a smaller index (a sort of 64 indices spilled)
-        f_tnd = 1 + tl.sum((f_tok_[None, :] & (f_tix[None, :] < f_tix[:, None])).to(tl.int32), axis=1)
+        f_tnd = 1 + tl.sum((f_top_ok[None, :] & (f_tix[None, :] < f_tix[:, None])).to(tl.int32), axis=1)
         f_node = tl.cumsum((f_gok & (f_key >= f_thr)).to(tl.int32), axis=0)  # a candidate's node (if selected)
         _stamp(prof, 111, PROFILE)
         f_offt = tl.arange(0, TP)
         f_nok = (f_offt >= 1) & (f_offt <= T)
-        f_gsel = tl.sum(tl.where(f_tok_[None, :] & (f_tnd[None, :] == f_offt[:, None]), f_tix[None, :], 0), axis=1)
+        f_gsel = tl.sum(tl.where(f_top_ok[None, :] & (f_tnd[None, :] == f_offt[:, None]), f_tix[None, :], 0), axis=1)
         f_tks = tl.where(f_offt == 0, f_root_tok, tl.gather(f_ctok, f_gsel, 0).to(tl.int64))
         tl.store(o_tokens + b * (T + 1) + f_offt, f_tks, mask=f_offt <= T)
         f_p = tl.where(f_nok, tl.gather(f_plist, f_gsel // K, 0), 0)
