@@ -68,7 +68,6 @@ from ..ops._utils import is_interpreter
 __all__ = ["fused_drafter_kernel"]
 
 _MINKEY = tl.constexpr(-(2**63))  # below every packed key
-_MAXKEY = tl.constexpr(2**63 - 1)  # above every packed key
 PROF_SLOTS = tl.constexpr(128)  # arrival slots per program in the profile buffer (>= barriers + 2)
 
 
@@ -227,6 +226,33 @@ def _unpack16_value(key, DT: tl.constexpr):
     o = key >> 16
     u = tl.where(o >= 0, o, o ^ 32767)
     return u.to(tl.int16).to(DT, bitcast=True).to(tl.float32)
+
+
+# Candidate keys of the flat selections (SEL's frontier, the final tree): int32 ones (K16) for 16-bit models, whose
+# scores are already rounded to the model dtype, where the index fits 16 bits; int64 ones otherwise. (The int64
+# tl.topk made the 8B sm_90 builds spill.)
+@triton.jit
+def _cand_key(v, idx, ok, DT: tl.constexpr, K16: tl.constexpr):
+    if K16:
+        return tl.where(ok, _pack16(v, idx, DT), -2147483648)
+    else:
+        return tl.where(ok, _pack(v, idx), _MINKEY)
+
+
+@triton.jit
+def _cand_index(key, K16: tl.constexpr):
+    if K16:
+        return _unpack16_index(key)
+    else:
+        return _unpack_index(key)
+
+
+@triton.jit
+def _cand_value(key, DT: tl.constexpr, K16: tl.constexpr):
+    if K16:
+        return _unpack16_value(key, DT)
+    else:
+        return _unpack_value(key)
 
 
 # The per-row top-k merges (lm_head tiles, RM) are rolled loops of maximum extractions (keys are unique apart from the
@@ -1111,6 +1137,7 @@ def _sel_phase(s, ch_lp, ch_id, d2t, cand_sc, cand_tok, par_list, tok_in, src, s
     The next step's input tokens (``tok_in``) are target-vocabulary ids, or with ``TQ`` draft-vocabulary indices
     (the rows of the q/k/v table)."""
     DP1: tl.constexpr = D + 1
+    K16: tl.constexpr = ((DT == tl.bfloat16) or (DT == tl.float16)) and (KP * KP <= 65536)  # see _cand_key
     lvl = s - 1
     apar = (s + 1) % 2
     nanc = 1 - apar  # ancestor table written for the next step
@@ -1152,16 +1179,10 @@ def _sel_phase(s, ch_lp, ch_id, d2t, cand_sc, cand_tok, par_list, tok_in, src, s
             if s < D:
                 # the next frontier: top-K of the K*K cumulative scores by (score desc, index asc)
                 e_cuc = tl.where(e_cu != e_cu, float("-inf"), e_cu)
-                if ((DT == tl.bfloat16) or (DT == tl.float16)) and (KP * KP <= 65536):  # int32 keys (int64 spilled)
-                    e_key = tl.where(e_ok2, _pack16(e_cuc, e_kk * K + e_cc, DT), -2147483648)
-                    e_top = tl.topk(tl.reshape(e_key, [KP * KP]), KP)  # past the K-th: masked by kok below
-                    e_fidx = _unpack16_index(e_top)
-                    e_fval = _unpack16_value(e_top, DT)
-                else:
-                    e_key = tl.where(e_ok2, _pack(e_cuc, e_kk * K + e_cc), _MINKEY)
-                    e_top = tl.topk(tl.reshape(e_key, [KP * KP]), KP)
-                    e_fidx = _unpack_index(e_top)
-                    e_fval = _unpack_value(e_top)
+                e_key = _cand_key(e_cuc, e_kk * K + e_cc, e_ok2, DT, K16)
+                e_top = tl.topk(tl.reshape(e_key, [KP * KP]), KP)  # past the K-th: masked by kok below
+                e_fidx = _cand_index(e_top, K16)
+                e_fval = _cand_value(e_top, DT, K16)
                 e_prow_ = e_fidx // K
                 e_ccol = e_fidx % K
                 e_cid_n = tl.load(ch_id + (b * K + e_prow_) * KP + e_ccol, mask=kok, other=0, cache_modifier=".cg")
@@ -1193,7 +1214,7 @@ def _tree_phase(ids, nnew, kvlen, cand_sc, cand_tok, par_list, o_tokens, o_retri
     largest by ``T - 1`` maximum extractions took 19 us of the 36 us this phase took, H200), and the node -> candidate,
     parent and ancestor lookups are ``tl.gather`` where they were L2 round trips through scratch."""
     NC: tl.constexpr = K + D * K * K
-    K16: tl.constexpr = ((DT == tl.bfloat16) or (DT == tl.float16)) and (NCP <= 65536)  # scores are DT-rounded
+    K16: tl.constexpr = ((DT == tl.bfloat16) or (DT == tl.float16)) and (NCP <= 65536)  # see _cand_key
     TS: tl.constexpr = TP if TP <= NCP else NCP  # a power of two > T (T <= NC <= NCP; TP = pow2(T + 1))
     for b in range(pid, B, NPROG):
         tl.debug_barrier()
@@ -1211,16 +1232,10 @@ def _tree_phase(ids, nnew, kvlen, cand_sc, cand_tok, par_list, o_tokens, o_retri
         # the T best candidates (keys are unique); node t >= 1 is the one with the t-th smallest index
         f_offs = tl.arange(0, TS)
         f_top_ok = f_offs < T
-        if K16:  # int32 keys: the int64 top-k made the 8B builds spill (sm_90)
-            f_key = tl.where(f_gok, _pack16(f_csc, f_offg, DT), -2147483648)
-            f_top = tl.topk(f_key, TS)
-            f_tix = _unpack16_index(f_top)
-            f_thr = tl.min(tl.where(f_top_ok, f_top, 2147483647), axis=0)  # the T-th largest key
-        else:
-            f_key = tl.where(f_gok, _pack(f_csc, f_offg), _MINKEY)
-            f_top = tl.topk(f_key, TS)
-            f_tix = _unpack_index(f_top)
-            f_thr = tl.min(tl.where(f_top_ok, f_top, _MAXKEY), axis=0)
+        f_key = _cand_key(f_csc, f_offg, f_gok, DT, K16)
+        f_top = tl.topk(f_key, TS)
+        f_tix = _cand_index(f_top, K16)
+        f_thr = tl.sum(tl.where(f_offs == T - 1, f_top, 0), axis=0)  # the T-th largest key (f_top descends)
         # node of the i-th best = 1 + how many of the T best have a smaller index (a sort of 64 indices spilled)
         f_tnd = 1 + tl.sum((f_top_ok[None, :] & (f_tix[None, :] < f_tix[:, None])).to(tl.int32), axis=1)
         f_node = tl.cumsum((f_gok & (f_key >= f_thr)).to(tl.int32), axis=0)  # a candidate's node (if selected)
