@@ -45,10 +45,10 @@
 #   tqtest      its GPU tests: trees and KV against the reference and the tree steps' K/V against the kernel's own
 #               without the table (fp32, a small head at batch 1, 2 and 13, the 8B shape at batch 1)
 #   treeab      the working tree against AB_BASE (a src folder of another version: git archive <rev> src), the fused
-#               drafter alone, per case in TREEAB_CASES (shape:weights, default the 8B bf16 and FP8) at batch 1 and
-#               16, 60/7/10, base and new alternated over two rounds (treeab_<shape>_<weights>_<version>_<round>.json);
-#               with TREEAB_PROFILE=1 first a phase profile of each version at the first case, batch 1 (session 34:
-#               the final tree phase and SEL's frontier by tl.topk)
+#               drafter alone (bench/ab_libraries.py --what drafter): per case in TREEAB_CASES (shape:weights, default
+#               the 8B bf16 and FP8) at batch 1 and 16, 60/7/10, base and new alternated over two rounds
+#               (treeab/drafter_<shape>_<weights>_<version>_<round>/, medians in treeab/ab.json); with
+#               TREEAB_PROFILE=1 first a phase profile of each version at the first case, batch 1
 #   batch       batched generation (bench_batch.json, .png): SmolLM2 total tok/s and speculative/plain per batch
 #               size 1-16 (best tree per size), 8B-shape batched step times; BATCH_ARGS adds options (e.g. --quick)
 #   timeline    where a continuous-batching job's time goes (batch_timeline.json, bench/probes/batch_probe.py's job
@@ -145,29 +145,10 @@ part_tqb()        { for w in bf16 fp8; do
                     done; }
 part_treeab()     { [ -d "${AB_BASE:-}" ] || { echo "gpu_check treeab: AB_BASE must name a src folder" | tee -a "$summary";
                                                  failed=1; return; }
-                    local cases=${TREEAB_CASES:-llama31-8b:bf16 llama31-8b:fp8} c shape w r v src order
-                    if [ "${TREEAB_PROFILE:-0}" = 1 ]; then
-                      c=${cases%% *}; shape=${c%%:*}; w=${c##*:}
-                      for v in base new; do
-                        if [ "$v" = base ]; then src=$AB_BASE; else src=$PWD/src; fi
-                        run "treeprof_$v" 200 env PYTHONPATH="$src:$PWD/bench" "$PY" bench/bench_fused_drafter.py \
-                          --no-sweep --no-ref --no-graph --weights "$w" --tune-case "$shape:60/7/10" --profile \
-                          --name "treeprof_$v" --out "$OUTDIR"
-                      done
-                    fi
-                    for r in 0 1; do
-                      for c in $cases; do
-                        shape=${c%%:*}; w=${c##*:}
-                        if [ "$r" = 0 ]; then order="base new"; else order="new base"; fi
-                        for v in $order; do
-                          if [ "$v" = base ]; then src=$AB_BASE; else src=$PWD/src; fi
-                          run "treeab_${shape}_${w}_${v}_$r" 150 env PYTHONPATH="$src:$PWD/bench" "$PY" \
-                            bench/bench_fused_drafter.py --no-sweep --no-ref --no-graph --weights "$w" \
-                            --tune-case "$shape:60/7/10" --tunings "0:0:0:0,0:0:0:0:0:16" \
-                            --name "treeab_${shape}_${w}_${v}_$r" --out "$OUTDIR"
-                        done
-                      done
-                    done; }
+                    local cases=${TREEAB_CASES:-llama31-8b:bf16 llama31-8b:fp8}
+                    run treeab 590 "$PY" bench/ab_libraries.py --base "$AB_BASE" --what drafter --rounds 2 \
+                      --cases "${cases// /,}" --tunings "0:0:0:0,0:0:0:0:0:16" --timeout-s 200 \
+                      $([ "${TREEAB_PROFILE:-0}" = 1 ] && echo --profile) --out "$OUTDIR/treeab"; }
 part_drafters()   { run drafters 240 "$PY" bench/check_drafters_gpu.py --backends "${DRAFTERS:-graph,triton}" \
                       --out "$OUTDIR"; }
 

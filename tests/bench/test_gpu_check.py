@@ -73,20 +73,32 @@ def test_ab_part_needs_a_base_and_says_so(tmp_path):
 
 
 def test_ab_libraries_alternates_the_versions_and_refuses_bad_folders(tmp_path):
-    """Round 0 runs base then new, round 1 new then base, each with its own src on PYTHONPATH; a base without the
-    package and an output folder with files in it are refused before anything runs."""
+    """Round 0 runs base then new, round 1 new then base, each with its own src on PYTHONPATH, every drafter case
+    in turn (the profiles first); a base without the package, an output folder with files in it and malformed
+    cases are refused before anything runs."""
     base = tmp_path / "base" / "src"
     (base / "eagle_triton").mkdir(parents=True)
     (base / "eagle_triton" / "__init__.py").write_text("")
     r = _run([sys.executable, "bench/ab_libraries.py", "--base", str(base), "--out", str(tmp_path / "ab"),
-              "--what", "engine,drafter", "--dry-run"])
+              "--what", "engine,drafter", "--cases", "llama31-8b:bf16,llama32-1b:fp8", "--profile", "--dry-run"])
     assert r.returncode == 0, r.stderr
     lines = r.stdout.splitlines()
-    assert [line.split(":")[0] for line in lines] == [
-        "engine base round 0", "engine new round 0", "drafter base round 0", "drafter new round 0",
-        "engine new round 1", "engine base round 1", "drafter new round 1", "drafter base round 1"]
+    assert [line.split(": PYTHONPATH")[0] for line in lines] == [
+        "drafter llama31-8b:bf16 base profile", "drafter llama31-8b:bf16 new profile",
+        "engine base round 0", "engine new round 0",
+        "drafter llama31-8b:bf16 base round 0", "drafter llama31-8b:bf16 new round 0",
+        "drafter llama32-1b:fp8 base round 0", "drafter llama32-1b:fp8 new round 0",
+        "engine new round 1", "engine base round 1",
+        "drafter llama31-8b:bf16 new round 1", "drafter llama31-8b:bf16 base round 1",
+        "drafter llama32-1b:fp8 new round 1", "drafter llama32-1b:fp8 base round 1"]
     assert f"PYTHONPATH={base}" in lines[0] and f"PYTHONPATH={ROOT / 'src'}" in lines[1]
-    assert "bench/bench_engine.py --parts b --trees-8b 60/7/10" in lines[0]
+    assert "--profile" in lines[0] and "--tunings" not in lines[0]
+    assert "bench/bench_engine.py --parts b --trees-8b 60/7/10" in lines[2]
+    assert ("--weights fp8 --tune-case llama32-1b:60/7/10" in lines[6]
+            and "--tunings 0:0:0:0,0:0:0:0:0:16" in lines[6] and "drafter_llama32-1b_fp8_base_0" in lines[6])
+    r = _run([sys.executable, "bench/ab_libraries.py", "--base", str(base), "--out", str(tmp_path / "ab"),
+              "--what", "drafter", "--cases", "llama31-8b", "--dry-run"])
+    assert r.returncode == 2 and "--cases takes shape:weights" in r.stderr
     r = _run([sys.executable, "bench/ab_libraries.py", "--base", str(tmp_path), "--out", str(tmp_path / "ab")])
     assert r.returncode == 2 and "holds no eagle_triton package" in r.stderr
     (tmp_path / "full").mkdir()
@@ -141,9 +153,31 @@ def test_bench_scripts_run_the_library_pythonpath_names(tmp_path):
         import ab_libraries
     finally:
         sys.path.remove(str(ROOT / "bench"))
-    (tmp_path / "fused_drafter.json").write_text(json.dumps({"library_src": str(base / "eagle_triton"), "rows": []}))
+    (tmp_path / "fused_drafter.json").write_text(json.dumps({"meta": {"library_src": str(base / "eagle_triton")},
+                                                             "rows": []}))
     assert ab_libraries.library_ran("drafter", tmp_path) == str(base / "eagle_triton")
     assert ab_libraries.library_ran("engine", tmp_path) is None  # no engine JSON there
+
+
+def test_ab_libraries_reads_a_committed_drafter_run(tmp_path):
+    """The drafter figures of an A/B, and the library the run imported, read from a committed bench_fused_drafter
+    JSON (session 34: batch 1 and 16 at the 8B shape). (Until session 35 ab_libraries looked for ``library_src`` at
+    the top of that document, where bench_fused_drafter does not write it, and rejected every drafter run.)"""
+    import shutil
+
+    sys.path.insert(0, str(ROOT / "bench"))
+    try:
+        import ab_libraries
+    finally:
+        sys.path.remove(str(ROOT / "bench"))
+    src = ROOT / "bench/results/session34_2026-11-28/treeab_8b/treeab_llama31-8b_bf16_new_0.json"
+    shutil.copy(src, tmp_path / "fused_drafter.json")
+    doc = json.loads(src.read_text())
+    assert ab_libraries.library_ran("drafter", tmp_path) == doc["meta"]["library_src"]
+    got = ab_libraries.figures("drafter", tmp_path)
+    assert round(got["llama31-8b/bf16/60/7/10/b1/0:0:0:0/fused_ms"], 3) == 1.744
+    assert round(got["llama31-8b/bf16/60/7/10/b16/0:0:0:0:0:16/fused_ms"], 3) == 7.193
+    assert len(got) == 4 and got["llama31-8b/bf16/60/7/10/b1/0:0:0:0/floor_ms"] > 1
 
 
 def test_treeab_part_needs_a_base_and_says_so(tmp_path):
