@@ -18,7 +18,8 @@
 #   a scratch folder (its OUT); afterwards the scratch folder is packed into $OUT/results.tar.gz, split into
 #   15 MiB parts results.tar.gz.part<N> when larger (join with `cat results.tar.gz.part* > results.tar.gz`), and
 #   its summary.txt, if any, is copied beside it.
-# - The device copy has no .git: COMMIT=<sha> in the environment is recorded by gpu_check.sh instead.
+# - The device copy's .git is absent or stale (session 35 found a bench script recording an older HEAD): COMMIT=<sha>
+#   in the environment is exported as EAGLE_TRITON_GIT_COMMIT, which every bench script's JSON records instead.
 #
 # usage: bash bench/lent_gpu/run.sh [step...] [-- command [args...]]
 #   steps, run in order:  wheels DIR | part DIR | join FILE
@@ -75,6 +76,7 @@ if [ -n "$gguf" ]; then
   export EAGLE_TRITON_SMOLLM2="$gguf" TARGET="${TARGET:-$gguf}"
 fi
 export PYTHONUNBUFFERED=1
+if [ -n "${COMMIT:-}" ]; then export EAGLE_TRITON_GIT_COMMIT=$COMMIT; fi
 RESULTS=${OUT:?lent_gpu: OUT is not set (this wrapper is for the lent device, where OUT is the folder that comes back)}
 SCRATCH=$(mktemp -d /tmp/lent_out.XXXX)
 

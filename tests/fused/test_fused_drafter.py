@@ -329,6 +329,19 @@ def test_stream_k_linear_matches_reference(tree, batch, rows, fp8, stream_k):
     assert_calls_match_reference(cfg, head, batch, rows, rows)
 
 
+@pytest.mark.parametrize("stream_k", [True, False], ids=["stream-k", "whole-tiles"])
+def test_wide_fp8_gate_up_tiles_match_reference(stream_k):
+    """FP8 weights with gate/up tiles 4x the interpreter's (64 wide on the 96-wide intermediate: one whole tile and
+    one two-thirds masked), as the GPU default's 128-wide tiles at heads >= 4096 wide are 2x the bf16 ones: trees and
+    draft KV as the reference's over calls with KV growth, two sequences."""
+    head = make_head(True)
+    head.quantize_fp8()
+    cfg = DrafterConfig.from_head(head, TreeConfig(14, 2, 4), max_batch=2, max_len=128, max_new_rows=8,
+                                  stream_k_linear=stream_k, block_n_mlp=64)
+    assert cfg.launch_params("cpu", 2, 7)["BNG"] == 64
+    assert_calls_match_reference(cfg, head, 2, 7, 7)
+
+
 def test_compile_signature_needs_every_constexpr():
     """The compile-only signature of the kernel refuses a constexpr set missing one (it would otherwise be typed as a
     pointer argument and fail to compile far from the cause); the launch parameters name every one."""
@@ -369,25 +382,31 @@ def test_linear_schedule_and_chunks_launch_parameters_and_buffers():
     assert not smol.launch_params("cuda", 1, 4)["SKL"]
     assert smol.with_(stream_k_linear=True).launch_params("cuda", 1, 4)["SKL"]
     p = fp8.launch_params("cuda", 1, 4)
-    # FP8 weights: 128-deep reduction chunks (measured faster at every shape on an H200), bf16 256 where they fit
-    assert (p["BN"], p["BNG"], p["BKL"], p["BKG"], p["BK"], p["BKQ"]) == (64, 64, 128, 128, 128, 128)
+    # FP8 weights: 128-deep reduction chunks (measured faster at every shape on an H200), bf16 256 where they fit;
+    # FP8 gate/up tiles 128 wide at heads >= 4096 wide (measured faster there, slower in bf16 and at 2048)
+    assert (p["BN"], p["BNG"], p["BKL"], p["BKG"], p["BK"], p["BKQ"]) == (64, 128, 128, 128, 128, 128)
     q16 = big.launch_params("cuda", 1, 4)
-    assert (q16["BKL"], q16["BKG"], q16["BK"], q16["BKQ"]) == (256, 128, 128, 128)
+    assert (q16["BNG"], q16["BKL"], q16["BKG"], q16["BK"], q16["BKQ"]) == (64, 256, 128, 128, 128)
+    narrow = big.with_(hidden_size=2048, num_heads=32, head_dim=64, intermediate_size=8192, feature_width=6144)
+    assert narrow.with_(weight_dtype=torch.float8_e4m3fn).launch_params("cuda", 1, 4)["BNG"] == 64
+    assert fp8.with_(block_n_mlp=64).launch_params("cuda", 1, 4)["BNG"] == 64  # an explicit width wins
     # the FP8 default is the decode launch measured as block_k=128 where one row tile holds the rows (batch 1 and 4:
     # bench/results/session30_2026-11-28/defaults/bk128_*) but for the long-prompt root tiles (BKR, BKQR: not run
     # by a decode step), which keep the 16-bit choice, 64 (128 spills there); at batch 16 (128-row tiles) too, where
     # lm_head's and gate/up's 128-deep chunks take the FP8 pipeline budget (193 KB; bf16 keeps 64 there)
+    # (since session 35's 128-wide FP8 gate/up tiles, gate/up takes 64-deep chunks there: BKG below)
     root = ("BKR", "BKQR")
     for b in (1, 4, 16):
         dflt, tuned = fp8.launch_params("cuda", b, 4), fp8.with_(block_k=128).launch_params("cuda", b, 4)
-        assert {k: v for k, v in dflt.items() if k not in root} == {k: v for k, v in tuned.items() if k not in root}
+        skip = root + (("BKG",) if b == 16 else ())
+        assert {k: v for k, v in dflt.items() if k not in skip} == {k: v for k, v in tuned.items() if k not in skip}
         assert (dflt["BKR"], dflt["BKQR"]) == (64, 64) == (q16["BKR"], q16["BKQR"])
-    p16 = fp8.launch_params("cuda", 16, 4)
-    assert (p16["BK"], p16["BKG"], p16["BKL"], p16["BKQ"]) == (128, 128, 128, 128)
+    p16 = fp8.launch_params("cuda", 16, 4)  # gate/up's 128 + 128 columns take 64-deep chunks in the budget there
+    assert (p16["BK"], p16["BKG"], p16["BKL"], p16["BKQ"]) == (128, 64, 128, 128)
     b16 = big.launch_params("cuda", 16, 4)
     assert (b16["BK"], b16["BKG"], b16["BKL"], b16["BKQ"]) == (64, 64, 64, 64)
     worst = max(streamk_max_sharing(64, 96, 132), streamk_max_sharing(64, 32, 132),
-                streamk_max_sharing(64, 112, 132), streamk_max_sharing(224, 32, 132))
+                streamk_max_sharing(64, 112, 132), streamk_max_sharing(14336 // p["BNG"], 32, 132))
     assert worst <= p["NSEGL"] < 2 * worst
     # the buffers for a launch's parameters (the interpreter's tiling here, 132 programs: parts are shared)
     small = fp8.with_(hidden_size=256, num_heads=4, num_kv_heads=2, head_dim=64, intermediate_size=704,

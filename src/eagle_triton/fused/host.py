@@ -314,7 +314,12 @@ class DrafterConfig:
         # 16 with 128) and for the 128-row root tiles of long prompts (BNQR).
         bnq = self.block_n_qkv or (16 if interp else min(128 if bm <= 32 else 64, self.head_dim))
         bnqr = self.block_n_qkv or (16 if interp else min(64, self.head_dim))
-        bng = self.block_n_mlp or (16 if interp else 32 if small else 64)
+        # gate/up: 64-wide tiles (each a gate and an up tile); 128-wide with FP8 weights at heads >= 4096 wide, where
+        # a converted chunk's activation fragments then serve twice the columns per warp (H200, 60/7/10,
+        # bench/results/session35_2026-11-28/gu128/: 8B batch 1 1.551 / 1.544 -> 1.519 / 1.520 ms, batch 2 2.495 ->
+        # 2.384, batch 4 3.535 -> 3.266, batch 8 4.615 -> 4.514, batch 16 level; Qwen3-8B 1.478 -> 1.454; 70B 3.84 ->
+        # 3.73; bf16 slower: 8B 1.767 -> 1.814); the 2048-wide 1B-class head slower with it (0.889 -> 0.950)
+        bng = self.block_n_mlp or (16 if interp else 32 if small else 128 if self.fp8 and H >= 4096 else 64)
         warps = self.num_warps or (4 if interp else 8)
         elem = self.dtype.itemsize
         welem = 1 if self.fp8 else elem  # FP8 weights: one byte per weight in the pipeline buffers
