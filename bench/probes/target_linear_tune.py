@@ -52,6 +52,8 @@ def main():
     p.add_argument("--shapes", default=None)
     p.add_argument("--model", choices=["8b", "smollm2"], default="8b")
     p.add_argument("--norms", default="none,row,partials", help="norm variants of the normed products")
+    p.add_argument("--grid", default=None, help="the configs as block_m/block_n/block_k/stages lists, e.g. "
+                   "'64/32,64,128/128,256/3,4' (default: the model's grid below)")
     a = p.parse_args()
     dev, dt = "cuda", torch.bfloat16
     shapes = SHAPES if a.model == "8b" else SHAPES_SMOLLM2
@@ -62,6 +64,11 @@ def main():
         grid = list(itertools.product((16, 64), (16, 32), (64, 128, 256), (2, 4), (4,)))
     if a.quick:
         grid = [(64, 32, 128, 4, 4), (64, 64, 256, 4, 4), (16, 64, 256, 4, 4)]
+    if a.grid:
+        lists = [[int(v) for v in part.split(",")] for part in a.grid.split("/")]
+        if len(lists) != 4:
+            p.error(f"--grid takes four /-separated lists (block_m/block_n/block_k/stages), got {a.grid!r}")
+        grid = list(itertools.product(*lists, (4,)))
     rows = []
     for name in a.shapes.split(","):
         N, K, fl = shapes[name]
