@@ -72,6 +72,16 @@ def test_ab_part_needs_a_base_and_says_so(tmp_path):
     assert "AB_BASE must name a src folder" in (out / "summary.txt").read_text()
 
 
+def _ab_libraries():
+    """bench/ab_libraries.py as a module (bench/ is not a package)."""
+    sys.path.insert(0, str(ROOT / "bench"))
+    try:
+        import ab_libraries
+    finally:
+        sys.path.remove(str(ROOT / "bench"))
+    return ab_libraries
+
+
 def test_ab_libraries_alternates_the_versions_and_refuses_bad_folders(tmp_path):
     """Round 0 runs base then new, round 1 new then base, each with its own src on PYTHONPATH, every drafter case
     in turn (the profiles first); a base without the package, an output folder with files in it and malformed
@@ -114,11 +124,7 @@ def test_ab_libraries_reads_the_figures_of_a_committed_run(tmp_path):
     """The engine figures an A/B compares, read from a committed bench_engine.json (session 26, lease E)."""
     import shutil
 
-    sys.path.insert(0, str(ROOT / "bench"))
-    try:
-        import ab_libraries
-    finally:
-        sys.path.remove(str(ROOT / "bench"))
+    ab_libraries = _ab_libraries()
     src = ROOT / "bench/results/session26_2026-11-28/bench_engine_8b_e2_new.json"
     shutil.copy(src, tmp_path / "bench_engine.json")
     got = ab_libraries.figures("engine", tmp_path)
@@ -148,11 +154,7 @@ def test_bench_scripts_run_the_library_pythonpath_names(tmp_path):
         recorded, imported = r.stdout.split()
         assert Path(recorded) == (want / "eagle_triton").resolve()
         assert Path(imported).resolve().parent == (want / "eagle_triton").resolve()
-    sys.path.insert(0, str(ROOT / "bench"))
-    try:
-        import ab_libraries
-    finally:
-        sys.path.remove(str(ROOT / "bench"))
+    ab_libraries = _ab_libraries()
     (tmp_path / "fused_drafter.json").write_text(json.dumps({"meta": {"library_src": str(base / "eagle_triton")},
                                                              "rows": []}))
     assert ab_libraries.library_ran("drafter", tmp_path) == str(base / "eagle_triton")
@@ -165,11 +167,7 @@ def test_ab_libraries_reads_a_committed_drafter_run(tmp_path):
     the top of that document, where bench_fused_drafter does not write it, and rejected every drafter run.)"""
     import shutil
 
-    sys.path.insert(0, str(ROOT / "bench"))
-    try:
-        import ab_libraries
-    finally:
-        sys.path.remove(str(ROOT / "bench"))
+    ab_libraries = _ab_libraries()
     src = ROOT / "bench/results/session34_2026-11-28/treeab_8b/treeab_llama31-8b_bf16_new_0.json"
     shutil.copy(src, tmp_path / "fused_drafter.json")
     doc = json.loads(src.read_text())
