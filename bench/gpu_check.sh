@@ -26,7 +26,8 @@
 #               within 3% over 132 programs), 8B 60/7/10, batch 1 and 16, against the default in one run
 #               (fp8_tiles.json); then the FP8 GPU tests at the 8B shape (session 29: every narrower tile slower)
 #   fp8probes   what bounds the FP8 products, outside the drafter (session 29): bench/probes/fp8_convert.py (the product
-#               alone, bf16 / converted FP8 / two accumulators, at 3 launch settings; fp8_convert.json; then 20 rows,
+#               alone, bf16 / converted FP8 / two accumulators from split tiles or from two half-chunk loads, at 3
+#               launch settings; fp8_convert.json; then 20 rows,
 #               a batch-2 step: the 32-row FP8 product against two 16-row ones sharing the converted tile,
 #               rows20/fp8_convert.json) and
 #               bench/probes/fp8_split_wgmma.py (FP8 x FP8 products on exactly split activations;
@@ -117,7 +118,7 @@ part_skl16()      { run skl16test 300 "$PY" -m pytest -q -p no:cacheprovider -rs
                         --tunings "0:0:0:0:0:16+stream_k_linear=0,0:0:0:0:0:16,0:0:0:0:0:16+stream_k_linear=0,0:0:0:0:0:16,0:0:0:0:0:13+stream_k_linear=0,0:0:0:0:0:13"
                     done; }
 part_fp8probes()  { run fp8convert 300 "$PY" bench/probes/fp8_convert.py --out "$OUTDIR" \
-                      --modes bf16,fp8-bits,fp8-bits-2acc --configs 256:4:8,256:4:4,512:3:8
+                      --modes bf16,fp8-bits,fp8-bits-2acc,fp8-bits-2load,bf16-2load --configs 128:4:8,256:4:8,512:3:8
                     run fp8halves 200 "$PY" bench/probes/fp8_convert.py --out "$OUTDIR/rows20" --rows 20 \
                       --modes bf16,fp8-bits,fp8-bits-halves --configs 128:4:8,256:4:8
                     run fp8split 200 "$PY" bench/probes/fp8_split_wgmma.py --out "$OUTDIR"; }

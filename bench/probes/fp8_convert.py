@@ -33,6 +33,11 @@ do), 8 warps, and times the conversion variants against the bf16 product:
   each weight is converted by two warps (twice the ``prmt`` of the 16-row product); two 16-row products keep the
   warps in a 1 x 8 row and convert each weight once. (At 64 rows and more sm_90 runs ``wgmma``, with the converted
   tile in shared memory: converted once.);
+- ``fp8-bits-2load``, ``bf16-2load`` (session 35): two accumulators as ``-2acc``, but each fed by its own load of
+  half the chunk (``[BN, BK / 2]`` tiles at k offsets 0 and ``BK / 2``, each pipelined by ``tl.range``), so no
+  loaded register tile is split: two independent ``mma`` chains of ``BK / 32`` steps per warp instead of one of
+  ``BK / 16`` (the sm_90 build of the drafter's FP8 loop has one chain of 8 per 128-deep chunk, and a chunk takes
+  about 0.5 us where its instructions issue in about 0.2);
 - ``bf16-swap``, ``fp8-swap`` (session 27): the product transposed, ``acc[BN, BM] += W_tile @ x.T``: the weight
   tile is the MMA's M side (64 or 128 rows), which sm_90 runs as ``wgmma`` (bf16: both operands from shared
   memory; FP8: the converted weights from registers), where the 16-row product runs as ``mma.sync`` with both
@@ -92,7 +97,8 @@ def stream_kernel(X, W, Y, M, N: tl.constexpr, K: tl.constexpr, BM: tl.constexpr
     4: MODE 2 transposed (``acc[BN, BM] += W @ x.T``); 5: MODE 0 transposed; 6: MODE 2 and 7: MODE 0 with two
     accumulators (each chunk's halves); 8: MODE 0 and 9: MODE 2 with the reduction split over ``KS`` warps; 10:
     e4m3 W converted to bf16 times 2^-120 (X and Y scaled by the caller); 11: MODE 2 for BM = 32 as two 16-row
-    products sharing the converted tile."""
+    products sharing the converted tile; 12: MODE 2 and 13: MODE 0 with two accumulators, each fed by its own load
+    of half the chunk."""
     pid = tl.program_id(0)
     offm = tl.arange(0, BM)
     offn = tl.arange(0, BN)
@@ -115,6 +121,25 @@ def stream_kernel(X, W, Y, M, N: tl.constexpr, K: tl.constexpr, BM: tl.constexpr
                 acc3 = tl.dot(x, tl.trans(w, (0, 2, 1)), acc3)
             acc = tl.sum(acc3, axis=0)
             tl.store(Y + offm[:, None] * N + t * BN + offn[None, :], acc, mask=rok[:, None])
+        elif MODE == 12 or MODE == 13:
+            HK: tl.constexpr = BK // 2
+            offh = tl.arange(0, HK)
+            acc_a = tl.zeros([BM, BN], dtype=tl.float32)
+            acc_b = tl.zeros([BM, BN], dtype=tl.float32)
+            for c in tl.range(0, NC, num_stages=STAGES):
+                ka = c * BK + offh
+                wrow = (t * BN + offn).to(tl.int64)[:, None] * K
+                x_a = tl.load(X + offm[:, None] * K + ka[None, :], mask=rok[:, None], other=0.0, cache_modifier=".cg")
+                x_b = tl.load(X + offm[:, None] * K + HK + ka[None, :], mask=rok[:, None], other=0.0,
+                              cache_modifier=".cg")
+                w_a = tl.load(W + wrow + ka[None, :])
+                w_b = tl.load(W + wrow + HK + ka[None, :])
+                if MODE == 12:
+                    w_a = _wcast(w_a, tl.bfloat16)
+                    w_b = _wcast(w_b, tl.bfloat16)
+                acc_a = tl.dot(x_a, tl.trans(w_a), acc_a)
+                acc_b = tl.dot(x_b, tl.trans(w_b), acc_b)
+            tl.store(Y + offm[:, None] * N + t * BN + offn[None, :], acc_a + acc_b, mask=rok[:, None])
         elif MODE == 11:
             HM: tl.constexpr = BM // 2
             offh = tl.arange(0, HM)
@@ -200,7 +225,7 @@ def main(argv=None) -> int:
         raise SystemExit("--configs: each entry is BK:STAGES:WARPS")
     modes = {"bf16": 0, "fp8-cvt": 1, "fp8-bits": 2, "fp8-f16": 3, "fp8-swap": 4, "bf16-swap": 5,
              "fp8-bits-2acc": 6, "bf16-2acc": 7, "bf16-ksplit": 8, "fp8-bits-ksplit": 9,
-             "fp8-bits-noscale": 10, "fp8-bits-halves": 11}
+             "fp8-bits-noscale": 10, "fp8-bits-halves": 11, "fp8-bits-2load": 12, "bf16-2load": 13}
     if args.modes:
         unknown = sorted(set(args.modes.split(",")) - set(modes))
         if unknown:
@@ -218,7 +243,7 @@ def main(argv=None) -> int:
         y = torch.empty(rows_m, n, device=dev, dtype=torch.float32)
         for mname, mode in modes.items():
             for bk, stages, nw in configs:
-                ws = wb if mode in (0, 5, 7, 8) else w8
+                ws = wb if mode in (0, 5, 7, 8, 13) else w8
                 nbytes = n * k * ws[0].element_size()
                 it = [0]
 
@@ -242,7 +267,7 @@ def main(argv=None) -> int:
                     y2 = torch.empty_like(y)
                     stream_kernel[(sms,)](x, ws[0], y2, rows_m, n, k, bm, bn, bk, stages, sms, 2, nw, num_warps=nw)
                     same = bool(torch.equal(y, y2))
-                if mode in (1, 2, 4, 6, 9, 10, 11):
+                if mode in (1, 2, 4, 6, 9, 10, 11, 12, 13):
                     err = float((y - ref).abs().max() / ref.abs().max())
                 rows.append(dict(shape=name, mode=mname, rows=rows_m, bk=bk, stages=stages, warps=nw, us=ms * 1e3,
                                  TBps=nbytes / (ms * 1e-3) / 1e12, max_rel_err=err, equal_to_fp8_bits=same))
