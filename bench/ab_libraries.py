@@ -41,6 +41,16 @@ def _argv(what: str, case: str | None, args, out: str, profile: bool = False) ->
     return cmd + (["--profile"] if profile else ["--tunings", args.tunings])
 
 
+def _src(args, version: str) -> Path:
+    """The ``src`` folder an arm runs."""
+    return Path(args.base).resolve() if version == "base" else ROOT / "src"
+
+
+def _result(what: str, folder: Path) -> Path:
+    """The JSON a run writes into its folder."""
+    return folder / ("bench_engine.json" if what == "engine" else "fused_drafter.json")
+
+
 def _folder(what: str, case: str | None, version: str, i: int | str) -> str:
     return "_".join([what, *(case.split(":") if case else []), version, str(i)])
 
@@ -51,7 +61,7 @@ def plan(args) -> list[tuple[str, str | None, str, int | str, list[str], dict]]:
     runs = []
 
     def add(what, case, v, i, profile=False):
-        src = Path(args.base).resolve() if v == "base" else ROOT / "src"
+        src = _src(args, v)
         out = str(Path(args.out) / _folder(what, case, v, i))
         env = dict(os.environ, PYTHONPATH=f"{src}{os.pathsep}{ROOT / 'bench'}")
         runs.append((what, case, v, i, [sys.executable, *_argv(what, case, args, out, profile)], env))
@@ -70,17 +80,14 @@ def plan(args) -> list[tuple[str, str | None, str, int | str, list[str], dict]]:
 
 def figures(what: str, folder: Path) -> dict:
     """The figures an A/B compares, read from a run's JSON (empty when the run wrote none)."""
+    path = _result(what, folder)
+    if not path.exists():
+        return {}
     if what == "engine":
-        path = folder / "bench_engine.json"
-        if not path.exists():
-            return {}
         part = json.loads(path.read_text())["parts"]["llama8b"]
         tree = part["trees"][0]
         return {"spec_step_ms": tree["step_ms"], "spec_floor_ms": tree["spec_floor_ms"],
                 "plain_ms": part["plain"]["step_ms"], "plain_floor_ms": part["plain"]["floor_ms"]}
-    path = folder / "fused_drafter.json"
-    if not path.exists():
-        return {}
     got = {}
     for r in json.loads(path.read_text()).get("rows", []):
         if "fused_ms" in r:  # one figure per timed row: shape, weights, tree, batch and tuning name it
@@ -93,7 +100,7 @@ def figures(what: str, folder: Path) -> dict:
 def library_ran(what: str, folder: Path) -> str | None:
     """The ``eagle_triton`` folder a run imported, as its JSON records it (None when it wrote none): the engine's
     under ``versions``, the drafter's under ``meta``."""
-    path = folder / ("bench_engine.json" if what == "engine" else "fused_drafter.json")
+    path = _result(what, folder)
     if not path.exists():
         return None
     doc = json.loads(path.read_text())
@@ -151,7 +158,7 @@ def main(argv=None) -> int:
         folder.mkdir(parents=True, exist_ok=True)
         (folder / "run.log").write_text(log)
         got = figures(what, folder)
-        want = str((Path(args.base) if v == "base" else ROOT / "src").resolve() / "eagle_triton")
+        want = str(_src(args, v).resolve() / "eagle_triton")
         ran = library_ran(what, folder)
         if got and ran != want:  # the run imported another version than its arm's
             print(f"{_label(what, case, v, i)}: ran the library in {ran}, not {want}", flush=True)
