@@ -92,7 +92,8 @@ def copy_bandwidth() -> float:
 
 
 def bench_case(head, tc, batch, S, prefix, do_ref, do_graph, rep_ms=300, tuning=None, profile=False):
-    """Time one case; its buffers are freed (and the allocator's cache emptied) before the next case."""
+    """Time one case; its buffers are freed (and the allocator's cache emptied) before the next case.
+    ``profile``: True, or "programs" for every program's arrival at every barrier too."""
     res = _measure_case(head, tc, batch, S, prefix, do_ref, do_graph, rep_ms, tuning, profile)
     torch.cuda.empty_cache()
     return res
@@ -129,7 +130,7 @@ def _measure_case(head, tc, batch, S, prefix, do_ref, do_graph, rep_ms, tuning, 
             bufs.kv_len.copy_(kv0)
             launch_drafter(cfg, X, w, bufs, fallback=False, profile=True)
         torch.cuda.synchronize()
-        res["phases"] = profile_phases(cfg, bufs)
+        res["phases"] = profile_phases(cfg, bufs, per_program=profile == "programs")
     if do_graph:
         mk = MultiKernelDrafter(cfg, w, batch, S, "cuda")
         mk.features.copy_(feats[0])
@@ -249,6 +250,8 @@ def main(argv=None) -> int:
     ap.add_argument("--no-sweep", action="store_true", help="only the --tunings / --profile rows")
     ap.add_argument("--profile", action="store_true", help="also time each phase (barrier arrival stamps) of the "
                     "--tune-case, for the default tiling and every --tunings entry")
+    ap.add_argument("--profile-programs", action="store_true", help="with --profile: every program's arrival at "
+                    "every barrier in the JSON too (which programs arrive last, phase after phase)")
     ap.add_argument("--tunings", default="", help="comma list of block_k:num_warps:stages:programs_per_sm timed "
                     "on the --tune-case before the sweep")
     ap.add_argument("--tune-case", default="llama31-8b:60/7/10",
@@ -330,7 +333,8 @@ def main(argv=None) -> int:
                 opts, tb, scen = parse_tuning(t)
                 S, prefix = (4, 512) if scen == "decode" else (512, 0)
                 r = bench_case(head, tune_tc, tb, S, prefix, False, (tb > 1 or scen != "decode") and not args.no_graph,
-                               tuning=opts, profile=args.profile)
+                               tuning=opts, profile="programs" if args.profile and args.profile_programs
+                               else args.profile)
             except (ValueError, OutOfResources) as exc:  # a grid that cannot be resident,
                 # a tiling past the shared memory (an explicit block_k)
                 print(f"tuning {t}: {exc}", flush=True)

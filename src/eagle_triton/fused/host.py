@@ -157,6 +157,9 @@ class DrafterConfig:
     stream_k_linear: bool | None = None
     l2_prefetch: int | None = None
     token_qkv_table: bool | None = None
+    rm_select: int | None = None
+    lm_ranges: bool | None = None
+    res_early: bool | None = None
 
     def __post_init__(self):
         TreeConfig(self.total_tokens, self.depth, self.top_k)  # validates the tree shape
@@ -192,6 +195,16 @@ class DrafterConfig:
         if self.draft_vocab > _MAX_VOCAB:
             raise ValueError(f"draft vocabulary {self.draft_vocab} exceeds the kernel's 32-bit ranking-key index "
                              f"({_MAX_VOCAB})")
+        if self.rm_select not in (None, 0, 1, 2):
+            raise ValueError(f"rm_select {self.rm_select} must be None, 0, 1 or 2")
+        if self.rm_select and not self.rm_keys_fit_32_bits:
+            raise ValueError(f"rm_select={self.rm_select} ranks int32 keys: it needs a 16-bit model dtype (got "
+                             f"{self.dtype}) and a draft vocabulary of at most 65536 rows (got {self.draft_vocab})")
+
+    @property
+    def rm_keys_fit_32_bits(self) -> bool:
+        """Whether RM's keys fit int32: a 16-bit value and a 16-bit draft-vocabulary index (``rm_select`` 1, 2)."""
+        return self.dtype.itemsize == 2 and self.draft_vocab <= 65536
 
     @classmethod
     def from_head(cls, head: DraftHead, tree_config: TreeConfig | None = None, **kw) -> DrafterConfig:
@@ -416,6 +429,7 @@ class DrafterConfig:
             pf = 2 if sm90 and bm >= 128 and H == 4096 else 0
         else:
             pf = int(self.l2_prefetch)
+        rms = 0 if self.rm_select is None else self.rm_select
         return dict(
             H=H, W=self.feature_width, NH=self.num_heads, NKV=self.num_kv_heads, HD=self.head_dim,
             INTER=self.intermediate_size, VD=self.draft_vocab, HAS_D2T=self.has_d2t,
@@ -426,7 +440,8 @@ class DrafterConfig:
             BQ=bq, NTH=nth, NTHP=_pow2(nth), BKQ=bkq, NSEG=nseg, BMR=bmr, BKR=bkr, BKQR=bkqr,
             IEEE=self.dtype == torch.float32, STAGES=1 if interp else self.stages,
             LMW=lmw, W8=self.fp8, HAS_BIAS=bool(self.attention_bias), HQ=hq, HQ_P0=hq_p0 if hq else 0, NSEGH=nsegh,
-            SKL=skl, NSEGL=nsegl, PF=pf, TQ=tq,
+            SKL=skl, NSEGL=nsegl, PF=pf, TQ=tq, RMS=rms, LMR=bool(self.lm_ranges),
+            RE=bool(self.res_early),
         )
 
 
@@ -965,12 +980,14 @@ def _element_offset(base: torch.Tensor, other: torch.Tensor) -> int:
     return delta // base.element_size()
 
 
-def profile_phases(cfg: DrafterConfig, bufs: Buffers) -> list[dict]:
+def profile_phases(cfg: DrafterConfig, bufs: Buffers, per_program: bool = False) -> list[dict]:
     """Per-phase times of the last ``launch_drafter(..., profile=True)``, from the barrier arrival times.
 
     A phase starts when the previous barrier releases (the last program's arrival there) and ends at the last
     arrival at its own barrier. Each entry: ``phase`` (e.g. ``"s3.LM"``), ``us`` (start to last arrival),
-    ``mean_us`` (start to the mean arrival: ``us - mean_us`` is load imbalance plus the barrier's cost).
+    ``mean_us`` (start to the mean arrival: ``us - mean_us`` is load imbalance plus the barrier's cost); with
+    ``per_program`` also ``arrivals_us``, every program's arrival (program order), from the phase's start: whether
+    the same programs arrive last phase after phase.
     """
     D = cfg.depth
     names = ["FC"]
@@ -982,6 +999,8 @@ def profile_phases(cfg: DrafterConfig, bufs: Buffers) -> list[dict]:
     out, start = [], t[:, 0].min()
     for name, arr in zip(names, arrivals, strict=True):
         out.append(dict(phase=name, us=float(arr.max() - start) / 1e3, mean_us=float(arr.mean() - start) / 1e3))
+        if per_program:
+            out[-1]["arrivals_us"] = [round(float(a - start) / 1e3, 3) for a in arr]
         start = arr.max()
     # stamps inside phases (slots 100+, program 0, last step): microseconds since the previous stamp
     sub = [(i, float(t[0, i])) for i in range(100, PROFILE_SLOTS - 1) if t[0, i] > 0]
