@@ -350,22 +350,6 @@ def test_wide_fp8_gate_up_tiles_match_reference(stream_k):
     assert_calls_match_reference(cfg, head, 2, 7, 7)
 
 
-@pytest.mark.parametrize("fp8", [False, True], ids=["fp32", "fp8"])
-def test_schedule_options_of_session_36_match_reference(fp8):
-    """``res_early`` (a stream-K tile's owner loads the o / down residual before its loop) and ``lm_ranges``
-    (lm_head by contiguous vocabulary ranges; one program here, so its range is the whole vocabulary: the ranges
-    themselves are tested over several programs in test_lm_head_over_programs_gives_the_vocabulary_top_k): the
-    whole kernel's trees and draft KV as the reference's over calls, two sequences, two row tiles at 3 x 6 rows."""
-    head = make_head(True)
-    if fp8:
-        head.quantize_fp8()
-    cfg = DrafterConfig.from_head(head, TreeConfig(20, 2, 6), max_batch=3, max_len=128, max_new_rows=8,
-                                  stream_k_linear=True, res_early=True, lm_ranges=True)
-    p = cfg.launch_params("cpu", 3, 5)
-    assert p["RE"] and p["LMR"] and p["SKL"]
-    assert_calls_match_reference(cfg, head, 3, 5, 5)
-
-
 def test_compile_signature_needs_every_constexpr():
     """The compile-only signature of the kernel refuses a constexpr set missing one (it would otherwise be typed as a
     pointer argument and fail to compile far from the cause); the launch parameters name every one."""
@@ -751,38 +735,6 @@ def llama8b_head(peaked: bool, dtype=torch.bfloat16, seed=0, fp8: bool = False):
     return head.quantize_fp8() if fp8 else head
 
 
-@pytest.mark.gpu
-@pytest.mark.parametrize("fp8", [False, True], ids=["bf16", "fp8"])
-def test_gpu_llama8b_session_36_options_give_the_same_bits(fp8):
-    """rm_select 1 and 2 (RM on int32 keys, by extractions or one tl.topk), lm_ranges (contiguous vocabulary ranges
-    over the 132 programs: the last tile of each partly masked) and res_early compute the same values in the same
-    order as the default launch: at the 8B shape in bf16, 60/7/10, batch 1 and 13 (one and two row tiles), a prefill
-    and a tree step from it, every output and the draft KV are bit-identical to the default's."""
-    head = llama8b_head(True, fp8=fp8)
-    tc = TreeConfig(60, 7, 10)
-    V = head.config.vocab_size
-    opts = [dict(rm_select=1), dict(rm_select=2, lm_ranges=True, res_early=True)]
-    w = Weights.from_head(head, 260)
-    for batch in (1, 13):
-        X = [DraftInputs(torch.randn(batch, 16, head.feature_width, device="cuda", dtype=torch.bfloat16),
-                         torch.randint(0, V, (batch, 16), device="cuda")),
-             DraftInputs(torch.randn(batch, 1, head.feature_width, device="cuda", dtype=torch.bfloat16),
-                         torch.randint(0, V, (batch, 1), device="cuda"))]
-        runs = []
-        for o in [{}] + opts:
-            cfg = DrafterConfig.from_head(head, tc, max_batch=batch, max_len=256, max_new_rows=16, **o)
-            bufs = Buffers.allocate(cfg, "cuda")
-            outs = [[t.clone() for t in launch_drafter(cfg, x, w, bufs)] for x in X]
-            runs.append((outs, bufs.k_cache.clone(), bufs.v_cache.clone()))
-            del bufs
-        for o, (outs, kc, vc) in zip(opts, runs[1:], strict=True):
-            for a, b in zip(outs, runs[0][0], strict=True):
-                assert all(torch.equal(x, y) for x, y in zip(a, b, strict=True)), (batch, o)
-            assert torch.equal(kc, runs[0][1]) and torch.equal(vc, runs[0][2]), (batch, o)
-    del head, w
-    torch.cuda.empty_cache()
-
-
 def match_rate_8b(n_inputs: int, peaked: bool, dtype=torch.bfloat16, ulps: float = 4.0, prompt=96,
                   tree=(60, 7, 10), lm_scale: float = 1.0, fp8: bool = False):
     """Kernel vs reference at the Llama-3.1-8B shape in ``dtype`` over fresh prefill inputs (``lm_scale``
@@ -1079,7 +1031,7 @@ def test_lm_select_ranks_a_programs_tiles(n_my):
 
 @triton.jit
 def _rm_kernel(v_ptr, g_ptr, ok_ptr, lm_key, lm_ms, ch_lp, ch_id, MQ, DT: tl.constexpr, K: tl.constexpr,
-               KP: tl.constexpr, NPP: tl.constexpr, NPROG: tl.constexpr, RMS: tl.constexpr):
+               KP: tl.constexpr, NPP: tl.constexpr, NPROG: tl.constexpr, RM32: tl.constexpr):
     # each program's keys as the lm_head phase stores them (int64, value exact in DT), then RM's units in turn
     o = tl.arange(0, NPP)[:, None] * KP + tl.arange(0, KP)[None, :]
     for u in range(0, MQ):
@@ -1088,13 +1040,13 @@ def _rm_kernel(v_ptr, g_ptr, ok_ptr, lm_key, lm_ms, ch_lp, ch_id, MQ, DT: tl.con
         tl.store(lm_key + u * NPP * KP + o, tl.where(ok, _pack(v, tl.load(g_ptr + u * NPP * KP + o)), -(2**63)))
     tl.debug_barrier()
     for pid in range(0, NPROG):  # RM's units are spread over the programs: program pid takes rows pid, pid + NPROG..
-        _rm_phase(1, lm_key, lm_ms, ch_lp, ch_id, MQ // K, pid, lm_ms, DT, K, KP, NPP, NPROG, False, RMS)
+        _rm_phase(1, lm_key, lm_ms, ch_lp, ch_id, MQ // K, pid, lm_ms, DT, K, KP, NPP, NPROG, False, RM32)
 
 
-@pytest.mark.parametrize("rms", [0, 1, 2], ids=["int64-extractions", "int32-extractions", "int32-topk"])
+@pytest.mark.parametrize("rm32", [False, True], ids=["int64-keys", "int32-keys"])
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
-def test_rm_ranks_every_programs_keys(rms, dtype):
-    """RM, every way it ranks (DrafterConfig.rm_select): per row, the top-K of all programs' keys (value descending,
+def test_rm_ranks_every_programs_keys(rm32, dtype):
+    """RM on int64 keys and on int32 ones (16-bit models, draft vocabularies within 16 bits): per row, the top-K of all programs' keys (value descending,
     vocabulary row ascending) and the log-probs against the merged logsumexp, against PyTorch. Keys as lm_head
     leaves them (``NPROG`` programs in ``NPP`` slots, at most ``KP`` each, padding where a program has fewer);
     values with ties (the same value at several rows, across programs), signed zeros and negatives; vocabulary
@@ -1114,7 +1066,7 @@ def test_rm_ranks_every_programs_keys(rms, dtype):
     ch_lp, ch_id = torch.empty(rows, KP), torch.empty(rows, KP, dtype=torch.int32)
     _rm_kernel[(1,)](v.float(), g, ok.to(torch.int32), lm_key, ms.flatten(), ch_lp, ch_id, rows,
                      DT=tl.bfloat16 if dtype == torch.bfloat16 else tl.float16, K=K, KP=KP, NPP=npp, NPROG=nprog,
-                     RMS=rms)
+                     RM32=rm32)
     m, s = ms[:, :nprog, 0], ms[:, :nprog, 1]
     mx = m.max(1).values
     lse = torch.log((s * torch.exp(m - mx[:, None])).sum(1))
@@ -1130,23 +1082,21 @@ def test_rm_ranks_every_programs_keys(rms, dtype):
 @triton.jit
 def _lm_rm_kernel(hbuf, hss, g_norm, wlm, lm_key, lm_ms, lm_scr, ch_lp, ch_id, B, H: tl.constexpr, VD: tl.constexpr,
                   K: tl.constexpr, KP: tl.constexpr, NPP: tl.constexpr, NTH: tl.constexpr, BM: tl.constexpr,
-                  BNV: tl.constexpr, BK: tl.constexpr, NPROG: tl.constexpr, LMW: tl.constexpr, LMR: tl.constexpr,
-                  RMS: tl.constexpr):
+                  BNV: tl.constexpr, BK: tl.constexpr, NPROG: tl.constexpr, LMW: tl.constexpr):
     # lm_head and RM of one tree step (s = 1: B * K rows) as NPROG programs run them, one after the other
     for pid in range(0, NPROG):
         _lm_phase(1, hbuf, hss, g_norm, wlm, lm_key, lm_ms, lm_scr, lm_ms, B, B * K, 0.0, pid, H, VD, K, KP, NPP, NTH,
-                  NTH, BM, BNV, BK, False, 1, NPROG, LMW, False, LMR)
+                  NTH, BM, BNV, BK, False, 1, NPROG, LMW, False)
     tl.debug_barrier()
     for pid in range(0, NPROG):
         _rm_phase(1, lm_key, lm_ms, ch_lp, ch_id, B, pid, lm_ms, hbuf.dtype.element_ty, K, KP, NPP, NPROG, False,
-                  RMS)
+                  True)
 
 
 @pytest.mark.parametrize("lmw", [True, False], ids=["warp-ranked", "merged-in-loop"])
-@pytest.mark.parametrize("lm_ranges", [False, True], ids=["interleaved-tiles", "contiguous-ranges"])
-def test_lm_head_over_programs_gives_the_vocabulary_top_k(lm_ranges, lmw):
-    """lm_head's tiles spread over 5 programs (interleaved whole tiles, or contiguous ranges of VD / NPROG rows whose
-    last tile is partly masked: DrafterConfig.lm_ranges), then RM: each row's children are the top-K of the whole
+def test_lm_head_over_programs_gives_the_vocabulary_top_k(lmw):
+    """lm_head's tiles spread over 5 programs (19 tiles, the last partly masked: 4 or 3 per program, ranked by warps
+    after the loop or merged inside it), then RM on int32 keys: each row's children are the top-K of the whole
     draft vocabulary (value descending, row ascending) and their log-probs against the full logsumexp. Exact: small
     integer activations and weights (fp16) give integer logits, so values tie often, within and across programs,
     and the ties are decided by the vocabulary row. (The log-probs: within a unit of fp16, the logsumexp's exp and
@@ -1163,8 +1113,7 @@ def test_lm_head_over_programs_gives_the_vocabulary_top_k(lm_ranges, lmw):
     lm_scr = torch.empty(nprog * -(-nvt // nprog) * 16 * BNV, dtype=torch.int32 if lmw else torch.int64)
     ch_lp, ch_id = torch.empty(rows, KP), torch.empty(rows, KP, dtype=torch.int32)
     _lm_rm_kernel[(1,)](x, hss, torch.ones(H, dtype=torch.float16), w, lm_key, lm_ms, lm_scr, ch_lp, ch_id, B, H=H,
-                        VD=VD, K=K, KP=KP, NPP=npp, NTH=4, BM=16, BNV=BNV, BK=32, NPROG=nprog, LMW=lmw,
-                        LMR=lm_ranges, RMS=1)
+                        VD=VD, K=K, KP=KP, NPP=npp, NTH=4, BM=16, BNV=BNV, BK=32, NPROG=nprog, LMW=lmw)
     logits = x.float() @ w.float().T
     assert logits.abs().max() < 2048  # exact in fp16
     lse = torch.logsumexp(logits, 1)
@@ -1176,17 +1125,15 @@ def test_lm_head_over_programs_gives_the_vocabulary_top_k(lm_ranges, lmw):
                                    atol=float(logits.abs().max()) * 2**-20)
 
 
-def test_rm_select_needs_int32_keys():
-    """rm_select 1 and 2 rank int32 keys: refused for an fp32 model or a draft vocabulary beyond 16 bits."""
-    head = make_head(True)
-    with pytest.raises(ValueError, match="16-bit model dtype"):
-        DrafterConfig.from_head(head, TreeConfig(20, 3, 4), rm_select=1)
-    with pytest.raises(ValueError, match="rm_select 3"):
-        DrafterConfig.from_head(head, TreeConfig(20, 3, 4), rm_select=3)
-    cfg = DrafterConfig.from_head(head, TreeConfig(20, 3, 4), dtype=torch.bfloat16)
-    assert cfg.with_(rm_select=2).launch_params("cpu", 1, 4)["RMS"] == 2
-    with pytest.raises(ValueError, match="draft vocabulary of at most 65536"):
-        cfg.with_(draft_vocab=65537, rm_select=2)
+def test_rm_ranks_int32_keys_where_they_fit():
+    """RM's int32 keys hold a 16-bit value and a 16-bit draft-vocabulary row: on for bf16 / fp16 heads with draft
+    vocabularies of at most 65536 rows, off for fp32 and for larger vocabularies."""
+    cfg = DrafterConfig.from_head(make_head(True), TreeConfig(20, 3, 4))
+    assert not cfg.launch_params("cpu", 1, 4)["RM32"]
+    for dt in (torch.bfloat16, torch.float16):
+        assert cfg.with_(dtype=dt).launch_params("cpu", 1, 4)["RM32"]
+        assert cfg.with_(dtype=dt, draft_vocab=65536).launch_params("cpu", 1, 4)["RM32"]
+        assert not cfg.with_(dtype=dt, draft_vocab=65537).launch_params("cpu", 1, 4)["RM32"]
 
 
 def test_grids_that_cannot_be_resident_are_refused(monkeypatch):

@@ -157,9 +157,6 @@ class DrafterConfig:
     stream_k_linear: bool | None = None
     l2_prefetch: int | None = None
     token_qkv_table: bool | None = None
-    rm_select: int | None = None
-    lm_ranges: bool | None = None
-    res_early: bool | None = None
 
     def __post_init__(self):
         TreeConfig(self.total_tokens, self.depth, self.top_k)  # validates the tree shape
@@ -195,16 +192,6 @@ class DrafterConfig:
         if self.draft_vocab > _MAX_VOCAB:
             raise ValueError(f"draft vocabulary {self.draft_vocab} exceeds the kernel's 32-bit ranking-key index "
                              f"({_MAX_VOCAB})")
-        if self.rm_select not in (None, 0, 1, 2):
-            raise ValueError(f"rm_select {self.rm_select} must be None, 0, 1 or 2")
-        if self.rm_select and not self.rm_keys_fit_32_bits:
-            raise ValueError(f"rm_select={self.rm_select} ranks int32 keys: it needs a 16-bit model dtype (got "
-                             f"{self.dtype}) and a draft vocabulary of at most 65536 rows (got {self.draft_vocab})")
-
-    @property
-    def rm_keys_fit_32_bits(self) -> bool:
-        """Whether RM's keys fit int32: a 16-bit value and a 16-bit draft-vocabulary index (``rm_select`` 1, 2)."""
-        return self.dtype.itemsize == 2 and self.draft_vocab <= 65536
 
     @classmethod
     def from_head(cls, head: DraftHead, tree_config: TreeConfig | None = None, **kw) -> DrafterConfig:
@@ -429,7 +416,8 @@ class DrafterConfig:
             pf = 2 if sm90 and bm >= 128 and H == 4096 else 0
         else:
             pf = int(self.l2_prefetch)
-        rms = 0 if self.rm_select is None else self.rm_select
+        # RM ranks int32 keys where a 16-bit value and the draft-vocabulary row fit them (_rm_phase)
+        rm32 = self.dtype.itemsize == 2 and self.draft_vocab <= 65536
         return dict(
             H=H, W=self.feature_width, NH=self.num_heads, NKV=self.num_kv_heads, HD=self.head_dim,
             INTER=self.intermediate_size, VD=self.draft_vocab, HAS_D2T=self.has_d2t,
@@ -440,8 +428,7 @@ class DrafterConfig:
             BQ=bq, NTH=nth, NTHP=_pow2(nth), BKQ=bkq, NSEG=nseg, BMR=bmr, BKR=bkr, BKQR=bkqr,
             IEEE=self.dtype == torch.float32, STAGES=1 if interp else self.stages,
             LMW=lmw, W8=self.fp8, HAS_BIAS=bool(self.attention_bias), HQ=hq, HQ_P0=hq_p0 if hq else 0, NSEGH=nsegh,
-            SKL=skl, NSEGL=nsegl, PF=pf, TQ=tq, RMS=rms, LMR=bool(self.lm_ranges),
-            RE=bool(self.res_early),
+            SKL=skl, NSEGL=nsegl, PF=pf, TQ=tq, RM32=rm32,
         )
 
 

@@ -470,7 +470,7 @@ def _epi(acc, sc, bias, cols, cok, W8: tl.constexpr, HAS_B: tl.constexpr, DT: tl
 def _linear_tiles(x_rows, row_ok, w, out_rows, res_rows, ss_rows, pid, sc, bias, part, flag, mc,
                   KDIM: tl.constexpr, N: tl.constexpr, HAS_RES: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr,
                   IEEE: tl.constexpr, STAGES: tl.constexpr, NPROG: tl.constexpr, W8: tl.constexpr,
-                  HAS_B: tl.constexpr, SK: tl.constexpr = False, NSEG: tl.constexpr = 1, RE: tl.constexpr = False):
+                  HAS_B: tl.constexpr, SK: tl.constexpr = False, NSEG: tl.constexpr = 1):
     """This program's ``BN``-wide output tiles of one row tile: ``out = x @ w.T``, or with ``HAS_RES`` the
     reference's residual add ``rnd(res + rnd(x @ w.T))`` (row pointers ``[BM, 1]``, ``w`` is ``[N, KDIM]``; the
     product's rounding with FP8 scales ``sc`` and ``bias``: :func:`_epi`).
@@ -479,9 +479,7 @@ def _linear_tiles(x_rows, row_ok, w, out_rows, res_rows, ss_rows, pid, sc, bias,
     ``SK``: stream-K over (tile, BK chunk) as q/k/v, partial sums in ``part`` / ``flag`` (``NSEG`` >= the programs
     sharing a tile), in a region of its own for row tile ``mc`` (programs reach the row tiles at different times):
     whole tiles leave SMs idle (o and down: 64 tiles on 132 SMs), which costs most where each program's K loop
-    bounds the product (FP8 weights, more rows). Otherwise whole tiles, each over the full reduction.
-    ``RE`` (stream-K, rows of at most 64): a tile's owner loads the residual before its reduction loop, so that its
-    latency is not added to the fix-up's (the owner reaches its tile last in its range and the phase waits for it)."""
+    bounds the product (FP8 weights, more rows). Otherwise whole tiles, each over the full reduction."""
     BM: tl.constexpr = row_ok.shape[0]
     NC: tl.constexpr = (KDIM + BK - 1) // BK
     n_t = (N + BN - 1) // BN
@@ -490,22 +488,15 @@ def _linear_tiles(x_rows, row_ok, w, out_rows, res_rows, ss_rows, pid, sc, bias,
         part_mc = part + mc * n_t * NSEG * BM * BN
         flag_mc = flag + mc * n_t * NSEG
         c_lo, c_hi, t0, n_seg = _streamk_span(pid, n_t, NC, True, NPROG)
-        PRE: tl.constexpr = RE and HAS_RES and BM <= 64
         for i in range(0, n_seg):
             t, s0, s1 = _streamk_segment(i, c_lo, c_hi, t0, NC, True, pid, NPROG)
             cols = t * BN + offn
-            if PRE:  # (only the owner's is read: nothing is loaded for the other parts)
-                res = tl.load(res_rows + cols[None, :], mask=row_ok & (cols < tl.where(s0 == 0, N, 0))[None, :],
-                              other=0.0, cache_modifier=".cg").to(tl.float32)
-            else:
-                res = 0.0
             acc = _mm_plain(tl.zeros([BM, BN], dtype=tl.float32), x_rows, row_ok,
                             w + cols.to(tl.int64)[:, None] * KDIM, (cols < N)[:, None], s0 * BK, s1 * BK, KDIM, BK,
                             IEEE, STAGES)
             acc, own = _streamk_fixup(acc, t, s0, n_t, NC, True, part_mc, flag_mc, pid, NSEG, NPROG)
             if own:
-                _linear_out(acc, t, cols, row_ok, out_rows, res_rows, ss_rows, sc, bias, N, HAS_RES, W8, HAS_B, res,
-                            PRE)
+                _linear_out(acc, t, cols, row_ok, out_rows, res_rows, ss_rows, sc, bias, N, HAS_RES, W8, HAS_B)
     else:
         for t in range(pid, n_t, NPROG):
             cols = t * BN + offn
@@ -517,17 +508,13 @@ def _linear_tiles(x_rows, row_ok, w, out_rows, res_rows, ss_rows, pid, sc, bias,
 
 @triton.jit
 def _linear_out(acc, t, cols, row_ok, out_rows, res_rows, ss_rows, sc, bias, N: tl.constexpr, HAS_RES: tl.constexpr,
-                W8: tl.constexpr, HAS_B: tl.constexpr, res_pre=0.0, PRE: tl.constexpr = False):
-    """Tile ``t``'s output (``cols`` its features) from its full fp32 sum, and its rows' sums of squares (``PRE``:
-    the residual already loaded, ``res_pre``)."""
+                W8: tl.constexpr, HAS_B: tl.constexpr):
+    """Tile ``t``'s output (``cols`` its features) from its full fp32 sum, and its rows' sums of squares."""
     DT: tl.constexpr = out_rows.dtype.element_ty
     cok = cols < N
     m = row_ok & cok[None, :]
     if HAS_RES:
-        if PRE:
-            res = res_pre
-        else:
-            res = tl.load(res_rows + cols[None, :], mask=m, other=0.0, cache_modifier=".cg").to(tl.float32)
+        res = tl.load(res_rows + cols[None, :], mask=m, other=0.0, cache_modifier=".cg").to(tl.float32)
         y = _rnd(res + _epi(acc, sc, bias, cols, cok, W8, HAS_B, DT), DT)
     else:
         y = _epi(acc, sc, bias, cols, cok, W8, HAS_B, DT)
@@ -850,7 +837,7 @@ def _comb_phase(s, att_o, att_ml, attn, B, pid, NH: tl.constexpr, HD: tl.constex
 def _o_phase(s, attn, wo, hbuf, src, nnew, h1, h1ss, wsc, wb, part, flag, B, S, MCAP, pid, H: tl.constexpr,
              QW: tl.constexpr, KVW: tl.constexpr, K: tl.constexpr, NTH: tl.constexpr, BM: tl.constexpr,
              BN: tl.constexpr, BK: tl.constexpr, IEEE: tl.constexpr, STAGES: tl.constexpr, NPROG: tl.constexpr,
-             W8: tl.constexpr, HAS_B: tl.constexpr, SK: tl.constexpr, NSEG: tl.constexpr, RE: tl.constexpr = False):
+             W8: tl.constexpr, HAS_B: tl.constexpr, SK: tl.constexpr, NSEG: tl.constexpr):
     """``h1 = hidden + o_proj(attn)`` for the rows that continue (the root's last row, or the frontier)."""
     is_root = s == 0
     in_off = (s % 2) * MCAP * H
@@ -865,7 +852,7 @@ def _o_phase(s, attn, wo, hbuf, src, nnew, h1, h1ss, wsc, wb, part, flag, B, S, 
         _linear_tiles(attn + r.to(tl.int64)[:, None] * QW, rok[:, None], wo, h1 + r.to(tl.int64)[:, None] * H,
                       hbuf + in_off + hrow.to(tl.int64)[:, None] * H, h1ss + r.to(tl.int64)[:, None] * NTH, pid,
                       wsc + H + QW + 2 * KVW, wb + QW + 2 * KVW, part, flag, mc, QW, H, True, BN, BK, IEEE,
-                      STAGES, NPROG, W8, HAS_B, SK, NSEG, RE)
+                      STAGES, NPROG, W8, HAS_B, SK, NSEG)
 
 
 @triton.jit(noinline=True)
@@ -939,7 +926,7 @@ def _gu_out(ag, au, r, rok, cols, act, sc_g, INTER: tl.constexpr, W8: tl.constex
 def _down_phase(s, act, wd, h1, hbuf, hss, sc_d, part, flag, B, MCAP, pid, H: tl.constexpr, INTER: tl.constexpr,
                 K: tl.constexpr, NTH: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr,
                 IEEE: tl.constexpr, STAGES: tl.constexpr, NPROG: tl.constexpr, W8: tl.constexpr, SK: tl.constexpr,
-                NSEG: tl.constexpr, RE: tl.constexpr = False):
+                NSEG: tl.constexpr):
     """The step output ``h1 + down(act)`` into hbuf[(s + 1) % 2] (row statistics into hss[(s + 1) % 2])."""
     MQ = tl.where(s == 0, B, B * K)
     out_off = ((s + 1) % 2) * MCAP
@@ -950,7 +937,7 @@ def _down_phase(s, act, wd, h1, hbuf, hss, sc_d, part, flag, B, MCAP, pid, H: tl
         rok = r < MQ
         _linear_tiles(act + r[:, None] * INTER, rok[:, None], wd, hbuf + (out_off + r[:, None]) * H,
                       h1 + r[:, None] * H, hss + (out_off + r[:, None]) * NTH, pid, sc_d, sc_d, part, flag, mc,
-                      INTER, H, True, BN, BK, IEEE, STAGES, NPROG, W8, False, SK, NSEG, RE)
+                      INTER, H, True, BN, BK, IEEE, STAGES, NPROG, W8, False, SK, NSEG)
 
 
 @triton.jit
@@ -977,17 +964,12 @@ def _tile_key_value(key, DT: tl.constexpr):
 
 
 @triton.jit
-def _tile_key_global(key, pid, kmin, DT: tl.constexpr, BNV: tl.constexpr, NPROG: tl.constexpr, lo=0,
-                     LMR: tl.constexpr = False):
+def _tile_key_global(key, pid, kmin, DT: tl.constexpr, BNV: tl.constexpr, NPROG: tl.constexpr):
     """:func:`_tile_key` of program ``pid`` -> the int64 key :func:`_pack` gives the same value and vocabulary row
-    (local index ``tt * BNV + c`` is row ``(pid + tt * NPROG) * BNV + c``; with ``LMR``, a program's contiguous
-    range from row ``lo``, row ``lo + tt * BNV + c``)."""
+    (local index ``tt * BNV + c`` is row ``(pid + tt * NPROG) * BNV + c``)."""
     if DT.primitive_bitwidth == 16:
         lidx = 65535 - (key & 65535)
-        if LMR:
-            g = _pack(_tile_key_value(key, DT), lo + lidx)
-        else:
-            g = _pack(_tile_key_value(key, DT), (pid + (lidx // BNV) * NPROG) * BNV + lidx % BNV)
+        g = _pack(_tile_key_value(key, DT), (pid + (lidx // BNV) * NPROG) * BNV + lidx % BNV)
         return tl.where(key == kmin, _MINKEY, g)
     else:
         return key
@@ -1029,12 +1011,11 @@ def _lm_select(scr, sidx, n_my, n_ext, kmin, DT: tl.constexpr, BNV: tl.constexpr
 def _lm_phase(s, hbuf, hss, g_norm, wlm, lm_key, lm_ms, lm_scr, sc_lm, B, MCAP, eps, pid, H: tl.constexpr,
               VD: tl.constexpr, K: tl.constexpr, KP: tl.constexpr, NPP: tl.constexpr, NTH: tl.constexpr,
               NTHP: tl.constexpr, BM: tl.constexpr, BNV: tl.constexpr, BK: tl.constexpr, IEEE: tl.constexpr,
-              STAGES: tl.constexpr, NPROG: tl.constexpr, LMW: tl.constexpr, W8: tl.constexpr,
-              LMR: tl.constexpr = False):
+              STAGES: tl.constexpr, NPROG: tl.constexpr, LMW: tl.constexpr, W8: tl.constexpr):
     """LM head over ``BNV``-wide vocabulary tiles (final RMSNorm inline): each program computes, per row, the top-``K``
-    packed keys and the logsumexp of its tiles (``pid``, ``pid + NPROG``, ...; with ``LMR``, the tiles of its
-    contiguous range of ``VD / NPROG`` rows, the last one partly masked: equal bytes per program where whole tiles
-    leave some programs one tile short, e.g. 250 tiles on 132), stored to its own slot of lm_key / lm_ms.
+    packed keys and the logsumexp of its tiles (``pid``, ``pid + NPROG``, ...), stored to its own slot of lm_key /
+    lm_ms. (Contiguous ranges of ``VD / NPROG`` rows per program, equal bytes where whole tiles leave some programs
+    a tile short, measured slower: H100 session 6, H200 session 36, docs/fused_drafter.md levers table.)
 
     Ranking, two ways (the host picks ``LMW`` from the row tile):
     - ``LMW`` (few rows): the pipelined product loop only parks each tile's keys in this program's slot of
@@ -1061,14 +1042,7 @@ def _lm_phase(s, hbuf, hss, g_norm, wlm, lm_key, lm_ms, lm_scr, sc_lm, B, MCAP, 
     NVT: tl.constexpr = (VD + BNV - 1) // BNV
     MT: tl.constexpr = (NVT + NPROG - 1) // NPROG  # the most tiles a program has
     tl.static_assert(DT.primitive_bitwidth != 16 or MT * BNV <= 65536, "int32 tile keys hold 16-bit row indices")
-    if LMR:  # rows [lo, hi)
-        lo = pid * VD // NPROG
-        hi = (pid + 1) * VD // NPROG
-        n_my = (hi - lo + BNV - 1) // BNV
-    else:  # vocabulary tiles pid, pid + NPROG, ...
-        lo = 0
-        hi = VD
-        n_my = (NVT - pid + NPROG - 1) // NPROG
+    n_my = (NVT - pid + NPROG - 1) // NPROG  # vocabulary tiles pid, pid + NPROG, ...
     # K as a trip count the compiler cannot see (MCAP >= 1, not specialised): the extraction loops stay rolled
     # (the phase's code is fetched cold every step)
     n_ext = K + (MCAP < 0).to(tl.int32)
@@ -1090,11 +1064,8 @@ def _lm_phase(s, hbuf, hss, g_norm, wlm, lm_key, lm_ms, lm_scr, sc_lm, B, MCAP, 
         for it in tl.range(0, n_my * NKL, num_stages=STAGES):
             tt = it // NKL
             kk = it - tt * NKL
-            if LMR:
-                cols = lo + tt * BNV + offn
-            else:
-                cols = (pid + tt * NPROG) * BNV + offn
-            cok = cols < hi
+            cols = (pid + tt * NPROG) * BNV + offn
+            cok = cols < VD
             k0 = kk * BK
             km = k0 + offk < H
             x = tl.load(x_row + k0 + offk, mask=rok[:, None] & km, other=0.0, cache_modifier=".cg").to(tl.float32)
@@ -1123,7 +1094,7 @@ def _lm_phase(s, hbuf, hss, g_norm, wlm, lm_key, lm_ms, lm_scr, sc_lm, B, MCAP, 
         if LMW:
             tl.debug_barrier()
             best, run_m, run_s = _lm_select(scr, sidx, n_my, n_ext, KMIN, DT, BNV)
-            tl.store(lm_key + prow[:, None] * KP + offn[None, :], _tile_key_global(best, pid, KMIN, DT, BNV, NPROG, lo, LMR),
+            tl.store(lm_key + prow[:, None] * KP + offn[None, :], _tile_key_global(best, pid, KMIN, DT, BNV, NPROG),
                      mask=rok[:, None] & (offn[None, :] < KP))
         else:
             tl.store(lm_key + prow[:, None] * KP + offkp[None, :], run_key, mask=rok[:, None])
@@ -1133,14 +1104,14 @@ def _lm_phase(s, hbuf, hss, g_norm, wlm, lm_key, lm_ms, lm_scr, sc_lm, B, MCAP, 
 
 @triton.jit(noinline=True)
 def _rm_phase(s, lm_key, lm_ms, ch_lp, ch_id, B, pid, prof, DT: tl.constexpr, K: tl.constexpr, KP: tl.constexpr,
-              NPP: tl.constexpr, NPROG: tl.constexpr, PROFILE: tl.constexpr, RMS: tl.constexpr = 0):
-    """One row per unit: the top-``K`` of all programs' keys (keys are unique apart from the padding) and the merged
-    logsumexp -> the row's ``K`` children and their log-probs (model dtype).
+              NPP: tl.constexpr, NPROG: tl.constexpr, PROFILE: tl.constexpr, RM32: tl.constexpr = False):
+    """One row per unit: the top-``K`` of all programs' keys (``K`` extractions of the maximum; keys are unique apart
+    from the padding) and the merged logsumexp -> the row's ``K`` children and their log-probs (model dtype).
 
-    ``RMS`` (DrafterConfig.rm_select), how the ``[NPP, KP]`` keys are ranked: 0, ``K`` extractions of the maximum of
-    the int64 keys; 1, the same on int32 keys (:func:`_pack16`: a 16-bit model's values, a draft vocabulary within
-    16 bits), whose reductions across the warps move half the bits; 2, one bitonic ``tl.topk`` of those int32 keys.
-    All three give the same children (the keys' order is the same)."""
+    ``RM32`` (a 16-bit model dtype, a draft vocabulary of at most 65536 rows): the keys are ranked as int32 ones
+    (:func:`_pack16`, the same order), whose reductions across the warps move half the bits: the extractions 7.2 ->
+    3.6 us per step at the 8B shape (H200), FP8 60/7/10 1.529 -> 1.519 ms. (One bitonic ``tl.topk`` of the 4096
+    int32 keys instead measured slower: 1.76 -> 1.95 ms; docs/fused_drafter.md, levers table, session 36.)"""
     MQ = tl.where(s == 0, B, B * K)
     offp = tl.arange(0, NPP)
     offkp = tl.arange(0, KP)
@@ -1154,18 +1125,15 @@ def _rm_phase(s, lm_key, lm_ms, ch_lp, ch_id, B, pid, prof, DT: tl.constexpr, K:
         mx = tl.max(pm, axis=0)
         lse_s = tl.sum(ps * tl.exp(pm - mx), axis=0)
         _stamp(prof, 104, PROFILE)
-        if RMS == 0:
+        if RM32:
+            best = _topk_flat(_cand_key(_unpack_value(keys), _unpack_index(keys), keys != _MINKEY, DT, True), K, KP,
+                              -2147483648)
+            v = _unpack16_value(best, DT)
+            idx = _unpack16_index(best)
+        else:
             best = _topk_flat(keys, K, KP)
             v = _unpack_value(best)
             idx = _unpack_index(best)
-        else:
-            k16 = _cand_key(_unpack_value(keys), _unpack_index(keys), keys != _MINKEY, DT, True)
-            if RMS == 1:
-                best = _topk_flat(k16, K, KP, -2147483648)
-            else:
-                best = tl.topk(tl.reshape(k16, [NPP * KP]), KP)
-            v = _unpack16_value(best, DT)
-            idx = _unpack16_index(best)
         _stamp(prof, 105, PROFILE)
         lp = _rnd((v - mx) - tl.log(lse_s), DT)
         tl.store(ch_lp + u * KP + offkp, lp)
@@ -1422,11 +1390,8 @@ def fused_drafter_kernel(
     SKL: tl.constexpr = False, NSEGL: tl.constexpr = 1,
     # PF: BK chunks of the next phase's weights each program asks L2 for while it waits at a barrier (0: none)
     PF: tl.constexpr = 0,
-    # RMS: how RM ranks the programs' keys (DrafterConfig.rm_select); LMR: lm_head by contiguous vocabulary ranges
-    # (DrafterConfig.lm_ranges)
-    RMS: tl.constexpr = 0, LMR: tl.constexpr = False,
-    # RE: a stream-K tile's owner loads the residual of o and down before its reduction loop (DrafterConfig.res_early)
-    RE: tl.constexpr = False,
+    # RM32: RM ranks int32 keys (a 16-bit model dtype, a draft vocabulary of at most 65536 rows)
+    RM32: tl.constexpr = False,
     # TQ: tree steps read the embedding half of q/k/v from tq_tab (DrafterConfig.token_qkv_table)
     TQ: tl.constexpr = False,
 ):
@@ -1478,7 +1443,7 @@ def fused_drafter_kernel(
             _pf_tiles(wo, pid, PF, H, QW, BN, BKL, SKL, NPROG)
         _grid_wait(bar, bt, NPROG)
         _o_phase(s, attn, wo, hbuf, src, nnew, h1, h1ss, wsc, wb, part, flag, B, S, MCAP, pid, H, QW, KVW, K, NTH,
-                 BM, BN, BKL, IEEE, STAGES, NPROG, W8, HAS_BIAS, SKL, NSEGL, RE)
+                 BM, BN, BKL, IEEE, STAGES, NPROG, W8, HAS_BIAS, SKL, NSEGL)
         bt += NPROG
         _grid_arrive(bar, bt, NPROG, prof, PROFILE)
         if PF > 0:
@@ -1492,14 +1457,14 @@ def fused_drafter_kernel(
             _pf_tiles(wd, pid, PF, H, INTER, BN, BKL, SKL, NPROG)
         _grid_wait(bar, bt, NPROG)
         _down_phase(s, act, wd, h1, hbuf, hss, wsc + SC_D, part, flag, B, MCAP, pid, H, INTER, K, NTH, BM, BN, BKL,
-                    IEEE, STAGES, NPROG, W8, SKL, NSEGL, RE)
+                    IEEE, STAGES, NPROG, W8, SKL, NSEGL)
         bt += NPROG
         _grid_arrive(bar, bt, NPROG, prof, PROFILE)
         if PF > 0:
             _pf_tiles(wlm, pid, PF, VD, H, BNV, BK, False, NPROG)
         _grid_wait(bar, bt, NPROG)
         _lm_phase(s, hbuf, hss, g_norm, wlm, lm_key, lm_ms, lm_scr, wsc + SC_LM, B, MCAP, eps, pid, H, VD, K, KP,
-                  NPP, NTH, NTHP, BM, BNV, BK, IEEE, STAGES, NPROG, LMW, W8, LMR)
+                  NPP, NTH, NTHP, BM, BNV, BK, IEEE, STAGES, NPROG, LMW, W8)
         bt += NPROG
         _grid_sync(bar, bt, NPROG, prof, PROFILE)
         hq_step = HQ and (s < D)  # this step's rows are the next step's parents
@@ -1509,7 +1474,7 @@ def fused_drafter_kernel(
             _hq_phase(s, hbuf, hss, g_qkv, wq, wk, wv, hq_part, B, MCAP, eps, pid - HQ_P0, H, NH, NKV, HD, K, NTH,
                       NTHP, NSEGH, BM, BNQ, BKQ, IEEE, STAGES, NPROG - HQ_P0)
         else:
-            _rm_phase(s, lm_key, lm_ms, ch_lp, ch_id, B, pid, prof, DT, K, KP, NPP, NPROG, PROFILE, RMS)
+            _rm_phase(s, lm_key, lm_ms, ch_lp, ch_id, B, pid, prof, DT, K, KP, NPP, NPROG, PROFILE, RM32)
             bt += NPROG
             _grid_sync(bar, bt, NPROG, prof, PROFILE)
             _sel_phase(s, ch_lp, ch_id, d2t, cand_sc, cand_tok, par_list, tok_in, src, sc, fr, anc, B, pid, DT,
