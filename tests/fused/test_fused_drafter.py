@@ -1046,8 +1046,9 @@ def _rm_kernel(v_ptr, g_ptr, ok_ptr, lm_key, lm_ms, ch_lp, ch_id, MQ, DT: tl.con
 @pytest.mark.parametrize("rm32", [False, True], ids=["int64-keys", "int32-keys"])
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
 def test_rm_ranks_every_programs_keys(rm32, dtype):
-    """RM on int64 keys and on int32 ones (16-bit models, draft vocabularies within 16 bits): per row, the top-K of all programs' keys (value descending,
-    vocabulary row ascending) and the log-probs against the merged logsumexp, against PyTorch. Keys as lm_head
+    """RM on int64 keys and on int32 ones (16-bit models, draft vocabularies within 16 bits): per row, the top-K of
+    all programs' keys (value descending, vocabulary row ascending) and the log-probs against the merged
+    logsumexp, against PyTorch. Keys as lm_head
     leaves them (``NPROG`` programs in ``NPP`` slots, at most ``KP`` each, padding where a program has fewer);
     values with ties (the same value at several rows, across programs), signed zeros and negatives; vocabulary
     rows up to the 16-bit limit of the int32 keys."""
