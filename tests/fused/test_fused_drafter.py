@@ -6,6 +6,7 @@ shapes; the GPU tests run it with one program per SM and at the Llama-3.1-8B sha
 """
 
 import math
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -348,6 +349,32 @@ def test_wide_fp8_gate_up_tiles_match_reference(stream_k):
                                   stream_k_linear=stream_k, block_n_mlp=64)
     assert cfg.launch_params("cpu", 2, 7)["BNG"] == 64
     assert_calls_match_reference(cfg, head, 2, 7, 7)
+
+
+def test_profile_phases_from_arrival_stamps():
+    """profile_phases reads the barrier arrival stamps (ns, one row per program): a phase runs from the previous
+    barrier's last arrival to its own last (``us``) or mean (``mean_us``) arrival; ``per_program`` adds every
+    program's arrival from the phase's start. Stamps here are made up (the kernel writes them only on a GPU)."""
+    from eagle_triton.fused.host import PROFILE_SLOTS, profile_phases
+
+    cfg = DrafterConfig.from_head(make_head(True), TreeConfig(8, 2, 3))
+    n_phases = 1 + 9 * (cfg.depth + 1)
+    nprog = 4
+    stamps = torch.zeros(nprog, PROFILE_SLOTS, dtype=torch.int64)
+    late = torch.tensor([0, 3000, 1000, 2000])  # ns after the phase's first arrival, by program
+    for i in range(n_phases):
+        slot = i + 1 if i < n_phases - 1 else PROFILE_SLOTS - 1
+        stamps[:, slot] = 10_000 * (i + 1) + late
+    stamps[:, 0] = 500 + late  # the kernel's start
+    bufs = SimpleNamespace(profile=stamps)
+    out = profile_phases(cfg, bufs, per_program=True)
+    assert [o["phase"] for o in out][:3] == ["FC", "s0.QKV", "s0.ATT"] and out[n_phases - 1]["phase"] == "s2.SEL+tree"
+    assert out[0]["us"] == pytest.approx((10_000 + 3000 - 500) / 1e3)
+    assert out[0]["arrivals_us"] == pytest.approx([(10_000 + x - 500) / 1e3 for x in late.tolist()])
+    for o in out[1:n_phases]:  # from the previous last arrival (+3000) to this one's
+        assert o["us"] == pytest.approx(10.0) and o["mean_us"] == pytest.approx(10.0 - 1.5)
+        assert o["arrivals_us"] == pytest.approx([(7000 + x) / 1e3 for x in late.tolist()])
+    assert "arrivals_us" not in profile_phases(cfg, bufs)[1]
 
 
 def test_compile_signature_needs_every_constexpr():
