@@ -113,25 +113,22 @@ part_fp8tiles()   { run fp8tiles 300 "$PY" bench/bench_fused_drafter.py --no-swe
                       --tunings "0:0:0:0,0:0:0:0:32,0:0:0:0:16,0:0:0:0:32+block_n_mlp=32,0:0:0:0:32+block_n_mlp=16,0:0:0:0,0:0:0:0:0:16,0:0:0:0:32:16"
                     run fp8test 200 "$PY" -m pytest -q -p no:cacheprovider -rs -s tests/fused/test_fused_drafter.py \
                       -k "gpu and fp8"; }
-part_skl16()      { run skl16test 300 "$PY" -m pytest -q -p no:cacheprovider -rs -s tests/fused/test_fused_drafter.py \
-                      -k "schedule_options"
+# GPU tests (pytest -k $2) and then the 8B 60/7/10 drafter at the tunings $3, bf16 and FP8 ($1_<weights>.json)
+tests_then_ab()   { run "${1}test" 300 "$PY" -m pytest -q -p no:cacheprovider -rs -s tests/fused/test_fused_drafter.py \
+                      -k "$2"
                     for w in bf16 fp8; do
-                      run "skl16_$w" 200 "$PY" bench/bench_fused_drafter.py --no-sweep --no-ref --no-graph \
-                        --weights "$w" --tune-case llama31-8b:60/7/10 --name "skl16_$w" --out "$OUTDIR" \
-                        --tunings "0:0:0:0:0:16+stream_k_linear=0,0:0:0:0:0:16,0:0:0:0:0:16+stream_k_linear=0,0:0:0:0:0:16,0:0:0:0:0:13+stream_k_linear=0,0:0:0:0:0:13"
+                      run "${1}_$w" 200 "$PY" bench/bench_fused_drafter.py --no-sweep --no-ref --no-graph \
+                        --weights "$w" --tune-case llama31-8b:60/7/10 --name "${1}_$w" --out "$OUTDIR" --tunings "$3"
                     done; }
+part_skl16()      { tests_then_ab skl16 "schedule_options" \
+                      "0:0:0:0:0:16+stream_k_linear=0,0:0:0:0:0:16,0:0:0:0:0:16+stream_k_linear=0,0:0:0:0:0:16,0:0:0:0:0:13+stream_k_linear=0,0:0:0:0:0:13"; }
 part_fp8probes()  { run fp8convert 300 "$PY" bench/probes/fp8_convert.py --out "$OUTDIR" \
                       --modes bf16,fp8-bits,fp8-bits-2acc,fp8-bits-2load,bf16-2load --configs 128:4:8,256:4:8,512:3:8
                     run fp8halves 200 "$PY" bench/probes/fp8_convert.py --out "$OUTDIR/rows20" --rows 20 \
                       --modes bf16,fp8-bits,fp8-bits-halves --configs 128:4:8,256:4:8
                     run fp8split 200 "$PY" bench/probes/fp8_split_wgmma.py --out "$OUTDIR"; }
-part_lmw()        { run lmwtest 300 "$PY" -m pytest -q -p no:cacheprovider -rs -s tests/fused/test_fused_drafter.py \
-                      -k "lm_ranked_by_warps"
-                    for w in bf16 fp8; do
-                      run "lmw_$w" 200 "$PY" bench/bench_fused_drafter.py --no-sweep --no-ref --no-graph \
-                        --weights "$w" --tune-case llama31-8b:60/7/10 --name "lmw_$w" --out "$OUTDIR" \
-                        --tunings "0:0:0:0:0:13,0:0:0:0:0:13+lm_warp_rank=1,0:0:0:0:0:16,0:0:0:0:0:16+lm_warp_rank=1,0:0:0:0:0:13,0:0:0:0:0:13+lm_warp_rank=1,0:0:0:0:0:16,0:0:0:0:0:16+lm_warp_rank=1"
-                    done; }
+part_lmw()        { tests_then_ab lmw "lm_ranked_by_warps" \
+                      "0:0:0:0:0:13,0:0:0:0:0:13+lm_warp_rank=1,0:0:0:0:0:16,0:0:0:0:0:16+lm_warp_rank=1,0:0:0:0:0:13,0:0:0:0:0:13+lm_warp_rank=1,0:0:0:0:0:16,0:0:0:0:0:16+lm_warp_rank=1"; }
 part_l2pf()       { for shape in ${L2PF_SHAPES:-llama31-8b qwen3-8b llama33-70b llama32-1b}; do
                       for w in bf16 fp8; do
                         run "l2pf_${shape}_$w" 200 "$PY" bench/bench_fused_drafter.py --no-sweep --no-ref --no-graph \
