@@ -131,8 +131,8 @@ def test_published_shapes_launch_parameters(shape, fp8):
     """The H100 launch (132 programs) of every published head shape, trees 60/7/10 and 60/5/10, batch 1-16: every
     tile divides what it must (RoPE pairs within a head, q/k/v chunks within one half of the 2H input), the stream-K
     buffers cover the sharing, the pipelined tiles fit the shared-memory budget, the lm_head tile keys fit their
-    index, the attention's query block holds a GQA group of the frontier, and its key block is 32 keys where that
-    query block has 128 rows or more."""
+    index (ranked by warps where the default picks it), the attention's query block holds a GQA group of the frontier,
+    and its key block is 32 keys where that query block has 128 rows or more."""
     hidden, nh, nkv, inter, vocab, dvocab = PUBLISHED[shape]
     cfg_h = DraftHeadConfig(hidden_size=hidden, intermediate_size=inter, num_attention_heads=nh,
                             num_key_value_heads=nkv, vocab_size=vocab, draft_vocab_size=dvocab, rms_norm_eps=1e-5)
@@ -165,6 +165,8 @@ def test_published_shapes_launch_parameters(shape, fp8):
                                     (p["BM"], p["BNQ"], p["BKQ"]), (p["BMR"], p["BNQR"], p["BKQR"])):
                 assert p["STAGES"] * bk * (2 * rows + welem * width + 2) <= budget
             tiles_per_prog = cdiv(cdiv(dvocab, p["BNV"]), 132)
+            # lm_head keys ranked by warps by default at row tiles of <= 32 rows, and with FP8 at 128-row tiles
+            assert p["LMW"] == (p["BM"] <= 32 or (fp8 and p["BM"] == 128))
             if p["LMW"]:
                 assert tiles_per_prog * p["BNV"] <= _TILE_KEY_ROWS
 
