@@ -76,11 +76,12 @@ class DrafterConfig:
     Launch: ``nprog`` resident programs (``None``: one per SM on the GPU, 1 under the interpreter),
     ``nsplit`` KV splits of the attention, the tile sizes, and ``lm_warp_rank``: rank the lm_head tiles' keys
     after the product loop with warp-level reductions instead of merging each tile inside the loop (``None``: when a
-    row tile holds at most 32 rows, and at every row tile with FP8 weights, where it measured faster on an H200,
-    60/7/10: 8B batch 16 7.984 / 7.983 -> 7.907 / 7.900 ms, batch 13 7.922 / 7.919 -> 7.873 / 7.877, batch 8 level,
-    batch 4 3.238 / 3.224 -> 3.183 / 3.165 (64-row tiles); batch 16 Qwen3-8B 7.651 / 7.618 -> 7.561 / 7.531, 70B
-    21.229 / 21.352 -> 21.109 / 21.316, 1B-class 4.716 / 4.715 -> 4.539 / 4.541. bf16 at 128-row tiles measured
-    slower, 8B batch 16 7.097 / 7.085 -> 7.230 / 7.222, and keeps the in-loop merge).
+    row tile holds at most 64 rows, and at every row tile with FP8 weights, where it measured faster on an H200,
+    60/7/10. FP8: 8B batch 16 7.984 / 7.983 -> 7.907 / 7.900 ms, batch 13 7.922 / 7.919 -> 7.873 / 7.877, batch 8
+    level, batch 4 3.238 / 3.224 -> 3.183 / 3.165 (64-row tiles); batch 16 Qwen3-8B 7.651 / 7.618 -> 7.561 / 7.531,
+    70B 21.229 / 21.352 -> 21.109 / 21.316, 1B-class 4.716 / 4.715 -> 4.539 / 4.541. bf16 at 64-row tiles: 8B batch
+    4 2.899 / 2.899 -> 2.843 / 2.843, batch 5 3.051 -> 2.989; at 128-row tiles slower, 8B batch 16 7.097 / 7.085 ->
+    7.230 / 7.222, and keeps the in-loop merge there).
     Weights: ``weight_dtype`` ``None`` (the model dtype) or ``torch.float8_e4m3fn`` (weight-only FP8 linear layers,
     converted in registers, per-output-channel scales in the epilogues: :mod:`eagle_triton.heads.fp8`);
     ``attention_bias``: q/k/v and o_proj biases.
@@ -406,9 +407,9 @@ class DrafterConfig:
             raise ValueError(f"lm_warp_rank=True: a program holds {key_rows} vocabulary rows of the draft vocabulary "
                              f"{self.draft_vocab} ({nprog} programs, {bnv}-wide tiles), beyond the 16-bit index of "
                              f"its int32 tile keys ({_TILE_KEY_ROWS}); use more programs or lm_warp_rank=None")
-        # by default ranked by warps at row tiles of <= 32 rows, and at every row tile with FP8 weights (measured:
-        # class docstring); bf16 at 128-row tiles merges inside the loop
-        lmw = ((bm <= 32 or self.fp8) and lmw_fits) if self.lm_warp_rank is None else bool(self.lm_warp_rank)
+        # by default ranked by warps at row tiles of <= 64 rows, and at every row tile with FP8 weights (measured:
+        # class docstring); 16-bit weights at 128-row tiles merge inside the loop
+        lmw = ((bm <= 64 or self.fp8) and lmw_fits) if self.lm_warp_rank is None else bool(self.lm_warp_rank)
         # L2 prefetch (l2_prefetch, measured figures in the class docstring): by default 2 chunks at 128-row tiles
         # of 4096-wide heads on sm_90 and newer (the compile-only build for sm_90 sees no GPU); the interpreter has
         # no L2 to warm

@@ -28,7 +28,8 @@ LM            ``BNV``-wide vocabulary tiles of ``lm_head`` (final
               RMSNorm inline), one pipelined loop over a program's
               tiles; each program ranks its tiles' top-k and
               logsumexp per row (after the loop with warp-level
-              reductions for up to 32 rows, else merged per tile)
+              reductions up to 64 rows and with FP8 weights, else
+              merged per tile)
 RM            one row: merges the programs' top-k (``K`` extractions
               of the maximum) and logsumexp -> ``K`` children
               (log-probs in the model dtype)
