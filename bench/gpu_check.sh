@@ -50,9 +50,10 @@
 #               the 8B bf16 and FP8) at batch 1 and 16, 60/7/10, base and new alternated over two rounds
 #               (treeab/drafter_<shape>_<weights>_<version>_<round>/, medians in treeab/ab.json); with
 #               TREEAB_PROFILE=1 first a phase profile of each version at the first case, batch 1
-#   lmw         lm_head keys ranked by warps at 128-row tiles (lm_warp_rank=True; session 36: FP8 batch 16 faster,
-#               bf16 slower): its GPU bit-identity test, then batch 13 and 16 at the 8B shape, bf16 and FP8, alternated
-#               against the default (lmw_bf16.json, lmw_fp8.json)
+#   lmw         lm_head keys ranked by warps (lm_warp_rank=1) against merged inside the loop (=0): the GPU
+#               bit-identity test at 64- and 128-row tiles, then batch 5, 13 and 16 at the 8B shape, bf16 and FP8,
+#               alternated (lmw_bf16.json, lmw_fp8.json; session 37 made warps the default up to 64-row tiles, and
+#               at every row tile with FP8 weights)
 #   batch       batched generation (bench_batch.json, .png): SmolLM2 total tok/s and speculative/plain per batch
 #               size 1-16 (best tree per size), 8B-shape batched step times; BATCH_ARGS adds options (e.g. --quick)
 #   timeline    where a continuous-batching job's time goes (batch_timeline.json, bench/probes/batch_probe.py's job
@@ -127,8 +128,9 @@ part_fp8probes()  { run fp8convert 300 "$PY" bench/probes/fp8_convert.py --out "
                     run fp8halves 200 "$PY" bench/probes/fp8_convert.py --out "$OUTDIR/rows20" --rows 20 \
                       --modes bf16,fp8-bits,fp8-bits-halves --configs 128:4:8,256:4:8
                     run fp8split 200 "$PY" bench/probes/fp8_split_wgmma.py --out "$OUTDIR"; }
-part_lmw()        { tests_then_ab lmw "lm_ranked_by_warps" \
-                      "0:0:0:0:0:13,0:0:0:0:0:13+lm_warp_rank=1,0:0:0:0:0:16,0:0:0:0:0:16+lm_warp_rank=1,0:0:0:0:0:13,0:0:0:0:0:13+lm_warp_rank=1,0:0:0:0:0:16,0:0:0:0:0:16+lm_warp_rank=1"; }
+part_lmw()        { local t="" b
+                    for b in 5 13 16 5 13 16; do t+="0:0:0:0:0:$b+lm_warp_rank=0,0:0:0:0:0:$b+lm_warp_rank=1,"; done
+                    tests_then_ab lmw "lm_ranked_by_warps" "${t%,}"; }
 part_l2pf()       { for shape in ${L2PF_SHAPES:-llama31-8b qwen3-8b llama33-70b llama32-1b}; do
                       for w in bf16 fp8; do
                         run "l2pf_${shape}_$w" 200 "$PY" bench/bench_fused_drafter.py --no-sweep --no-ref --no-graph \
