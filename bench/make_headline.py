@@ -579,8 +579,8 @@ S34_ENGINE = "session34_2026-11-28/engine_8b/bench_engine.json"  # the 8B-shape 
 def session30_entries() -> list[dict]:
     """The H200 figures of the drafter at each head shape (the README's H200 table; the only device lent since
     session 30), names as issue 19's with ``_h200``: batch 1 and 16, bf16 and FP8, from session 37's sweep of the
-    defaults at 70dc80f (lm_head keys ranked by warps at every FP8 row tile; session 36's RM on int32 keys; session 35's FP8 gate/up tiles 128 wide at 4096-wide heads; session 34's
-    final tree phase by tl.topk;
+    defaults at 70dc80f (lm_head keys ranked by warps at every FP8 row tile; session 36's RM on int32 keys;
+    session 35's FP8 gate/up tiles 128 wide at 4096-wide heads; session 34's final tree phase by tl.topk;
     session 33's q/k/v table, the hidden half early at batch 1 and 2; stream-K products, FP8 128-deep chunks and, at
     128-row tiles of 4096-wide heads, the L2 prefetch from sessions 30-32). The floors count the bytes that code
     moves (with the table a tree step streams q/k/v's hidden half only). Also the 8B-shape engine step on the H200
