@@ -796,6 +796,40 @@ def test_gpu_llama8b_lm_ranked_by_warps_at_large_row_tiles_gives_the_same_bits(f
     torch.cuda.empty_cache()
 
 
+@pytest.mark.gpu
+@pytest.mark.parametrize("batch", [16, 13])
+@pytest.mark.parametrize("fp8", [False, True], ids=["bf16", "fp8"])
+def test_gpu_llama8b_tail_row_tile_gives_the_same_bits(fp8, batch):
+    """``tail_row_tile=True`` at the 8B shape, 60/7/10: 160 rows as 128 + 32 (130 as 128 + 16) against two 128-row
+    tiles. Each row's products take the same operands, but the tail runs a smaller MMA tile (``mma.sync`` where the
+    128-row tile runs ``wgmma`` on sm_90). Session 11's probe found a row's bits independent of the output tile
+    width and the reduction chunk; this test asks the same of the row tile: every output of a prefill and of a tree
+    step from it, and the draft KV, bit-identical. (Built in session 37 without a GPU; if the bits differ, the
+    option needs a tree comparison against the reference instead.)"""
+    head = llama8b_head(True, fp8=fp8)
+    tc = TreeConfig(60, 7, 10)
+    V = head.config.vocab_size
+    w = Weights.from_head(head, 260)
+    X = [DraftInputs(torch.randn(batch, 16, head.feature_width, device="cuda", dtype=torch.bfloat16),
+                     torch.randint(0, V, (batch, 16), device="cuda")),
+         DraftInputs(torch.randn(batch, 1, head.feature_width, device="cuda", dtype=torch.bfloat16),
+                     torch.randint(0, V, (batch, 1), device="cuda"))]
+    runs = []
+    for tail in (False, True):
+        cfg = DrafterConfig.from_head(head, tc, max_batch=batch, max_len=256, max_new_rows=16, tail_row_tile=tail)
+        p = cfg.launch_params("cuda", batch, 16)
+        assert p["BM"] == 128 and p["BMT"] == (0 if not tail else 32 if batch == 16 else 16)
+        bufs = Buffers.allocate(cfg, "cuda")
+        runs.append(([[t.clone() for t in launch_drafter(cfg, x, w, bufs)] for x in X], bufs.k_cache.clone(),
+                     bufs.v_cache.clone()))
+        del bufs
+    for a, b in zip(runs[0][0], runs[1][0], strict=True):
+        assert all(torch.equal(x, y) for x, y in zip(a, b, strict=True))
+    assert torch.equal(runs[0][1], runs[1][1]) and torch.equal(runs[0][2], runs[1][2])
+    del head, w
+    torch.cuda.empty_cache()
+
+
 def match_rate_8b(n_inputs: int, peaked: bool, dtype=torch.bfloat16, ulps: float = 4.0, prompt=96,
                   tree=(60, 7, 10), lm_scale: float = 1.0, fp8: bool = False):
     """Kernel vs reference at the Llama-3.1-8B shape in ``dtype`` over fresh prefill inputs (``lm_scale``
@@ -869,10 +903,12 @@ def test_gpu_llama8b_fp8_bf16_separated_trees_identical():
                                                   ("small", ("l2_prefetch", 2), (13,)),
                                                   ("small", ("token_qkv_table", True), (1, 2)),
                                                   ("small", ("token_qkv_table", True), (13,)),
-                                                  ("8b", ("token_qkv_table", True), (1,))],
+                                                  ("8b", ("token_qkv_table", True), (1,)),
+                                                  ("small", ("tail_row_tile", True), (13, 16))],
                          ids=["small-hidden-half-early", "8b-hidden-half-early", "small-stream-k", "8b-whole-tiles",
                               "small-stream-k-two-row-tiles", "small-l2-prefetch", "small-l2-prefetch-two-row-tiles",
-                              "small-qkv-table", "small-qkv-table-two-row-tiles", "8b-qkv-table"])
+                              "small-qkv-table", "small-qkv-table-two-row-tiles", "8b-qkv-table",
+                              "small-tail-row-tile"])
 def test_gpu_schedule_options_fp32_identical_trees(shape, option, batches):
     """The schedules other than the default, with one program per SM. ``hidden_half_early``: the programs past
     the row tile compute the next step's hidden half during RM and SEL (arriving at the RM barrier without
@@ -883,21 +919,26 @@ def test_gpu_schedule_options_fp32_identical_trees(shape, option, batches):
     the trees must not change; whole tiles at this width). ``token_qkv_table=True``: the tree steps' embedding
     half from the table (with the hidden half early at batch 1 of the 8B shape, the default there: no reduction
     left in the phase), their K/V rows also against the kernel's own without the table. fp32 trees and held KV
-    identical to the reference across calls."""
+    identical to the reference across calls. ``tail_row_tile=True`` (with stream-K products): 130 and 160 rows in a
+    128-row tile and a 16- or 32-row tail, each with its own part / flag region."""
     torch.backends.cuda.matmul.allow_tf32 = False
     if shape == "small":
         head = make_head(True, hidden_size=256, intermediate_size=512, num_attention_heads=8, num_key_value_heads=2,
                          vocab_size=1024, draft_vocab_size=512).cuda()
-        tc = TreeConfig(60, 7, 10) if batches == (13,) else TreeConfig(30, 4, 6)
+        tc = TreeConfig(60, 7, 10) if max(batches) >= 13 else TreeConfig(30, 4, 6)
     else:
         head, tc = llama8b_head(False, torch.float32), TreeConfig(60, 7, 10)
     V = head.config.vocab_size
     w = Weights.from_head(head, 140)
     for batch in batches:
-        cfg = DrafterConfig.from_head(head, tc, max_batch=batch, max_len=128, max_new_rows=16, **dict([option]))
+        extra = {"stream_k_linear": True} if option[0] == "tail_row_tile" else {}
+        cfg = DrafterConfig.from_head(head, tc, max_batch=batch, max_len=128, max_new_rows=16, **dict([option]),
+                                      **extra)
         p = cfg.launch_params("cuda", batch, 16)
         default = cfg.with_(**{option[0]: None}).launch_params("cuda", batch, 16)
-        if option[0] == "hidden_half_early":
+        if option[0] == "tail_row_tile":
+            assert (p["BM"], p["BMT"], p["SKL"], default["BMT"]) == (128, 16 if batch == 13 else 32, True, 0)
+        elif option[0] == "hidden_half_early":
             assert p["HQ"] and p["HQ_P0"] == p["BM"] and p["NPROG"] > p["BM"]
         elif option[0] == "l2_prefetch":
             assert p["PF"] == 2 and default["PF"] == 0

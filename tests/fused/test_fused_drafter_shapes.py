@@ -90,6 +90,55 @@ def test_fp8_batched_launch_with_padded_rows_and_bias():
                 assert torch.equal(a, b)
 
 
+@pytest.mark.parametrize(("fp8", "batch"), [(False, 17), (True, 9)], ids=["fp32-17", "fp8-9"])
+def test_tail_row_tile_matches_reference(fp8, batch):
+    """``tail_row_tile`` with 32-row tiles: 17 sequences of a top-4 tree (68 rows: two full tiles and a 16-row tail;
+    the root's 17 rows in a full tile) and 9 with FP8 weights (36 rows: one full tile and the tail, which takes the
+    root's 9 rows), through launch_drafter with padded new rows: every output identical to the reference's and to
+    the launch without the tail tile, and the draft KV to the latter's. (One program under the interpreter: the
+    stream-K parts of several programs, a region per row tile, are the GPU test's.)"""
+    head = shaped_head(64, 4, 2, 96, 256, 90, None, True, fp8)
+    tc = TreeConfig(14, 2, 4)
+    cfg = DrafterConfig.from_head(head, tc, max_batch=batch, max_len=64, max_new_rows=4, block_m=32,
+                                  tail_row_tile=True, stream_k_linear=True)
+    p = cfg.launch_params("cpu", batch, 4)
+    assert (p["BM"], p["BMT"], p["SKL"], p["HQ"]) == (32, 16, True, False)
+    plain = cfg.with_(tail_row_tile=False)
+    assert plain.launch_params("cpu", batch, 4)["BMT"] == 0
+    w = Weights.from_head(head, cfg.max_len + tc.depth + 1)
+    bufs, bufs_ref, bufs_plain = (Buffers.allocate(c, "cpu") for c in (cfg, cfg, plain))
+    for _ in range(2):  # the second call drafts on the first's KV
+        X = DraftInputs(torch.randn(batch, 4, head.feature_width), torch.randint(0, 256, (batch, 4)),
+                        torch.randint(1, 5, (batch,), dtype=torch.int32))
+        out, ref = launch_drafter(cfg, X, w, bufs), launch_drafter_ref(cfg, X, w, bufs_ref)
+        out_plain = launch_drafter(plain, X, w, bufs_plain)
+        assert not out.fallback
+        for a, b, c in zip(out, ref, out_plain, strict=True):
+            assert torch.equal(a, b) and torch.equal(a, c)
+    # the draft KV, tree steps' scratch rows included (the reference keeps only the prompt's): as without the tail
+    assert torch.equal(bufs.k_cache, bufs_plain.k_cache) and torch.equal(bufs.v_cache, bufs_plain.v_cache)
+
+
+def test_tail_row_tile_choice():
+    """The tail tile's size: the tree rows past the full tiles rounded up to a power of two (>= 16); none where the
+    rows fill whole tiles, fit one tile, or would round up to a full tile; block_m validated."""
+    head = shaped_head(64, 4, 2, 96, 256, 90)
+    cfg = DrafterConfig.from_head(head, TreeConfig(60, 7, 10), max_batch=16, max_len=512, max_new_rows=16, nprog=132,
+                                  tail_row_tile=True)
+    dev = torch.device("cuda")  # the GPU's tiling (computed without a GPU)
+    # top-10 tree: 10 rows per sequence; 128-row tiles from 65 rows on
+    assert [cfg.launch_params(dev, b, 4)["BMT"] for b in (1, 8, 12, 13, 15, 16)] == [0, 0, 0, 16, 32, 32]
+    assert [cfg.launch_params(dev, b, 4)["BM"] for b in (1, 8, 13, 16)] == [16, 128, 128, 128]
+    assert cfg.with_(tail_row_tile=False).launch_params(dev, 16, 4)["BMT"] == 0
+    # 64-row tiles: 60 rows fit one; 70 = 64 + 6 and 80 = 64 + 16 take a 16-row tail; 110 = 64 + 46 a full tile
+    c64 = cfg.with_(block_m=64)
+    assert [c64.launch_params(dev, b, 4)["BMT"] for b in (6, 7, 8, 11, 12)] == [0, 16, 16, 0, 0]
+    assert c64.launch_params(dev, 7, 4)["BM"] == 64
+    for bad in (8, 24, 256):
+        with pytest.raises(ValueError, match="block_m"):
+            cfg.with_(block_m=bad)
+
+
 def test_qkv_bias_only_head_matches_reference():
     """A head with q/k/v biases but none on o_proj (``qkv_bias``): the kernel adds zeros for o, trees identical."""
     cfg = DraftHeadConfig(hidden_size=64, intermediate_size=96, num_attention_heads=4, num_key_value_heads=2,

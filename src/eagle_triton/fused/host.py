@@ -120,6 +120,13 @@ class DrafterConfig:
     shape, batch and weight type tried on an H200 (bench/results/session33_2026-11-28/; 60/7/10, 8B: bf16 batch 1
     1.942 -> 1.753 ms, batch 16 7.84 -> 7.18; FP8 batch 1 1.73 -> 1.57 with the hidden half early, batch 16 8.83 ->
     8.11; 70B batch 16 25.0 -> 21.4); ``True``: always; ``False``: never.
+    ``block_m``: rows of a row tile (a power of two in 16..128; ``None``: the step's tree rows rounded up to a
+    power of two, at most 128, and 16 under the interpreter).
+    ``tail_row_tile``: where a step's tree rows need more than one row tile, the rows past the full tiles take a
+    tile of their own power-of-two size instead of a full one (batch 16 of a top-10 tree: 128 + 32 rows instead of
+    128 + 128, each padded row costing the products' arithmetic). Off by default: built in session 37 without a GPU
+    to measure it (docs/fused_drafter.md, "A row tile costs its padded size"). Each row's products take the same
+    operands; on a GPU a smaller tile may run another MMA instruction, whose rounding is not checked yet.
 
     Shapes the kernel cannot run are refused here or in :meth:`launch_params`, before any launch, with the reason:
     head_dim not a power of two >= 16 (RoPE pairs features within one power-of-two tile), hidden size not a multiple
@@ -162,6 +169,8 @@ class DrafterConfig:
     stream_k_linear: bool | None = None
     l2_prefetch: int | None = None
     token_qkv_table: bool | None = None
+    block_m: int | None = None
+    tail_row_tile: bool = False
 
     def __post_init__(self):
         TreeConfig(self.total_tokens, self.depth, self.top_k)  # validates the tree shape
@@ -176,6 +185,8 @@ class DrafterConfig:
             bn = getattr(self, name)
             if bn is not None and (self.head_dim % bn or bn % 2 or bn < 16):
                 raise ValueError(f"{name} {bn} must be even, >= 16 and divide head_dim {self.head_dim}")
+        if self.block_m is not None and (self.block_m & (self.block_m - 1) or not 16 <= self.block_m <= 128):
+            raise ValueError(f"block_m {self.block_m} must be a power of two in 16..128")
         if self.block_n_mlp is not None and (self.block_n_mlp & (self.block_n_mlp - 1) or self.block_n_mlp < 16):
             raise ValueError(f"block_n_mlp {self.block_n_mlp} must be a power of two >= 16")
         if self.block_vocab is not None and (self.block_vocab & (self.block_vocab - 1)
@@ -299,7 +310,13 @@ class DrafterConfig:
         bkv = self.block_kv or (16 if interp else 32 if bq >= 128 else 64)
         # one row tile holds every tree row of a step where it can (each extra tile re-streams the weights); the
         # tile does not depend on the new rows of the root step, so prompts of any length share one compiled kernel
-        bm = 16 if interp else min(128, max(16, _pow2(mq)))
+        bm = self.block_m or (16 if interp else min(128, max(16, _pow2(mq))))
+        # tail_row_tile: the tree rows past the full row tiles take a tile of their own power-of-two size (at batch
+        # 16 of a top-10 tree, 160 rows: 128 + 32 instead of 128 + 128); the root step's rows take it where they fit
+        bmt = 0
+        if self.tail_row_tile and batch * K > bm and (batch * K) % bm:
+            bmt = max(16, _pow2((batch * K) % bm))
+            bmt = bmt if bmt < bm else 0
         # 128-wide vocabulary tiles: 2.74 -> 2.66 ms over 64 at batch 1 (gpu_2026-11-22d/profile_5_tunings.log)
         bnv = self.block_vocab or (max(16, self.kp) if interp else max(128, self.kp))
         # Weight tiles of 64 rows (bench/results/probe_stream_gemv_h100.json: 16-row tiles cap one SM near 1.6 TB/s
@@ -435,7 +452,7 @@ class DrafterConfig:
             BQ=bq, NTH=nth, NTHP=_pow2(nth), BKQ=bkq, NSEG=nseg, BMR=bmr, BKR=bkr, BKQR=bkqr,
             IEEE=self.dtype == torch.float32, STAGES=1 if interp else self.stages,
             LMW=lmw, W8=self.fp8, HAS_BIAS=bool(self.attention_bias), HQ=hq, HQ_P0=hq_p0 if hq else 0, NSEGH=nsegh,
-            SKL=skl, NSEGL=nsegl, PF=pf, TQ=tq, RM32=rm32,
+            SKL=skl, NSEGL=nsegl, PF=pf, TQ=tq, RM32=rm32, BMT=bmt,
         )
 
 

@@ -471,7 +471,7 @@ def _epi(acc, sc, bias, cols, cok, W8: tl.constexpr, HAS_B: tl.constexpr, DT: tl
 def _linear_tiles(x_rows, row_ok, w, out_rows, res_rows, ss_rows, pid, sc, bias, part, flag, mc,
                   KDIM: tl.constexpr, N: tl.constexpr, HAS_RES: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr,
                   IEEE: tl.constexpr, STAGES: tl.constexpr, NPROG: tl.constexpr, W8: tl.constexpr,
-                  HAS_B: tl.constexpr, SK: tl.constexpr = False, NSEG: tl.constexpr = 1):
+                  HAS_B: tl.constexpr, SK: tl.constexpr = False, NSEG: tl.constexpr = 1, RB: tl.constexpr = 0):
     """This program's ``BN``-wide output tiles of one row tile: ``out = x @ w.T``, or with ``HAS_RES`` the
     reference's residual add ``rnd(res + rnd(x @ w.T))`` (row pointers ``[BM, 1]``, ``w`` is ``[N, KDIM]``; the
     product's rounding with FP8 scales ``sc`` and ``bias``: :func:`_epi`).
@@ -480,13 +480,15 @@ def _linear_tiles(x_rows, row_ok, w, out_rows, res_rows, ss_rows, pid, sc, bias,
     ``SK``: stream-K over (tile, BK chunk) as q/k/v, partial sums in ``part`` / ``flag`` (``NSEG`` >= the programs
     sharing a tile), in a region of its own for row tile ``mc`` (programs reach the row tiles at different times):
     whole tiles leave SMs idle (o and down: 64 tiles on 132 SMs), which costs most where each program's K loop
-    bounds the product (FP8 weights, more rows). Otherwise whole tiles, each over the full reduction."""
+    bounds the product (FP8 weights, more rows). Otherwise whole tiles, each over the full reduction.
+    ``RB``: the rows of a full row tile, which size the regions (0: this tile's; a tail tile has fewer rows)."""
     BM: tl.constexpr = row_ok.shape[0]
+    RBM: tl.constexpr = BM if RB == 0 else RB
     NC: tl.constexpr = (KDIM + BK - 1) // BK
     n_t = (N + BN - 1) // BN
     offn = tl.arange(0, BN)
     if SK:
-        part_mc = part + mc * n_t * NSEG * BM * BN
+        part_mc = part + mc * n_t * NSEG * RBM * BN
         flag_mc = flag + mc * n_t * NSEG
         c_lo, c_hi, t0, n_seg = _streamk_span(pid, n_t, NC, True, NPROG)
         for i in range(0, n_seg):
@@ -521,6 +523,23 @@ def _linear_out(acc, t, cols, row_ok, out_rows, res_rows, ss_rows, sc, bias, N: 
         y = _epi(acc, sc, bias, cols, cok, W8, HAS_B, DT)
     tl.store(out_rows + cols[None, :], y.to(DT), mask=m)
     tl.store(ss_rows + t, tl.sum(tl.where(m, y * y, 0.0), axis=1, keep_dims=True), mask=row_ok)
+
+
+@triton.jit
+def _row_tiles(MQ, BM: tl.constexpr, BMT: tl.constexpr):
+    """A phase's row tiles of ``MQ`` rows: ``n_big`` full ``BM``-row tiles, then, with ``BMT`` > 0, a tail tile of
+    ``BMT`` rows at row ``n_full * BM`` (``tail``) where the rows left after the full tiles fit it (else one more
+    full tile takes them). Returns (n_full, n_big, tail)."""
+    if BMT > 0:
+        n_full = MQ // BM
+        rem = MQ - n_full * BM
+        tail = (rem > 0) & (rem <= BMT)
+        n_big = n_full + (rem > BMT).to(tl.int32)
+    else:  # (tail and n_full unused then)
+        n_big = (MQ + BM - 1) // BM
+        n_full = n_big
+        tail = n_big < 0
+    return n_full, n_big, tail
 
 
 # ---------------------------------------------------------------------------------------------------------- phases
@@ -590,7 +609,7 @@ def _qkv_phase(s, emb_off, emb_rstd, g_qkv, wq, wk, wv, cos_t, sin_t, ids, nnew,
                NSEG: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, IEEE: tl.constexpr,
                STAGES: tl.constexpr, NPROG: tl.constexpr, W8: tl.constexpr, HAS_B: tl.constexpr,
                HQ_IN: tl.constexpr = 0, hq_part=None, NSEGH: tl.constexpr = 1, NHQ: tl.constexpr = 1,
-               TQ: tl.constexpr = 0, tq_tab=None):
+               TQ: tl.constexpr = 0, tq_tab=None, BMT: tl.constexpr = 0):
     """q/k/v of the step's rows from RMSNorm(embedding) ++ RMSNorm(hidden), RoPE inline; K/V into the draft KV.
     Stream-K over (output tile, BK chunk of the 2H reduction) with one row tile (every tree step, and root steps
     of at most BM rows). ``HQ_IN`` (tree steps, with one row tile): the hidden half was computed in the previous
@@ -599,90 +618,119 @@ def _qkv_phase(s, emb_off, emb_rstd, g_qkv, wq, wk, wv, cos_t, sin_t, ids, nnew,
     draft token's q/k/v is read from ``tq_tab`` (:func:`eagle_triton.fused.host.token_qkv_table`; ``tok_in`` then
     holds draft-vocabulary indices): the stream-K covers the hidden half only, or nothing with ``HQ_IN`` (each
     program then finishes whole tiles: table row + hidden parts + epilogue)."""
+    QW: tl.constexpr = NH * HD
+    KVW: tl.constexpr = NKV * HD
+    NCH: tl.constexpr = H // BK  # chunks per half (the host makes BK divide H)
+    NC: tl.constexpr = (2 - HQ_IN - TQ) * NCH
+    NCS: tl.constexpr = NC if NC > 0 else 1  # (the schedule divides by it; with nothing to reduce it is not split)
+    MR = tl.where(s == 0, B * S, B * K)  # rows whose K/V are computed
+    n_t = (QW + BN - 1) // BN + 2 * ((KVW + BN - 1) // BN)
+    n_full, n_big, tail = _row_tiles(MR, BM, BMT)
+    if BMT > 0:
+        n_mc = n_big + tail.to(tl.int32)
+    else:
+        n_mc = n_big
+    split = (n_mc == 1) & (NC > 0)  # one row tile; nothing to reduce: whole tiles in turn
+    c_lo, c_hi, t0, n_seg = _streamk_span(pid, n_t, NCS, split, NPROG)
+    for mc in range(0, n_big):
+        _qkv_rows(mc * BM + tl.arange(0, BM), s, emb_off, emb_rstd, g_qkv, wq, wk, wv, cos_t, sin_t, ids, nnew, kvlen,
+                  kc, vc, hbuf, hss, qbuf, part, flag, tok_in, src, status, wsc, wb, S, LMAX, MCAP, MR, eps, pid, n_t,
+                  split, c_lo, c_hi, t0, n_seg, H, NH, NKV, HD, K, NTH, NTHP, NSEG, BN, BK, IEEE, STAGES, NPROG, W8,
+                  HAS_B, HQ_IN, hq_part, NSEGH, NHQ, TQ, tq_tab)
+    if BMT > 0:
+        if tail:
+            _qkv_rows(n_full * BM + tl.arange(0, BMT), s, emb_off, emb_rstd, g_qkv, wq, wk, wv, cos_t, sin_t, ids,
+                      nnew, kvlen, kc, vc, hbuf, hss, qbuf, part, flag, tok_in, src, status, wsc, wb, S, LMAX, MCAP,
+                      MR, eps, pid, n_t, split, c_lo, c_hi, t0, n_seg, H, NH, NKV, HD, K, NTH, NTHP, NSEG, BN, BK,
+                      IEEE, STAGES, NPROG, W8, HAS_B, HQ_IN, hq_part, NSEGH, NHQ, TQ, tq_tab)
+
+
+@triton.jit
+def _qkv_rows(r, s, emb_off, emb_rstd, g_qkv, wq, wk, wv, cos_t, sin_t, ids, nnew, kvlen, kc, vc, hbuf, hss, qbuf,
+              part, flag, tok_in, src, status, wsc, wb, S, LMAX, MCAP, MR, eps, pid, n_t, split, c_lo, c_hi, t0,
+              n_seg, H: tl.constexpr, NH: tl.constexpr, NKV: tl.constexpr, HD: tl.constexpr, K: tl.constexpr,
+              NTH: tl.constexpr, NTHP: tl.constexpr, NSEG: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr,
+              IEEE: tl.constexpr, STAGES: tl.constexpr, NPROG: tl.constexpr, W8: tl.constexpr, HAS_B: tl.constexpr,
+              HQ_IN: tl.constexpr, hq_part, NSEGH: tl.constexpr, NHQ: tl.constexpr, TQ: tl.constexpr, tq_tab):
+    """:func:`_qkv_phase` for the rows ``r`` of one row tile (the stream-K schedule ``split``, ``c_lo``, ``c_hi``,
+    ``t0``, ``n_seg`` over ``n_t`` tiles computed by the phase)."""
     DT: tl.constexpr = hbuf.dtype.element_ty
+    BM: tl.constexpr = r.shape[0]
     QW: tl.constexpr = NH * HD
     KVW: tl.constexpr = NKV * HD
     BH: tl.constexpr = BN // 2
     NCH: tl.constexpr = H // BK  # chunks per half (the host makes BK divide H)
     NC: tl.constexpr = (2 - HQ_IN - TQ) * NCH
     KB: tl.constexpr = TQ * H  # the first reduction element streamed (the hidden half's when the table holds the other)
-    NCS: tl.constexpr = NC if NC > 0 else 1  # (the schedule divides by it; with nothing to reduce it is not split)
-    offm = tl.arange(0, BM)
+    NCS: tl.constexpr = NC if NC > 0 else 1
     is_root = s == 0
     lvl = s - 1
     in_off = (s % 2) * MCAP  # hbuf parity (in rows): the step reads buffer s % 2 and writes (s + 1) % 2
-    MR = tl.where(is_root, B * S, B * K)  # rows whose K/V are computed
-    n_t = (QW + BN - 1) // BN + 2 * ((KVW + BN - 1) // BN)
-    n_mc = (MR + BM - 1) // BM
-    split = (n_mc == 1) & (NC > 0)  # nothing to reduce: whole tiles in turn
-    c_lo, c_hi, t0, n_seg = _streamk_span(pid, n_t, NCS, split, NPROG)
-    for mc in range(0, n_mc):
-        r = mc * BM + offm
-        rok = r < MR
-        b = tl.where(is_root, r // S, r // K)
-        j = tl.where(is_root, r % S, r % K)
-        nb = tl.load(nnew + b, mask=rok, other=1)
-        kvl = tl.load(kvlen + b, mask=rok, other=0)
-        tok = tl.where(is_root, tl.load(ids + r, mask=rok & is_root, other=0),
-                       tl.load(tok_in + r, mask=rok & (s > 0), other=0, cache_modifier=".cg"))
-        hrow = tl.where(is_root, r, tl.load(src + r, mask=rok & (s > 0), other=0, cache_modifier=".cg"))
-        valid = rok & ((s > 0) | (j < nb))
-        slot = tl.where(is_root, kvl + j, kvl + nb + lvl * K + j)
-        pos = tl.where(is_root, kvl + j, kvl + nb + lvl)
-        over = valid & (slot >= LMAX)
-        tl.store(status + r * 0, tl.full([BM], 1, tl.int32), mask=over)
-        # a sequence said to have more new rows than the input holds (the rows past S would be garbage in its KV)
-        tl.store(status + r * 0, tl.full([BM], 2, tl.int32), mask=rok & is_root & (j == 0) & (nb > S))
-        valid = valid & (slot < LMAX)
-        e_off = emb_off + tok.to(tl.int64)[:, None] * H  # elements from hbuf to the embedding rows
-        h_off = (in_off + hrow).to(tl.int64)[:, None] * H
-        if TQ:  # tok: draft-vocabulary indices; the embedding rows are not read
-            r_e = tl.full([BM], 1.0, tl.float32)
+    rok = r < MR
+    b = tl.where(is_root, r // S, r // K)
+    j = tl.where(is_root, r % S, r % K)
+    nb = tl.load(nnew + b, mask=rok, other=1)
+    kvl = tl.load(kvlen + b, mask=rok, other=0)
+    tok = tl.where(is_root, tl.load(ids + r, mask=rok & is_root, other=0),
+                   tl.load(tok_in + r, mask=rok & (s > 0), other=0, cache_modifier=".cg"))
+    hrow = tl.where(is_root, r, tl.load(src + r, mask=rok & (s > 0), other=0, cache_modifier=".cg"))
+    valid = rok & ((s > 0) | (j < nb))
+    slot = tl.where(is_root, kvl + j, kvl + nb + lvl * K + j)
+    pos = tl.where(is_root, kvl + j, kvl + nb + lvl)
+    over = valid & (slot >= LMAX)
+    tl.store(status + r * 0, tl.full([BM], 1, tl.int32), mask=over)
+    # a sequence said to have more new rows than the input holds (the rows past S would be garbage in its KV)
+    tl.store(status + r * 0, tl.full([BM], 2, tl.int32), mask=rok & is_root & (j == 0) & (nb > S))
+    valid = valid & (slot < LMAX)
+    e_off = emb_off + tok.to(tl.int64)[:, None] * H  # elements from hbuf to the embedding rows
+    h_off = (in_off + hrow).to(tl.int64)[:, None] * H
+    if TQ:  # tok: draft-vocabulary indices; the embedding rows are not read
+        r_e = tl.full([BM], 1.0, tl.float32)
+    else:
+        r_e = tl.load(emb_rstd + tok, mask=rok, other=1.0)
+    r_h = _rstd_parts(hss + (in_off + hrow).to(tl.int64)[:, None] * NTH, rok[:, None], NTH, NTHP, H, eps)
+    for i in range(0, n_seg):
+        t, s0, s1 = _streamk_segment(i, c_lo, c_hi, t0, NCS, split, pid, NPROG)
+        which, rope, jj, f, fok, w_row = _qkv_tile_weights(t, wq, wk, wv, H, NH, NKV, HD, BN)
+        acc = tl.zeros([BM, BN], dtype=tl.float32)
+        if NC > 0:
+            acc = _mm_qkv(acc, hbuf, e_off, h_off, rok[:, None], r_e, r_h, g_qkv, w_row, fok[:, None],
+                          KB + s0 * BK, KB + s1 * BK, H, BK, DT, IEEE, STAGES)
+            acc, own = _streamk_fixup(acc, t, s0, n_t, NC, split, part, flag, pid, NSEG, NPROG)
         else:
-            r_e = tl.load(emb_rstd + tok, mask=rok, other=1.0)
-        r_h = _rstd_parts(hss + (in_off + hrow).to(tl.int64)[:, None] * NTH, rok[:, None], NTH, NTHP, H, eps)
-        for i in range(0, n_seg):
-            t, s0, s1 = _streamk_segment(i, c_lo, c_hi, t0, NCS, split, pid, NPROG)
-            which, rope, jj, f, fok, w_row = _qkv_tile_weights(t, wq, wk, wv, H, NH, NKV, HD, BN)
-            acc = tl.zeros([BM, BN], dtype=tl.float32)
-            if NC > 0:
-                acc = _mm_qkv(acc, hbuf, e_off, h_off, rok[:, None], r_e, r_h, g_qkv, w_row, fok[:, None],
-                              KB + s0 * BK, KB + s1 * BK, H, BK, DT, IEEE, STAGES)
-                acc, own = _streamk_fixup(acc, t, s0, n_t, NC, split, part, flag, pid, NSEG, NPROG)
+            own = True
+        if own:
+            if HQ_IN:
+                acc += _hq_parts(hq_part, t, hrow, rok, n_t, NCH, NSEGH, NHQ, BM, BN)
+            # scales of q, k, v follow fc's H in wsc; biases of q, k, v (then o) start wb; the table's columns
+            # are q, k, v too
+            moff = tl.where(which == 0, 0, tl.where(which == 1, QW, QW + KVW))
+            if TQ:
+                acc += tl.load(tq_tab + tok.to(tl.int64)[:, None] * (QW + 2 * KVW) + (moff + f)[None, :],
+                               mask=rok[:, None] & fok[None, :], other=0.0)
+            y = _epi(acc, wsc + H + moff, wb + moff, f, fok, W8, HAS_B, DT)
+            # RoPE (half rotation) on the paired halves, with the tables rounded to the model dtype
+            y3 = tl.permute(tl.reshape(y, (BM, 2, BH)), (0, 2, 1))
+            x1, x2 = tl.split(y3)
+            dfreq = jj + tl.arange(0, BH)
+            cs = _rnd(tl.load(cos_t + pos.to(tl.int64)[:, None] * HD + dfreq[None, :], mask=rok[:, None],
+                              other=0.0), DT)
+            sn = _rnd(tl.load(sin_t + pos.to(tl.int64)[:, None] * HD + dfreq[None, :], mask=rok[:, None],
+                              other=0.0), DT)
+            o1 = _rnd(_rnd(x1 * cs, DT) + _rnd(-x2 * sn, DT), DT)
+            o2 = _rnd(_rnd(x2 * cs, DT) + _rnd(x1 * sn, DT), DT)
+            yr = tl.reshape(tl.permute(tl.join(o1, o2), (0, 2, 1)), (BM, BN))
+            y = tl.where(rope, yr, y)
+            smask = valid[:, None] & fok[None, :]
+            if which == 0:
+                tl.store(qbuf + r.to(tl.int64)[:, None] * QW + f[None, :], y.to(DT),
+                         mask=rok[:, None] & fok[None, :])
             else:
-                own = True
-            if own:
-                if HQ_IN:
-                    acc += _hq_parts(hq_part, t, hrow, rok, n_t, NCH, NSEGH, NHQ, BM, BN)
-                # scales of q, k, v follow fc's H in wsc; biases of q, k, v (then o) start wb; the table's columns
-                # are q, k, v too
-                moff = tl.where(which == 0, 0, tl.where(which == 1, QW, QW + KVW))
-                if TQ:
-                    acc += tl.load(tq_tab + tok.to(tl.int64)[:, None] * (QW + 2 * KVW) + (moff + f)[None, :],
-                                   mask=rok[:, None] & fok[None, :], other=0.0)
-                y = _epi(acc, wsc + H + moff, wb + moff, f, fok, W8, HAS_B, DT)
-                # RoPE (half rotation) on the paired halves, with the tables rounded to the model dtype
-                y3 = tl.permute(tl.reshape(y, (BM, 2, BH)), (0, 2, 1))
-                x1, x2 = tl.split(y3)
-                dfreq = jj + tl.arange(0, BH)
-                cs = _rnd(tl.load(cos_t + pos.to(tl.int64)[:, None] * HD + dfreq[None, :], mask=rok[:, None],
-                                  other=0.0), DT)
-                sn = _rnd(tl.load(sin_t + pos.to(tl.int64)[:, None] * HD + dfreq[None, :], mask=rok[:, None],
-                                  other=0.0), DT)
-                o1 = _rnd(_rnd(x1 * cs, DT) + _rnd(-x2 * sn, DT), DT)
-                o2 = _rnd(_rnd(x2 * cs, DT) + _rnd(x1 * sn, DT), DT)
-                yr = tl.reshape(tl.permute(tl.join(o1, o2), (0, 2, 1)), (BM, BN))
-                y = tl.where(rope, yr, y)
-                smask = valid[:, None] & fok[None, :]
-                if which == 0:
-                    tl.store(qbuf + r.to(tl.int64)[:, None] * QW + f[None, :], y.to(DT),
-                             mask=rok[:, None] & fok[None, :])
+                kvp = (b.to(tl.int64) * LMAX + slot)[:, None] * KVW + f[None, :]
+                if which == 1:
+                    tl.store(kc + kvp, y.to(DT), mask=smask)
                 else:
-                    kvp = (b.to(tl.int64) * LMAX + slot)[:, None] * KVW + f[None, :]
-                    if which == 1:
-                        tl.store(kc + kvp, y.to(DT), mask=smask)
-                    else:
-                        tl.store(vc + kvp, y.to(DT), mask=smask)
+                    tl.store(vc + kvp, y.to(DT), mask=smask)
 
 
 @triton.jit
@@ -838,64 +886,90 @@ def _comb_phase(s, att_o, att_ml, attn, B, pid, NH: tl.constexpr, HD: tl.constex
 def _o_phase(s, attn, wo, hbuf, src, nnew, h1, h1ss, wsc, wb, part, flag, B, S, MCAP, pid, H: tl.constexpr,
              QW: tl.constexpr, KVW: tl.constexpr, K: tl.constexpr, NTH: tl.constexpr, BM: tl.constexpr,
              BN: tl.constexpr, BK: tl.constexpr, IEEE: tl.constexpr, STAGES: tl.constexpr, NPROG: tl.constexpr,
-             W8: tl.constexpr, HAS_B: tl.constexpr, SK: tl.constexpr, NSEG: tl.constexpr):
+             W8: tl.constexpr, HAS_B: tl.constexpr, SK: tl.constexpr, NSEG: tl.constexpr, BMT: tl.constexpr = 0):
     """``h1 = hidden + o_proj(attn)`` for the rows that continue (the root's last row, or the frontier)."""
+    MQ = tl.where(s == 0, B, B * K)
+    n_full, n_big, tail = _row_tiles(MQ, BM, BMT)
+    for mc in range(0, n_big):
+        _o_rows(mc * BM + tl.arange(0, BM), mc, s, attn, wo, hbuf, src, nnew, h1, h1ss, wsc, wb, part, flag, S, MQ,
+                MCAP, pid, H, QW, KVW, NTH, BM, BN, BK, IEEE, STAGES, NPROG, W8, HAS_B, SK, NSEG)
+    if BMT > 0:
+        if tail:
+            _o_rows(n_full * BM + tl.arange(0, BMT), n_full, s, attn, wo, hbuf, src, nnew, h1, h1ss, wsc, wb, part,
+                    flag, S, MQ, MCAP, pid, H, QW, KVW, NTH, BM, BN, BK, IEEE, STAGES, NPROG, W8, HAS_B, SK, NSEG)
+
+
+@triton.jit
+def _o_rows(r, mc, s, attn, wo, hbuf, src, nnew, h1, h1ss, wsc, wb, part, flag, S, MQ, MCAP, pid, H: tl.constexpr,
+            QW: tl.constexpr, KVW: tl.constexpr, NTH: tl.constexpr, RB: tl.constexpr, BN: tl.constexpr,
+            BK: tl.constexpr, IEEE: tl.constexpr, STAGES: tl.constexpr, NPROG: tl.constexpr, W8: tl.constexpr,
+            HAS_B: tl.constexpr, SK: tl.constexpr, NSEG: tl.constexpr):
+    """:func:`_o_phase` for the rows ``r`` of row tile ``mc`` (``RB``: the rows of a full tile)."""
     is_root = s == 0
     in_off = (s % 2) * MCAP * H
-    MQ = tl.where(is_root, B, B * K)
-    offm = tl.arange(0, BM)
-    n_mc = (MQ + BM - 1) // BM
-    for mc in range(0, n_mc):
-        r = mc * BM + offm
-        rok = r < MQ
-        nb = tl.load(nnew + r, mask=rok & is_root, other=1)
-        hrow = tl.where(is_root, r * S + nb - 1, tl.load(src + r, mask=rok & (s > 0), other=0, cache_modifier=".cg"))
-        _linear_tiles(attn + r.to(tl.int64)[:, None] * QW, rok[:, None], wo, h1 + r.to(tl.int64)[:, None] * H,
-                      hbuf + in_off + hrow.to(tl.int64)[:, None] * H, h1ss + r.to(tl.int64)[:, None] * NTH, pid,
-                      wsc + H + QW + 2 * KVW, wb + QW + 2 * KVW, part, flag, mc, QW, H, True, BN, BK, IEEE,
-                      STAGES, NPROG, W8, HAS_B, SK, NSEG)
+    rok = r < MQ
+    nb = tl.load(nnew + r, mask=rok & is_root, other=1)
+    hrow = tl.where(is_root, r * S + nb - 1, tl.load(src + r, mask=rok & (s > 0), other=0, cache_modifier=".cg"))
+    _linear_tiles(attn + r.to(tl.int64)[:, None] * QW, rok[:, None], wo, h1 + r.to(tl.int64)[:, None] * H,
+                  hbuf + in_off + hrow.to(tl.int64)[:, None] * H, h1ss + r.to(tl.int64)[:, None] * NTH, pid,
+                  wsc + H + QW + 2 * KVW, wb + QW + 2 * KVW, part, flag, mc, QW, H, True, BN, BK, IEEE,
+                  STAGES, NPROG, W8, HAS_B, SK, NSEG, RB)
 
 
 @triton.jit(noinline=True)
 def _gu_phase(s, h1, h1ss, g_post, wg, wu, act, sc_g, part, flag, B, eps, pid, H: tl.constexpr, INTER: tl.constexpr,
               K: tl.constexpr, NTH: tl.constexpr, NTHP: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr,
               BK: tl.constexpr, IEEE: tl.constexpr, STAGES: tl.constexpr, NPROG: tl.constexpr, W8: tl.constexpr,
-              SK: tl.constexpr, NSEG: tl.constexpr):
+              SK: tl.constexpr, NSEG: tl.constexpr, BMT: tl.constexpr = 0):
     """``act = silu(gate(x)) * up(x)``, x = post-attention RMSNorm(h1) computed inline. Whole tiles, or with ``SK``
     stream-K over (tile, BK chunk) as :func:`_linear_tiles` (per row tile, gate's and up's partial sums in two
     halves of a region of ``part`` / ``flag``): every program then reduces the same number of chunks (224 tiles of
     the 8B head on 132 SMs are otherwise 1 or 2 per program)."""
+    MQ = tl.where(s == 0, B, B * K)
+    n_full, n_big, tail = _row_tiles(MQ, BM, BMT)
+    for mc in range(0, n_big):
+        _gu_rows(mc * BM + tl.arange(0, BM), mc, h1, h1ss, g_post, wg, wu, act, sc_g, part, flag, MQ, eps, pid, H,
+                 INTER, NTH, NTHP, BM, BN, BK, IEEE, STAGES, NPROG, W8, SK, NSEG)
+    if BMT > 0:
+        if tail:
+            _gu_rows(n_full * BM + tl.arange(0, BMT), n_full, h1, h1ss, g_post, wg, wu, act, sc_g, part, flag, MQ,
+                     eps, pid, H, INTER, NTH, NTHP, BM, BN, BK, IEEE, STAGES, NPROG, W8, SK, NSEG)
+
+
+@triton.jit
+def _gu_rows(r, mc, h1, h1ss, g_post, wg, wu, act, sc_g, part, flag, MQ, eps, pid, H: tl.constexpr,
+             INTER: tl.constexpr, NTH: tl.constexpr, NTHP: tl.constexpr, RB: tl.constexpr, BN: tl.constexpr,
+             BK: tl.constexpr, IEEE: tl.constexpr, STAGES: tl.constexpr, NPROG: tl.constexpr, W8: tl.constexpr,
+             SK: tl.constexpr, NSEG: tl.constexpr):
+    """:func:`_gu_phase` for the rows ``r`` of row tile ``mc`` (``RB``: the rows of a full tile, which size the
+    regions of ``part``)."""
     DT: tl.constexpr = h1.dtype.element_ty
+    BM: tl.constexpr = r.shape[0]
     NC: tl.constexpr = (H + BK - 1) // BK
     n_it: tl.constexpr = (INTER + BN - 1) // BN
-    MQ = tl.where(s == 0, B, B * K)
-    offm = tl.arange(0, BM)
     offn = tl.arange(0, BN)
-    n_mc = (MQ + BM - 1) // BM
-    for mc in range(0, n_mc):
-        r = mc * BM + offm
-        rok = r < MQ
-        x_row = h1 + r.to(tl.int64)[:, None] * H
-        rs = _rstd_parts(h1ss + r.to(tl.int64)[:, None] * NTH, rok[:, None], NTH, NTHP, H, eps)
-        if SK:  # a region of part / flag per row tile: gate's parts, then up's
-            part_g = part + mc * 2 * n_it * NSEG * BM * BN
-            flag_g = flag + mc * 2 * n_it * NSEG
-            c_lo, c_hi, t0, n_seg = _streamk_span(pid, n_it, NC, True, NPROG)
-            for i in range(0, n_seg):
-                t, s0, s1 = _streamk_segment(i, c_lo, c_hi, t0, NC, True, pid, NPROG)
-                cols = t * BN + offn
-                ag, au = _gu_tile(x_row, rok, rs, g_post, wg, wu, cols, s0 * BK, s1 * BK, H, INTER, BK, DT, IEEE,
-                                  STAGES)
-                ag, own = _streamk_fixup(ag, t, s0, n_it, NC, True, part_g, flag_g, pid, NSEG, NPROG)
-                au, _ = _streamk_fixup(au, t, s0, n_it, NC, True, part_g + n_it * NSEG * BM * BN,
-                                       flag_g + n_it * NSEG, pid, NSEG, NPROG)  # the same owner as gate's
-                if own:
-                    _gu_out(ag, au, r, rok, cols, act, sc_g, INTER, W8, DT)
-        else:
-            for t in range(pid, n_it, NPROG):
-                cols = t * BN + offn
-                ag, au = _gu_tile(x_row, rok, rs, g_post, wg, wu, cols, 0, H, H, INTER, BK, DT, IEEE, STAGES)
+    rok = r < MQ
+    x_row = h1 + r.to(tl.int64)[:, None] * H
+    rs = _rstd_parts(h1ss + r.to(tl.int64)[:, None] * NTH, rok[:, None], NTH, NTHP, H, eps)
+    if SK:  # a region of part / flag per row tile: gate's parts, then up's
+        part_g = part + mc * 2 * n_it * NSEG * RB * BN
+        flag_g = flag + mc * 2 * n_it * NSEG
+        c_lo, c_hi, t0, n_seg = _streamk_span(pid, n_it, NC, True, NPROG)
+        for i in range(0, n_seg):
+            t, s0, s1 = _streamk_segment(i, c_lo, c_hi, t0, NC, True, pid, NPROG)
+            cols = t * BN + offn
+            ag, au = _gu_tile(x_row, rok, rs, g_post, wg, wu, cols, s0 * BK, s1 * BK, H, INTER, BK, DT, IEEE,
+                              STAGES)
+            ag, own = _streamk_fixup(ag, t, s0, n_it, NC, True, part_g, flag_g, pid, NSEG, NPROG)
+            au, _ = _streamk_fixup(au, t, s0, n_it, NC, True, part_g + n_it * NSEG * BM * BN,
+                                   flag_g + n_it * NSEG, pid, NSEG, NPROG)  # the same owner as gate's
+            if own:
                 _gu_out(ag, au, r, rok, cols, act, sc_g, INTER, W8, DT)
+    else:
+        for t in range(pid, n_it, NPROG):
+            cols = t * BN + offn
+            ag, au = _gu_tile(x_row, rok, rs, g_post, wg, wu, cols, 0, H, H, INTER, BK, DT, IEEE, STAGES)
+            _gu_out(ag, au, r, rok, cols, act, sc_g, INTER, W8, DT)
 
 
 @triton.jit
@@ -927,18 +1001,31 @@ def _gu_out(ag, au, r, rok, cols, act, sc_g, INTER: tl.constexpr, W8: tl.constex
 def _down_phase(s, act, wd, h1, hbuf, hss, sc_d, part, flag, B, MCAP, pid, H: tl.constexpr, INTER: tl.constexpr,
                 K: tl.constexpr, NTH: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr,
                 IEEE: tl.constexpr, STAGES: tl.constexpr, NPROG: tl.constexpr, W8: tl.constexpr, SK: tl.constexpr,
-                NSEG: tl.constexpr):
+                NSEG: tl.constexpr, BMT: tl.constexpr = 0):
     """The step output ``h1 + down(act)`` into hbuf[(s + 1) % 2] (row statistics into hss[(s + 1) % 2])."""
     MQ = tl.where(s == 0, B, B * K)
+    n_full, n_big, tail = _row_tiles(MQ, BM, BMT)
+    for mc in range(0, n_big):
+        _down_rows(mc * BM + tl.arange(0, BM), mc, s, act, wd, h1, hbuf, hss, sc_d, part, flag, MQ, MCAP, pid, H,
+                   INTER, NTH, BM, BN, BK, IEEE, STAGES, NPROG, W8, SK, NSEG)
+    if BMT > 0:
+        if tail:
+            _down_rows(n_full * BM + tl.arange(0, BMT), n_full, s, act, wd, h1, hbuf, hss, sc_d, part, flag, MQ, MCAP,
+                       pid, H, INTER, NTH, BM, BN, BK, IEEE, STAGES, NPROG, W8, SK, NSEG)
+
+
+@triton.jit
+def _down_rows(r, mc, s, act, wd, h1, hbuf, hss, sc_d, part, flag, MQ, MCAP, pid, H: tl.constexpr,
+               INTER: tl.constexpr, NTH: tl.constexpr, RB: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr,
+               IEEE: tl.constexpr, STAGES: tl.constexpr, NPROG: tl.constexpr, W8: tl.constexpr, SK: tl.constexpr,
+               NSEG: tl.constexpr):
+    """:func:`_down_phase` for the rows ``r`` of row tile ``mc`` (``RB``: the rows of a full tile)."""
     out_off = ((s + 1) % 2) * MCAP
-    offm = tl.arange(0, BM)
-    n_mc = (MQ + BM - 1) // BM
-    for mc in range(0, n_mc):
-        r = (mc * BM + offm).to(tl.int64)
-        rok = r < MQ
-        _linear_tiles(act + r[:, None] * INTER, rok[:, None], wd, hbuf + (out_off + r[:, None]) * H,
-                      h1 + r[:, None] * H, hss + (out_off + r[:, None]) * NTH, pid, sc_d, sc_d, part, flag, mc,
-                      INTER, H, True, BN, BK, IEEE, STAGES, NPROG, W8, False, SK, NSEG)
+    r = r.to(tl.int64)
+    rok = r < MQ
+    _linear_tiles(act + r[:, None] * INTER, rok[:, None], wd, hbuf + (out_off + r[:, None]) * H,
+                  h1 + r[:, None] * H, hss + (out_off + r[:, None]) * NTH, pid, sc_d, sc_d, part, flag, mc,
+                  INTER, H, True, BN, BK, IEEE, STAGES, NPROG, W8, False, SK, NSEG, RB)
 
 
 @triton.jit
@@ -1012,7 +1099,7 @@ def _lm_select(scr, sidx, n_my, n_ext, kmin, DT: tl.constexpr, BNV: tl.constexpr
 def _lm_phase(s, hbuf, hss, g_norm, wlm, lm_key, lm_ms, lm_scr, sc_lm, B, MCAP, eps, pid, H: tl.constexpr,
               VD: tl.constexpr, K: tl.constexpr, KP: tl.constexpr, NPP: tl.constexpr, NTH: tl.constexpr,
               NTHP: tl.constexpr, BM: tl.constexpr, BNV: tl.constexpr, BK: tl.constexpr, IEEE: tl.constexpr,
-              STAGES: tl.constexpr, NPROG: tl.constexpr, LMW: tl.constexpr, W8: tl.constexpr):
+              STAGES: tl.constexpr, NPROG: tl.constexpr, LMW: tl.constexpr, W8: tl.constexpr, BMT: tl.constexpr = 0):
     """LM head over ``BNV``-wide vocabulary tiles (final RMSNorm inline): each program computes, per row, the top-``K``
     packed keys and the logsumexp of its tiles (``pid``, ``pid + NPROG``, ...), stored to its own slot of lm_key /
     lm_ms. (Contiguous ranges of ``VD / NPROG`` rows per program, equal bytes where whole tiles leave some programs
@@ -1028,12 +1115,34 @@ def _lm_phase(s, hbuf, hss, g_norm, wlm, lm_key, lm_ms, lm_scr, sc_lm, B, MCAP, 
       the element work dominates, and half of it hides under the next tile's loads (ranked by warps there: batch 4
       3.38 -> 3.46 ms, batch 16 8.48 -> 8.80 ms)."""
     DT: tl.constexpr = hbuf.dtype.element_ty
-    KT: tl.constexpr = lm_scr.dtype.element_ty
+    MQ = tl.where(s == 0, B, B * K)
+    NVT: tl.constexpr = (VD + BNV - 1) // BNV
+    MT: tl.constexpr = (NVT + NPROG - 1) // NPROG  # the most tiles a program has
+    tl.static_assert(DT.primitive_bitwidth != 16 or MT * BNV <= 65536, "int32 tile keys hold 16-bit row indices")
+    scr = lm_scr + pid * (MT * BM * BNV)  # this program's scratch (sized for a full row tile)
+    n_full, n_big, tail = _row_tiles(MQ, BM, BMT)
+    for mc in range(0, n_big):
+        _lm_rows(mc * BM + tl.arange(0, BM), s, hbuf, hss, g_norm, wlm, lm_key, lm_ms, scr, sc_lm, MQ, MCAP, eps, pid,
+                 H, VD, K, KP, NPP, NTH, NTHP, BNV, BK, IEEE, STAGES, NPROG, LMW, W8)
+    if BMT > 0:
+        if tail:
+            _lm_rows(n_full * BM + tl.arange(0, BMT), s, hbuf, hss, g_norm, wlm, lm_key, lm_ms, scr, sc_lm, MQ, MCAP,
+                     eps, pid, H, VD, K, KP, NPP, NTH, NTHP, BNV, BK, IEEE, STAGES, NPROG, LMW, W8)
+
+
+@triton.jit
+def _lm_rows(r, s, hbuf, hss, g_norm, wlm, lm_key, lm_ms, scr, sc_lm, MQ, MCAP, eps, pid, H: tl.constexpr,
+             VD: tl.constexpr, K: tl.constexpr, KP: tl.constexpr, NPP: tl.constexpr, NTH: tl.constexpr,
+             NTHP: tl.constexpr, BNV: tl.constexpr, BK: tl.constexpr, IEEE: tl.constexpr, STAGES: tl.constexpr,
+             NPROG: tl.constexpr, LMW: tl.constexpr, W8: tl.constexpr):
+    """:func:`_lm_phase` for the rows ``r`` of one row tile (``scr``: this program's key scratch)."""
+    DT: tl.constexpr = hbuf.dtype.element_ty
+    KT: tl.constexpr = scr.dtype.element_ty
     if LMW and DT.primitive_bitwidth == 16:
         KMIN: tl.constexpr = -2147483648
     else:
         KMIN: tl.constexpr = _MINKEY
-    MQ = tl.where(s == 0, B, B * K)
+    BM: tl.constexpr = r.shape[0]
     out_off = ((s + 1) % 2) * MCAP
     offm = tl.arange(0, BM)
     offn = tl.arange(0, BNV)
@@ -1041,66 +1150,61 @@ def _lm_phase(s, hbuf, hss, g_norm, wlm, lm_key, lm_ms, lm_scr, sc_lm, B, MCAP, 
     offk = tl.arange(0, BK)[None, :]
     NKL: tl.constexpr = (H + BK - 1) // BK
     NVT: tl.constexpr = (VD + BNV - 1) // BNV
-    MT: tl.constexpr = (NVT + NPROG - 1) // NPROG  # the most tiles a program has
-    tl.static_assert(DT.primitive_bitwidth != 16 or MT * BNV <= 65536, "int32 tile keys hold 16-bit row indices")
     n_my = (NVT - pid + NPROG - 1) // NPROG  # vocabulary tiles pid, pid + NPROG, ...
     # K as a trip count the compiler cannot see (MCAP >= 1, not specialised): the extraction loops stay rolled
     # (the phase's code is fetched cold every step)
     n_ext = K + (MCAP < 0).to(tl.int32)
-    scr = lm_scr + pid * (MT * BM * BNV)
     sidx = offm[:, None] * BNV + offn[None, :]
-    for mc in range(0, (MQ + BM - 1) // BM):
-        r = mc * BM + offm
-        rok = r < MQ
-        x_row = hbuf + (out_off + r.to(tl.int64)[:, None]) * H
-        rs = _rstd_parts(hss + (out_off + r.to(tl.int64)[:, None]) * NTH, rok[:, None], NTH, NTHP, H, eps)
-        run_key = tl.full([BM, KP], _MINKEY, dtype=tl.int64)
-        run_m = tl.full([BM], -1.0e30, dtype=tl.float32)
-        run_s = tl.zeros([BM], dtype=tl.float32)
-        if LMW:
-            tl.debug_barrier()  # the previous row chunk's keys have been read
-        # one pipelined loop over (this program's tiles x K chunks): the next tile's weights are in flight while a
-        # tile's epilogue runs (a loop per tile would drain and refill the pipeline each time)
-        acc = tl.zeros([BM, BNV], dtype=tl.float32)
-        for it in tl.range(0, n_my * NKL, num_stages=STAGES):
-            tt = it // NKL
-            kk = it - tt * NKL
-            cols = (pid + tt * NPROG) * BNV + offn
-            cok = cols < VD
-            k0 = kk * BK
-            km = k0 + offk < H
-            x = tl.load(x_row + k0 + offk, mask=rok[:, None] & km, other=0.0, cache_modifier=".cg").to(tl.float32)
-            g = tl.load(g_norm + k0 + offk, mask=km, other=0.0).to(tl.float32)
-            xn = (g * _rnd(x * rs[:, None], DT)).to(DT)
-            w = _wcast(tl.load(wlm + cols.to(tl.int64)[:, None] * H + k0 + offk, mask=cok[:, None] & km, other=0.0),
-                       DT)
-            acc = _dot(xn, w, acc, IEEE)
-            if kk == NKL - 1:
-                lg = _epi(acc, sc_lm, sc_lm, cols, cok, W8, False, DT)
-                if LMW:
-                    # local index tt * BNV + column: ordered as the vocabulary rows within this program
-                    key = tl.where(cok[None, :] & rok[:, None],
-                                   _tile_key(lg, (tt * BNV + offn)[None, :], cols[None, :] + r[:, None] * 0, DT), KMIN)
-                    tl.store(scr + tt * (BM * BNV) + sidx, key.to(KT))
-                else:
-                    lgm = tl.where(cok[None, :], lg, -1.0e30)
-                    m_new = tl.maximum(run_m, tl.max(lgm, axis=1))
-                    run_s = run_s * tl.exp(run_m - m_new) + tl.sum(tl.where(cok[None, :],
-                                                                            tl.exp(lgm - m_new[:, None]), 0.0), axis=1)
-                    run_m = m_new
-                    key = tl.where(cok[None, :] & rok[:, None], _pack(lg, cols[None, :] + r[:, None] * 0), _MINKEY)
-                    run_key = _topk_merge(run_key, key, K, _MINKEY)
-                acc = tl.zeros([BM, BNV], dtype=tl.float32)
-        prow = r.to(tl.int64) * NPP + pid
-        if LMW:
-            tl.debug_barrier()
-            best, run_m, run_s = _lm_select(scr, sidx, n_my, n_ext, KMIN, DT, BNV)
-            tl.store(lm_key + prow[:, None] * KP + offn[None, :], _tile_key_global(best, pid, KMIN, DT, BNV, NPROG),
-                     mask=rok[:, None] & (offn[None, :] < KP))
-        else:
-            tl.store(lm_key + prow[:, None] * KP + offkp[None, :], run_key, mask=rok[:, None])
-        tl.store(lm_ms + prow * 2, run_m, mask=rok)
-        tl.store(lm_ms + prow * 2 + 1, run_s, mask=rok)
+    rok = r < MQ
+    x_row = hbuf + (out_off + r.to(tl.int64)[:, None]) * H
+    rs = _rstd_parts(hss + (out_off + r.to(tl.int64)[:, None]) * NTH, rok[:, None], NTH, NTHP, H, eps)
+    run_key = tl.full([BM, KP], _MINKEY, dtype=tl.int64)
+    run_m = tl.full([BM], -1.0e30, dtype=tl.float32)
+    run_s = tl.zeros([BM], dtype=tl.float32)
+    if LMW:
+        tl.debug_barrier()  # the previous row chunk's keys have been read
+    # one pipelined loop over (this program's tiles x K chunks): the next tile's weights are in flight while a
+    # tile's epilogue runs (a loop per tile would drain and refill the pipeline each time)
+    acc = tl.zeros([BM, BNV], dtype=tl.float32)
+    for it in tl.range(0, n_my * NKL, num_stages=STAGES):
+        tt = it // NKL
+        kk = it - tt * NKL
+        cols = (pid + tt * NPROG) * BNV + offn
+        cok = cols < VD
+        k0 = kk * BK
+        km = k0 + offk < H
+        x = tl.load(x_row + k0 + offk, mask=rok[:, None] & km, other=0.0, cache_modifier=".cg").to(tl.float32)
+        g = tl.load(g_norm + k0 + offk, mask=km, other=0.0).to(tl.float32)
+        xn = (g * _rnd(x * rs[:, None], DT)).to(DT)
+        w = _wcast(tl.load(wlm + cols.to(tl.int64)[:, None] * H + k0 + offk, mask=cok[:, None] & km, other=0.0),
+                   DT)
+        acc = _dot(xn, w, acc, IEEE)
+        if kk == NKL - 1:
+            lg = _epi(acc, sc_lm, sc_lm, cols, cok, W8, False, DT)
+            if LMW:
+                # local index tt * BNV + column: ordered as the vocabulary rows within this program
+                key = tl.where(cok[None, :] & rok[:, None],
+                               _tile_key(lg, (tt * BNV + offn)[None, :], cols[None, :] + r[:, None] * 0, DT), KMIN)
+                tl.store(scr + tt * (BM * BNV) + sidx, key.to(KT))
+            else:
+                lgm = tl.where(cok[None, :], lg, -1.0e30)
+                m_new = tl.maximum(run_m, tl.max(lgm, axis=1))
+                run_s = run_s * tl.exp(run_m - m_new) + tl.sum(tl.where(cok[None, :],
+                                                                        tl.exp(lgm - m_new[:, None]), 0.0), axis=1)
+                run_m = m_new
+                key = tl.where(cok[None, :] & rok[:, None], _pack(lg, cols[None, :] + r[:, None] * 0), _MINKEY)
+                run_key = _topk_merge(run_key, key, K, _MINKEY)
+            acc = tl.zeros([BM, BNV], dtype=tl.float32)
+    prow = r.to(tl.int64) * NPP + pid
+    if LMW:
+        tl.debug_barrier()
+        best, run_m, run_s = _lm_select(scr, sidx, n_my, n_ext, KMIN, DT, BNV)
+        tl.store(lm_key + prow[:, None] * KP + offn[None, :], _tile_key_global(best, pid, KMIN, DT, BNV, NPROG),
+                 mask=rok[:, None] & (offn[None, :] < KP))
+    else:
+        tl.store(lm_key + prow[:, None] * KP + offkp[None, :], run_key, mask=rok[:, None])
+    tl.store(lm_ms + prow * 2, run_m, mask=rok)
+    tl.store(lm_ms + prow * 2 + 1, run_s, mask=rok)
 
 
 @triton.jit(noinline=True)
@@ -1395,6 +1499,9 @@ def fused_drafter_kernel(
     RM32: tl.constexpr = False,
     # TQ: tree steps read the embedding half of q/k/v from tq_tab (DrafterConfig.token_qkv_table)
     TQ: tl.constexpr = False,
+    # BMT: rows of a tail row tile (0: none): a step's rows past its full BM-row tiles take a BMT-row tile when they
+    # fit it (DrafterConfig.tail_row_tile)
+    BMT: tl.constexpr = 0,
 ):
     pid = tl.program_id(0)
     DT: tl.constexpr = hbuf.dtype.element_ty
@@ -1426,11 +1533,11 @@ def fused_drafter_kernel(
             _qkv_phase(s, emb_off, emb_rstd, g_qkv, wq, wk, wv, cos_t, sin_t, ids, nnew, kvlen, kc, vc, hbuf, hss,
                        qbuf, part, flag, tok_in, src, status, wsc, wb, B, S, LMAX, MCAP, eps, pid, H, NH, NKV, HD,
                        K, NTH, NTHP, NSEG, BM, BNQ, BKQ, IEEE, STAGES, NPROG, W8, HAS_BIAS, HQ, hq_part, NSEGH,
-                       NPROG - HQ_P0, TQ, tq_tab)
+                       NPROG - HQ_P0, TQ, tq_tab, BMT)
         else:
             _qkv_phase(s, emb_off, emb_rstd, g_qkv, wq, wk, wv, cos_t, sin_t, ids, nnew, kvlen, kc, vc, hbuf, hss,
                        qbuf, part, flag, tok_in, src, status, wsc, wb, B, S, LMAX, MCAP, eps, pid, H, NH, NKV, HD,
-                       K, NTH, NTHP, NSEG, BM, BNQ, BKQ, IEEE, STAGES, NPROG, W8, HAS_BIAS)
+                       K, NTH, NTHP, NSEG, BM, BNQ, BKQ, IEEE, STAGES, NPROG, W8, HAS_BIAS, BMT=BMT)
         bt += NPROG
         _grid_sync(bar, bt, NPROG, prof, PROFILE)
         _att_phase(s, qbuf, kc, vc, anc, nnew, kvlen, att_o, att_ml, B, S, LMAX, sm_scale, pid, prof, NH, NKV, HD, K,
@@ -1444,28 +1551,28 @@ def fused_drafter_kernel(
             _pf_tiles(wo, pid, PF, H, QW, BN, BKL, SKL, NPROG)
         _grid_wait(bar, bt, NPROG)
         _o_phase(s, attn, wo, hbuf, src, nnew, h1, h1ss, wsc, wb, part, flag, B, S, MCAP, pid, H, QW, KVW, K, NTH,
-                 BM, BN, BKL, IEEE, STAGES, NPROG, W8, HAS_BIAS, SKL, NSEGL)
+                 BM, BN, BKL, IEEE, STAGES, NPROG, W8, HAS_BIAS, SKL, NSEGL, BMT)
         bt += NPROG
         _grid_arrive(bar, bt, NPROG, prof, PROFILE)
         if PF > 0:
             _pf_tiles(wg, pid, PF, INTER, H, BNG, BKG, SKL, NPROG, wu, True)
         _grid_wait(bar, bt, NPROG)
         _gu_phase(s, h1, h1ss, g_post, wg, wu, act, wsc + SC_G, part, flag, B, eps, pid, H, INTER, K, NTH, NTHP,
-                  BM, BNG, BKG, IEEE, STAGES, NPROG, W8, SKL, NSEGL)
+                  BM, BNG, BKG, IEEE, STAGES, NPROG, W8, SKL, NSEGL, BMT)
         bt += NPROG
         _grid_arrive(bar, bt, NPROG, prof, PROFILE)
         if PF > 0:
             _pf_tiles(wd, pid, PF, H, INTER, BN, BKL, SKL, NPROG)
         _grid_wait(bar, bt, NPROG)
         _down_phase(s, act, wd, h1, hbuf, hss, wsc + SC_D, part, flag, B, MCAP, pid, H, INTER, K, NTH, BM, BN, BKL,
-                    IEEE, STAGES, NPROG, W8, SKL, NSEGL)
+                    IEEE, STAGES, NPROG, W8, SKL, NSEGL, BMT)
         bt += NPROG
         _grid_arrive(bar, bt, NPROG, prof, PROFILE)
         if PF > 0:
             _pf_tiles(wlm, pid, PF, VD, H, BNV, BK, False, NPROG)
         _grid_wait(bar, bt, NPROG)
         _lm_phase(s, hbuf, hss, g_norm, wlm, lm_key, lm_ms, lm_scr, wsc + SC_LM, B, MCAP, eps, pid, H, VD, K, KP,
-                  NPP, NTH, NTHP, BM, BNV, BK, IEEE, STAGES, NPROG, LMW, W8)
+                  NPP, NTH, NTHP, BM, BNV, BK, IEEE, STAGES, NPROG, LMW, W8, BMT)
         bt += NPROG
         _grid_sync(bar, bt, NPROG, prof, PROFILE)
         hq_step = HQ and (s < D)  # this step's rows are the next step's parents
