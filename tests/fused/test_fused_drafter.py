@@ -762,15 +762,10 @@ def llama8b_head(peaked: bool, dtype=torch.bfloat16, seed=0, fp8: bool = False):
     return head.quantize_fp8() if fp8 else head
 
 
-@pytest.mark.gpu
-@pytest.mark.parametrize("batch", [13, 5])
-@pytest.mark.parametrize("fp8", [False, True], ids=["bf16", "fp8"])
-def test_gpu_llama8b_lm_ranked_by_warps_at_large_row_tiles_gives_the_same_bits(fp8, batch):
-    """``lm_warp_rank=True`` against ``False`` (each lm_head tile merged into a running list inside the loop) at
-    128-row tiles (13 sequences of a 60/7/10 tree: two row tiles) and 64-row tiles (5 sequences): the keys are the
-    same and unique, so every output of a prefill and of a tree step from it, and the draft KV, must be
-    bit-identical. The default (session 37, where each measured faster): warps with FP8 weights, and with bf16 up to
-    64-row tiles; the in-loop merge for bf16 at 128-row tiles."""
+def assert_8b_options_give_the_same_bits(fp8: bool, batch: int, key: str, check) -> None:
+    """The 8B shape, 60/7/10, ``batch`` sequences, bf16 or FP8 weights, launched with ``key=False`` and ``key=True``
+    (``check(cfg, launch_params)`` asserts each launch's tiling): every output of a prefill and of a tree step from
+    it, and the draft KV, bit-identical."""
     head = llama8b_head(True, fp8=fp8)
     tc = TreeConfig(60, 7, 10)
     V = head.config.vocab_size
@@ -780,11 +775,9 @@ def test_gpu_llama8b_lm_ranked_by_warps_at_large_row_tiles_gives_the_same_bits(f
          DraftInputs(torch.randn(batch, 1, head.feature_width, device="cuda", dtype=torch.bfloat16),
                      torch.randint(0, V, (batch, 1), device="cuda"))]
     runs = []
-    for lmw in (False, True):
-        cfg = DrafterConfig.from_head(head, tc, max_batch=batch, max_len=256, max_new_rows=16, lm_warp_rank=lmw)
-        p = cfg.launch_params("cuda", batch, 16)
-        assert p["BM"] == (128 if batch == 13 else 64) and p["LMW"] == lmw
-        assert cfg.with_(lm_warp_rank=None).launch_params("cuda", batch, 16)["LMW"] == (fp8 or batch == 5)
+    for on in (False, True):
+        cfg = DrafterConfig.from_head(head, tc, max_batch=batch, max_len=256, max_new_rows=16, **{key: on})
+        check(cfg, cfg.launch_params("cuda", batch, 16))
         bufs = Buffers.allocate(cfg, "cuda")
         runs.append(([[t.clone() for t in launch_drafter(cfg, x, w, bufs)] for x in X], bufs.k_cache.clone(),
                      bufs.v_cache.clone()))
@@ -794,6 +787,22 @@ def test_gpu_llama8b_lm_ranked_by_warps_at_large_row_tiles_gives_the_same_bits(f
     assert torch.equal(runs[0][1], runs[1][1]) and torch.equal(runs[0][2], runs[1][2])
     del head, w
     torch.cuda.empty_cache()
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("batch", [13, 5])
+@pytest.mark.parametrize("fp8", [False, True], ids=["bf16", "fp8"])
+def test_gpu_llama8b_lm_ranked_by_warps_at_large_row_tiles_gives_the_same_bits(fp8, batch):
+    """``lm_warp_rank=True`` against ``False`` (each lm_head tile merged into a running list inside the loop) at
+    128-row tiles (13 sequences of a 60/7/10 tree: two row tiles) and 64-row tiles (5 sequences): the keys are the
+    same and unique, so every output of a prefill and of a tree step from it, and the draft KV, must be
+    bit-identical. The default (session 37, where each measured faster): warps with FP8 weights, and with bf16 up to
+    64-row tiles; the in-loop merge for bf16 at 128-row tiles."""
+    def check(cfg, p):
+        assert p["BM"] == (128 if batch == 13 else 64) and p["LMW"] == cfg.lm_warp_rank
+        assert cfg.with_(lm_warp_rank=None).launch_params("cuda", batch, 16)["LMW"] == (fp8 or batch == 5)
+
+    assert_8b_options_give_the_same_bits(fp8, batch, "lm_warp_rank", check)
 
 
 @pytest.mark.gpu
@@ -806,28 +815,10 @@ def test_gpu_llama8b_tail_row_tile_gives_the_same_bits(fp8, batch):
     width and the reduction chunk; this test asks the same of the row tile: every output of a prefill and of a tree
     step from it, and the draft KV, bit-identical. (Built in session 37 without a GPU; if the bits differ, the
     option needs a tree comparison against the reference instead.)"""
-    head = llama8b_head(True, fp8=fp8)
-    tc = TreeConfig(60, 7, 10)
-    V = head.config.vocab_size
-    w = Weights.from_head(head, 260)
-    X = [DraftInputs(torch.randn(batch, 16, head.feature_width, device="cuda", dtype=torch.bfloat16),
-                     torch.randint(0, V, (batch, 16), device="cuda")),
-         DraftInputs(torch.randn(batch, 1, head.feature_width, device="cuda", dtype=torch.bfloat16),
-                     torch.randint(0, V, (batch, 1), device="cuda"))]
-    runs = []
-    for tail in (False, True):
-        cfg = DrafterConfig.from_head(head, tc, max_batch=batch, max_len=256, max_new_rows=16, tail_row_tile=tail)
-        p = cfg.launch_params("cuda", batch, 16)
-        assert p["BM"] == 128 and p["BMT"] == (0 if not tail else 32 if batch == 16 else 16)
-        bufs = Buffers.allocate(cfg, "cuda")
-        runs.append(([[t.clone() for t in launch_drafter(cfg, x, w, bufs)] for x in X], bufs.k_cache.clone(),
-                     bufs.v_cache.clone()))
-        del bufs
-    for a, b in zip(runs[0][0], runs[1][0], strict=True):
-        assert all(torch.equal(x, y) for x, y in zip(a, b, strict=True))
-    assert torch.equal(runs[0][1], runs[1][1]) and torch.equal(runs[0][2], runs[1][2])
-    del head, w
-    torch.cuda.empty_cache()
+    def check(cfg, p):
+        assert p["BM"] == 128 and p["BMT"] == (0 if not cfg.tail_row_tile else 32 if batch == 16 else 16)
+
+    assert_8b_options_give_the_same_bits(fp8, batch, "tail_row_tile", check)
 
 
 def match_rate_8b(n_inputs: int, peaked: bool, dtype=torch.bfloat16, ulps: float = 4.0, prompt=96,
