@@ -1105,15 +1105,16 @@ def _lm_phase(s, hbuf, hss, g_norm, wlm, lm_key, lm_ms, lm_scr, sc_lm, B, MCAP, 
     lm_ms. (Contiguous ranges of ``VD / NPROG`` rows per program, equal bytes where whole tiles leave some programs
     a tile short, measured slower: H100 session 6, H200 session 36, docs/fused_drafter.md levers table.)
 
-    Ranking, two ways (the host picks ``LMW`` from the row tile):
-    - ``LMW`` (few rows): the pipelined product loop only parks each tile's keys in this program's slot of
-      ``lm_scr`` (a barrier or a load inside the loop would stop Triton from pipelining it) and
-      :func:`_lm_select` ranks them after the loop with warp-level reductions. At 16 rows the cost was the block
-      barriers of reductions across warps: LM 100 -> 94 us per step at the 8B shape (docs/fused_drafter.md
-      session 6).
-    - otherwise each tile is merged into a running top-k inside the loop, in the product's layout: at 64-128 rows
-      the element work dominates, and half of it hides under the next tile's loads (ranked by warps there: batch 4
-      3.38 -> 3.46 ms, batch 16 8.48 -> 8.80 ms)."""
+    Ranking, two ways (the host picks ``LMW``: ``DrafterConfig.lm_warp_rank``):
+    - ``LMW`` (row tiles of up to 64 rows, and every row tile with FP8 weights): the pipelined product loop only
+      parks each tile's keys in this program's slot of ``lm_scr`` (a barrier or a load inside the loop would stop
+      Triton from pipelining it) and :func:`_lm_select` ranks them after the loop with warp-level reductions. At
+      16 rows the cost was the block barriers of reductions across warps: LM 100 -> 94 us per step at the 8B shape
+      (docs/fused_drafter.md session 6); at 64 rows, and with FP8 weights at 128, it measured faster too (session
+      37).
+    - otherwise (16-bit weights at 128-row tiles) each tile is merged into a running top-k inside the loop, in the
+      product's layout, where half of the element work hides under the next tile's loads (ranked by warps there:
+      8B batch 16 7.09 -> 7.23 ms on an H200, session 37)."""
     DT: tl.constexpr = hbuf.dtype.element_ty
     MQ = tl.where(s == 0, B, B * K)
     NVT: tl.constexpr = (VD + BNV - 1) // BNV
