@@ -92,11 +92,11 @@ def test_fp8_batched_launch_with_padded_rows_and_bias():
 
 @pytest.mark.parametrize(("fp8", "batch"), [(False, 17), (True, 9)], ids=["fp32-17", "fp8-9"])
 def test_tail_row_tile_matches_reference(fp8, batch):
-    """``tail_row_tile`` with 32-row tiles: 17 sequences of a top-4 tree (68 rows: two full tiles and a 16-row tail;
-    the root's 17 rows in a full tile) and 9 with FP8 weights (36 rows: one full tile and the tail, which takes the
-    root's 9 rows), through launch_drafter with padded new rows: every output identical to the reference's and to
-    the launch without the tail tile, and the draft KV to the latter's. (One program under the interpreter: the
-    stream-K parts of several programs, a region per row tile, are the GPU test's.)"""
+    """``tail_row_tile`` (the default) with 32-row tiles: 17 sequences of a top-4 tree (68 rows: two full tiles and a
+    16-row tail; the root's 17 rows in a full tile) and 9 with FP8 weights (36 rows: one full tile and the tail,
+    which takes the root's 9 rows), through launch_drafter with padded new rows: every output identical to the
+    reference's and to the launch without the tail tile, and the draft KV to the latter's. (One program under the
+    interpreter: the stream-K parts of several programs, a region per row tile, are the GPU test's.)"""
     head = shaped_head(64, 4, 2, 96, 256, 90, None, True, fp8)
     tc = TreeConfig(14, 2, 4)
     cfg = DrafterConfig.from_head(head, tc, max_batch=batch, max_len=64, max_new_rows=4, block_m=32,
@@ -121,10 +121,10 @@ def test_tail_row_tile_matches_reference(fp8, batch):
 
 def test_tail_row_tile_choice():
     """The tail tile's size: the tree rows past the full tiles rounded up to a power of two (>= 16); none where the
-    rows fill whole tiles, fit one tile, or would round up to a full tile; block_m validated."""
+    rows fill whole tiles, fit one tile, or would round up to a full tile; block_m validated. On by default."""
     head = shaped_head(64, 4, 2, 96, 256, 90)
-    cfg = DrafterConfig.from_head(head, TreeConfig(60, 7, 10), max_batch=16, max_len=512, max_new_rows=16, nprog=132,
-                                  tail_row_tile=True)
+    cfg = DrafterConfig.from_head(head, TreeConfig(60, 7, 10), max_batch=16, max_len=512, max_new_rows=16, nprog=132)
+    assert cfg.tail_row_tile
     dev = torch.device("cuda")  # the GPU's tiling (computed without a GPU)
     # top-10 tree: 10 rows per sequence; 128-row tiles from 65 rows on
     assert [cfg.launch_params(dev, b, 4)["BMT"] for b in (1, 8, 12, 13, 15, 16)] == [0, 0, 0, 16, 32, 32]
@@ -192,9 +192,11 @@ def test_published_shapes_launch_parameters(shape, fp8):
         cfg = DrafterConfig.from_head(head, TreeConfig(*tree), dtype=torch.bfloat16, nprog=132,
                                       weight_dtype=torch.float8_e4m3fn if fp8 else None)
         assert cfg.fp8 == fp8
-        for batch in (1, 2, 4, 8, 16):
+        for batch in (1, 2, 4, 8, 13, 16):
             p = cfg.launch_params(torch.device("cuda"), batch, 4)
             assert p["W8"] == fp8 and p["HD"] == hd
+            # the tree rows past a full 128-row tile take a tail tile (by default): 130 = 128 + 16, 160 = 128 + 32
+            assert p["BMT"] == {13: 16, 16: 32}.get(batch, 0)
             for bn in (p["BN"], p["BNQ"], p["BNQR"]):
                 assert hd % bn == 0 and bn % 2 == 0
             assert p["NTH"] * p["BN"] >= hidden and p["NTHP"] >= p["NTH"]

@@ -124,9 +124,12 @@ class DrafterConfig:
     power of two, at most 128, and 16 under the interpreter).
     ``tail_row_tile``: where a step's tree rows need more than one row tile, the rows past the full tiles take a
     tile of their own power-of-two size instead of a full one (batch 16 of a top-10 tree: 128 + 32 rows instead of
-    128 + 128, each padded row costing the products' arithmetic). Off by default: built in session 37 without a GPU
-    to measure it (docs/fused_drafter.md, "A row tile costs its padded size"). Each row's products take the same
-    operands; on a GPU a smaller tile may run another MMA instruction, whose rounding is not checked yet.
+    128 + 128; a padded row costs the products' arithmetic as a real one). On by default: 8B shape, 60/7/10, bf16
+    on an H200, batch 16 7.110 / 7.085 -> 6.038 / 6.019 ms, batch 13 7.065 / 7.033 -> 5.768 / 5.757
+    (bench/results/session38_2026-11-29/). The tail runs a smaller MMA tile (``mma.sync`` where the 128-row tile
+    runs ``wgmma`` on sm_90): the same products, rounded at times in another order (with FP8 weights, some rows'
+    q/k/v differ in the last bit; bf16 weights gave the same bits in the tests tried). Trees are compared with the
+    reference as for any other schedule (tests/fused/test_fused_drafter.py).
 
     Shapes the kernel cannot run are refused here or in :meth:`launch_params`, before any launch, with the reason:
     head_dim not a power of two >= 16 (RoPE pairs features within one power-of-two tile), hidden size not a multiple
@@ -170,7 +173,7 @@ class DrafterConfig:
     l2_prefetch: int | None = None
     token_qkv_table: bool | None = None
     block_m: int | None = None
-    tail_row_tile: bool = False
+    tail_row_tile: bool = True
 
     def __post_init__(self):
         TreeConfig(self.total_tokens, self.depth, self.top_k)  # validates the tree shape

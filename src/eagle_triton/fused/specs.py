@@ -55,12 +55,10 @@ def kernel_signature(dtype: str, constexprs: dict) -> dict:
 
 
 def _gpu_spec(dtype: str, nprog: int, batch: int, fp8: bool = False, bias: bool = False, hidden=4096, heads=32,
-              kv_heads=8, inter=14336, vocab=128256, draft_vocab=32000, table: bool | None = None,
-              tail: bool = False) -> tuple:
+              kv_heads=8, inter=14336, vocab=128256, draft_vocab=32000, table: bool | None = None) -> tuple:
     """The launch of :func:`launch_drafter` on an H100 (``nprog`` programs) for a Llama-class head, 60/7/10 tree,
     ``batch`` sequences of 4 new rows: the constexprs are :meth:`DrafterConfig.launch_params`' own. The 8B shape by
-    default; ``table``: ``DrafterConfig.token_qkv_table`` (``None``: its default); ``tail``:
-    ``DrafterConfig.tail_row_tile``."""
+    default; ``table``: ``DrafterConfig.token_qkv_table`` (``None``: its default)."""
     import torch
 
     from .host import DrafterConfig
@@ -70,7 +68,7 @@ def _gpu_spec(dtype: str, nprog: int, batch: int, fp8: bool = False, bias: bool 
                         intermediate_size=inter, draft_vocab=draft_vocab, feature_width=3 * hidden, vocab_size=vocab,
                         rms_eps=1e-5, has_d2t=True, max_batch=batch, dtype=tdt, nprog=nprog,
                         weight_dtype=torch.float8_e4m3fn if fp8 else None, attention_bias=bias,
-                        token_qkv_table=table, tail_row_tile=tail)
+                        token_qkv_table=table)
     const = cfg.launch_params(torch.device("cuda"), batch, 4)
     opts = dict(num_warps=const.pop("num_warps"), num_stages=4, div16=["emb_off"])
     const["PROFILE"] = False
@@ -89,12 +87,12 @@ def _tiny(dtype: str) -> tuple:
 
 
 #: Built by the compile-only gate (H100, 132 SMs): the Llama-3.1-8B EAGLE-3 shape in bf16 and with FP8 weights, a
-#: Llama-3.2-1B-class head (head_dim 64, FP8, attention biases, batch 16: 128-row tiles and, with tail_row_tile, a
-#: 32-row tail tile), the Llama-3.3-70B shape (GQA 8: 128-row attention query blocks), the 8B shape without the q/k/v
-#: table (its tree steps stream both halves) and a tiny fp32 shape. The big shapes read the q/k/v table at tree steps
-#: (the default there), the batch-1 ones with the hidden half early (nothing left to stream in their q/k/v); the
-#: batch-16 one streams the hidden half.
+#: Llama-3.2-1B-class head (head_dim 64, FP8, attention biases, batch 16: a 128-row tile and a 32-row tail tile),
+#: the Llama-3.3-70B shape (GQA 8: 128-row attention query blocks), the 8B shape without the q/k/v table (its tree
+#: steps stream both halves) and a tiny fp32 shape. The big shapes read the q/k/v table at tree steps (the default
+#: there), the batch-1 ones with the hidden half early (nothing left to stream in their q/k/v); the batch-16 one
+#: streams the hidden half.
 AOT_SPECS = [_gpu_spec("bf16", 132, 1), _gpu_spec("bf16", 132, 1, fp8=True),
-             _gpu_spec("bf16", 132, 16, fp8=True, bias=True, hidden=2048, inter=8192, tail=True),
+             _gpu_spec("bf16", 132, 16, fp8=True, bias=True, hidden=2048, inter=8192),
              _gpu_spec("bf16", 132, 1, hidden=8192, heads=64, inter=28672), _gpu_spec("bf16", 132, 1, table=False),
              _tiny("fp32")]
