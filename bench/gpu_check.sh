@@ -54,9 +54,10 @@
 #               bit-identity test at 64- and 128-row tiles, then batch 5, 13 and 16 at the 8B shape, bf16 and FP8,
 #               alternated (lmw_bf16.json, lmw_fp8.json; session 37 made warps the default up to 64-row tiles, and
 #               at every row tile with FP8 weights)
-#   tail        the tail row tile (tail_row_tile=1, built in session 37, not yet measured): its GPU tests (the 8B
-#               shape's bits at batch 13 and 16, bf16 and FP8; the small head's fp32 trees), then batch 13 and 16 at
-#               the 8B shape, bf16 and FP8, alternated against two full row tiles, and batch 8 (80 rows) as 64 + 16
+#   tail        the tail row tile (DrafterConfig.tail_row_tile, on by default since session 38): its GPU tests (the
+#               8B shape's fp32 trees against the reference with a 16- and a 32-row tail and with two full tiles,
+#               FP8 too; the small head's schedules with two row tiles), then batch 13 and 16 at the 8B shape, bf16
+#               and FP8, against two full row tiles (tail_row_tile=0), alternated, and batch 8 (80 rows) as 64 + 16
 #               (block_m=64) against one 128-row tile (tail_bf16.json, tail_fp8.json)
 #   batch       batched generation (bench_batch.json, .png): SmolLM2 total tok/s and speculative/plain per batch
 #               size 1-16 (best tree per size), 8B-shape batched step times; BATCH_ARGS adds options (e.g. --quick)
@@ -136,9 +137,9 @@ part_lmw()        { local t="" b
                     for b in 5 13 16 5 13 16; do t+="0:0:0:0:0:$b+lm_warp_rank=0,0:0:0:0:0:$b+lm_warp_rank=1,"; done
                     tests_then_ab lmw "lm_ranked_by_warps" "${t%,}"; }
 part_tail()       { local t="" b
-                    for b in 16 13 16 13; do t+="0:0:0:0:0:$b,0:0:0:0:0:$b+tail_row_tile=1,"; done
-                    t+="0:0:0:0:0:8,0:0:0:0:0:8+block_m=64+tail_row_tile=1,"
-                    tests_then_ab tail "tail_row_tile or tail-row-tile" "${t%,}"; }
+                    for b in 16 13 16 13; do t+="0:0:0:0:0:$b+tail_row_tile=0,0:0:0:0:0:$b,"; done
+                    t+="0:0:0:0:0:8,0:0:0:0:0:8+block_m=64,"
+                    tests_then_ab tail "two_row_tiles or two-row-tiles" "${t%,}"; }
 part_l2pf()       { for shape in ${L2PF_SHAPES:-llama31-8b qwen3-8b llama33-70b llama32-1b}; do
                       for w in bf16 fp8; do
                         run "l2pf_${shape}_$w" 200 "$PY" bench/bench_fused_drafter.py --no-sweep --no-ref --no-graph \
