@@ -90,20 +90,23 @@ def test_fp8_batched_launch_with_padded_rows_and_bias():
                 assert torch.equal(a, b)
 
 
+@pytest.mark.parametrize("one_pass", [False, True], ids=["tail", "one-pass"])
 @pytest.mark.parametrize(("fp8", "batch"), [(False, 17), (True, 9)], ids=["fp32-17", "fp8-9"])
-def test_tail_row_tile_matches_reference(fp8, batch):
+def test_tail_row_tile_matches_reference(fp8, batch, one_pass):
     """``tail_row_tile`` (the default) with 32-row tiles: 17 sequences of a top-4 tree (68 rows: two full tiles and a
     16-row tail; the root's 17 rows in a full tile) and 9 with FP8 weights (36 rows: one full tile and the tail,
     which takes the root's 9 rows), through launch_drafter with padded new rows: every output identical to the
     reference's and to the launch without the tail tile, and the draft KV to the latter's. (One program under the
-    interpreter: the stream-K parts of several programs, a region per row tile, are the GPU test's.)"""
+    interpreter: the stream-K parts of several programs, a region per row tile, are the GPU test's.) ``one_pass``
+    (``tail_one_pass``): o and down take the tail with the last full tile in one pass (17 sequences: the first tile
+    alone, the second with the tail; 9: the root's rows in the tail alone), the same outputs again."""
     head = shaped_head(64, 4, 2, 96, 256, 90, None, True, fp8)
     tc = TreeConfig(14, 2, 4)
     cfg = DrafterConfig.from_head(head, tc, max_batch=batch, max_len=64, max_new_rows=4, block_m=32,
-                                  tail_row_tile=True, stream_k_linear=True)
+                                  tail_row_tile=True, stream_k_linear=True, tail_one_pass=one_pass)
     p = cfg.launch_params("cpu", batch, 4)
-    assert (p["BM"], p["BMT"], p["SKL"], p["HQ"]) == (32, 16, True, False)
-    plain = cfg.with_(tail_row_tile=False)
+    assert (p["BM"], p["BMT"], p["SKL"], p["HQ"], p["TP1"]) == (32, 16, True, False, one_pass)
+    plain = cfg.with_(tail_row_tile=False, tail_one_pass=False)
     assert plain.launch_params("cpu", batch, 4)["BMT"] == 0
     w = Weights.from_head(head, cfg.max_len + tc.depth + 1)
     bufs, bufs_ref, bufs_plain = (Buffers.allocate(c, "cpu") for c in (cfg, cfg, plain))
@@ -137,6 +140,12 @@ def test_tail_row_tile_choice():
     for bad in (8, 24, 256):
         with pytest.raises(ValueError, match="block_m"):
             cfg.with_(block_m=bad)
+    # the one-pass tail (off by default) needs a tail tile, and is built only where there is one
+    assert not cfg.tail_one_pass and not cfg.launch_params(dev, 16, 4)["TP1"]
+    one = cfg.with_(tail_one_pass=True)
+    assert [one.launch_params(dev, b, 4)["TP1"] for b in (8, 12, 13, 16)] == [False, False, True, True]
+    with pytest.raises(ValueError, match="tail_one_pass needs tail_row_tile"):
+        cfg.with_(tail_row_tile=False, tail_one_pass=True)
 
 
 def test_qkv_bias_only_head_matches_reference():

@@ -132,6 +132,10 @@ class DrafterConfig:
     changed some K/V rows (a root row among them) and trees then parted; fp32 differed by rounding (1e-4). The GPU
     tests compare trees with the reference as for any schedule: identical wherever the reference's decisions are
     separated (tests/fused/test_fused_drafter.py, ``two_row_tiles``).
+    ``tail_one_pass``: o_proj, gate/up and down take the tail tile in one pass with the last full tile: each weight
+    chunk, loaded once, feeds both products (two accumulators each), so those weights stream once per step instead
+    of once per row tile (lm_head still takes the tail in a pass of its own). Off by default: built in session 38
+    without device time to measure it; needs ``tail_row_tile``.
 
     Shapes the kernel cannot run are refused here or in :meth:`launch_params`, before any launch, with the reason:
     head_dim not a power of two >= 16 (RoPE pairs features within one power-of-two tile), hidden size not a multiple
@@ -176,6 +180,7 @@ class DrafterConfig:
     token_qkv_table: bool | None = None
     block_m: int | None = None
     tail_row_tile: bool = True
+    tail_one_pass: bool = False
 
     def __post_init__(self):
         TreeConfig(self.total_tokens, self.depth, self.top_k)  # validates the tree shape
@@ -192,6 +197,8 @@ class DrafterConfig:
                 raise ValueError(f"{name} {bn} must be even, >= 16 and divide head_dim {self.head_dim}")
         if self.block_m is not None and (self.block_m & (self.block_m - 1) or not 16 <= self.block_m <= 128):
             raise ValueError(f"block_m {self.block_m} must be a power of two in 16..128")
+        if self.tail_one_pass and not self.tail_row_tile:
+            raise ValueError("tail_one_pass needs tail_row_tile (there is no tail tile to take in one pass)")
         if self.block_n_mlp is not None and (self.block_n_mlp & (self.block_n_mlp - 1) or self.block_n_mlp < 16):
             raise ValueError(f"block_n_mlp {self.block_n_mlp} must be a power of two >= 16")
         if self.block_vocab is not None and (self.block_vocab & (self.block_vocab - 1)
@@ -385,7 +392,10 @@ class DrafterConfig:
         # their chunks chosen as for 16-bit weights whatever the weights (64 at 128 rows): FP8's 128 there makes the
         # root q/k/v spill (sm_90 build, 8B: 47 local loads and stores against none) and was not measured
         bmr = max(bm, 32 if interp else 128)
-        bk, bkg, bkl, bkr = chunk(bnv), chunk(2 * bng), chunk(bn), chunk(bn, bmr, elem)
+        # tail_one_pass: o, gate/up and down hold the tail's activation chunks beside the full tile's (fc's chunk
+        # shares bkl)
+        rows1 = bm + (bmt if self.tail_one_pass else 0)
+        bk, bkg, bkl, bkr = chunk(bnv), chunk(2 * bng, rows1), chunk(bn, rows1), chunk(bn, bmr, elem)
         bkq, bkqr = bkq_of(chunk(bnq)), bkq_of(chunk(bnqr, bmr, elem))
         nth = -(-H // bn)
         # the hidden half early (hidden_half_early): programs hq_p0.. have no RM or SEL unit (the tree rows fit one
@@ -458,6 +468,7 @@ class DrafterConfig:
             IEEE=self.dtype == torch.float32, STAGES=1 if interp else self.stages,
             LMW=lmw, W8=self.fp8, HAS_BIAS=bool(self.attention_bias), HQ=hq, HQ_P0=hq_p0 if hq else 0, NSEGH=nsegh,
             SKL=skl, NSEGL=nsegl, PF=pf, TQ=tq, RM32=rm32, BMT=bmt,
+            TP1=bool(self.tail_one_pass and bmt),
         )
 
 

@@ -325,6 +325,22 @@ def _mm_plain(acc, x_row, row_ok, w_row, w_ok, k_lo, k_hi, KDIM: tl.constexpr, B
 
 
 @triton.jit
+def _mm_plain2(acc, acc2, x_row, row_ok, x_row2, row_ok2, w_row, w_ok, k_lo, k_hi, KDIM: tl.constexpr,
+               BK: tl.constexpr, IEEE: tl.constexpr, STAGES: tl.constexpr):
+    """:func:`_mm_plain` for two row tiles at once (``acc``/``x_row``/``row_ok`` and ``acc2``/``x_row2``/
+    ``row_ok2``): each weight chunk is loaded once and feeds both products."""
+    offk = tl.arange(0, BK)[None, :]
+    for k0 in tl.range(k_lo, k_hi, BK, num_stages=STAGES):
+        km = k0 + offk < KDIM
+        x = tl.load(x_row + k0 + offk, mask=row_ok & km, other=0.0, cache_modifier=".cg")
+        x2 = tl.load(x_row2 + k0 + offk, mask=row_ok2 & km, other=0.0, cache_modifier=".cg")
+        w = _wcast(tl.load(w_row + k0 + offk, mask=w_ok & km, other=0.0), x.dtype)
+        acc = _dot(x, w, acc, IEEE)
+        acc2 = _dot(x2, w, acc2, IEEE)
+    return acc, acc2
+
+
+@triton.jit
 def _mm_qkv(acc, base, e_off, h_off, row_ok, r_e, r_h, g_ptr, w_row, w_ok, k_lo, k_hi, H: tl.constexpr,
             BK: tl.constexpr, DT: tl.constexpr, IEEE: tl.constexpr, STAGES: tl.constexpr):
     """``acc += [RMSNorm(emb) | RMSNorm(hidden)][:, k_lo:k_hi] @ W[cols, k_lo:k_hi].T`` in one pipelined loop
@@ -471,7 +487,9 @@ def _epi(acc, sc, bias, cols, cok, W8: tl.constexpr, HAS_B: tl.constexpr, DT: tl
 def _linear_tiles(x_rows, row_ok, w, out_rows, res_rows, ss_rows, pid, sc, bias, part, flag, mc,
                   KDIM: tl.constexpr, N: tl.constexpr, HAS_RES: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr,
                   IEEE: tl.constexpr, STAGES: tl.constexpr, NPROG: tl.constexpr, W8: tl.constexpr,
-                  HAS_B: tl.constexpr, SK: tl.constexpr = False, NSEG: tl.constexpr = 1, RB: tl.constexpr = 0):
+                  HAS_B: tl.constexpr, SK: tl.constexpr = False, NSEG: tl.constexpr = 1, RB: tl.constexpr = 0,
+                  PAIR: tl.constexpr = False, x_rows2=None, row_ok2=None, out_rows2=None, res_rows2=None,
+                  ss_rows2=None):
     """This program's ``BN``-wide output tiles of one row tile: ``out = x @ w.T``, or with ``HAS_RES`` the
     reference's residual add ``rnd(res + rnd(x @ w.T))`` (row pointers ``[BM, 1]``, ``w`` is ``[N, KDIM]``; the
     product's rounding with FP8 scales ``sc`` and ``bias``: :func:`_epi`).
@@ -481,7 +499,10 @@ def _linear_tiles(x_rows, row_ok, w, out_rows, res_rows, ss_rows, pid, sc, bias,
     sharing a tile), in a region of its own for row tile ``mc`` (programs reach the row tiles at different times):
     whole tiles leave SMs idle (o and down: 64 tiles on 132 SMs), which costs most where each program's K loop
     bounds the product (FP8 weights, more rows). Otherwise whole tiles, each over the full reduction.
-    ``RB``: the rows of a full row tile, which size the regions (0: this tile's; a tail tile has fewer rows)."""
+    ``RB``: the rows of a full row tile, which size the regions (0: this tile's; a tail tile has fewer rows).
+    ``PAIR``: a second row tile (``x_rows2`` ... ``ss_rows2``, the tail after full row tile ``mc``, its parts in
+    region ``mc + 1``) in the same pass: each weight chunk feeds both products
+    (``DrafterConfig.tail_one_pass``)."""
     BM: tl.constexpr = row_ok.shape[0]
     RBM: tl.constexpr = BM if RB == 0 else RB
     NC: tl.constexpr = (KDIM + BK - 1) // BK
@@ -494,18 +515,37 @@ def _linear_tiles(x_rows, row_ok, w, out_rows, res_rows, ss_rows, pid, sc, bias,
         for i in range(0, n_seg):
             t, s0, s1 = _streamk_segment(i, c_lo, c_hi, t0, NC, True, pid, NPROG)
             cols = t * BN + offn
-            acc = _mm_plain(tl.zeros([BM, BN], dtype=tl.float32), x_rows, row_ok,
-                            w + cols.to(tl.int64)[:, None] * KDIM, (cols < N)[:, None], s0 * BK, s1 * BK, KDIM, BK,
-                            IEEE, STAGES)
+            w_row = w + cols.to(tl.int64)[:, None] * KDIM
+            if PAIR:
+                acc, acc2 = _mm_plain2(tl.zeros([BM, BN], dtype=tl.float32),
+                                       tl.zeros([row_ok2.shape[0], BN], dtype=tl.float32), x_rows, row_ok,
+                                       x_rows2, row_ok2, w_row, (cols < N)[:, None], s0 * BK, s1 * BK, KDIM, BK,
+                                       IEEE, STAGES)
+                # (every program takes the tail's parts, then the full tile's: a part's publisher never waits)
+                acc2, _ = _streamk_fixup(acc2, t, s0, n_t, NC, True, part_mc + n_t * NSEG * RBM * BN,
+                                         flag_mc + n_t * NSEG, pid, NSEG, NPROG)
+            else:
+                acc = _mm_plain(tl.zeros([BM, BN], dtype=tl.float32), x_rows, row_ok, w_row, (cols < N)[:, None],
+                                s0 * BK, s1 * BK, KDIM, BK, IEEE, STAGES)
             acc, own = _streamk_fixup(acc, t, s0, n_t, NC, True, part_mc, flag_mc, pid, NSEG, NPROG)
             if own:
                 _linear_out(acc, t, cols, row_ok, out_rows, res_rows, ss_rows, sc, bias, N, HAS_RES, W8, HAS_B)
+                if PAIR:
+                    _linear_out(acc2, t, cols, row_ok2, out_rows2, res_rows2, ss_rows2, sc, bias, N, HAS_RES, W8,
+                                HAS_B)
     else:
         for t in range(pid, n_t, NPROG):
             cols = t * BN + offn
-            acc = _mm_plain(tl.zeros([BM, BN], dtype=tl.float32), x_rows, row_ok,
-                            w + cols.to(tl.int64)[:, None] * KDIM, (cols < N)[:, None], 0, KDIM, KDIM, BK, IEEE,
-                            STAGES)
+            w_row = w + cols.to(tl.int64)[:, None] * KDIM
+            if PAIR:
+                acc, acc2 = _mm_plain2(tl.zeros([BM, BN], dtype=tl.float32),
+                                       tl.zeros([row_ok2.shape[0], BN], dtype=tl.float32), x_rows, row_ok,
+                                       x_rows2, row_ok2, w_row, (cols < N)[:, None], 0, KDIM, KDIM, BK, IEEE,
+                                       STAGES)
+                _linear_out(acc2, t, cols, row_ok2, out_rows2, res_rows2, ss_rows2, sc, bias, N, HAS_RES, W8, HAS_B)
+            else:
+                acc = _mm_plain(tl.zeros([BM, BN], dtype=tl.float32), x_rows, row_ok, w_row, (cols < N)[:, None], 0,
+                                KDIM, KDIM, BK, IEEE, STAGES)
             _linear_out(acc, t, cols, row_ok, out_rows, res_rows, ss_rows, sc, bias, N, HAS_RES, W8, HAS_B)
 
 
@@ -886,52 +926,91 @@ def _comb_phase(s, att_o, att_ml, attn, B, pid, NH: tl.constexpr, HD: tl.constex
 def _o_phase(s, attn, wo, hbuf, src, nnew, h1, h1ss, wsc, wb, part, flag, B, S, MCAP, pid, H: tl.constexpr,
              QW: tl.constexpr, KVW: tl.constexpr, K: tl.constexpr, NTH: tl.constexpr, BM: tl.constexpr,
              BN: tl.constexpr, BK: tl.constexpr, IEEE: tl.constexpr, STAGES: tl.constexpr, NPROG: tl.constexpr,
-             W8: tl.constexpr, HAS_B: tl.constexpr, SK: tl.constexpr, NSEG: tl.constexpr, BMT: tl.constexpr = 0):
-    """``h1 = hidden + o_proj(attn)`` for the rows that continue (the root's last row, or the frontier)."""
+             W8: tl.constexpr, HAS_B: tl.constexpr, SK: tl.constexpr, NSEG: tl.constexpr, BMT: tl.constexpr = 0,
+             TP1: tl.constexpr = False):
+    """``h1 = hidden + o_proj(attn)`` for the rows that continue (the root's last row, or the frontier).
+    ``TP1``: the tail tile in one pass with the last full tile (``DrafterConfig.tail_one_pass``)."""
     MQ = tl.where(s == 0, B, B * K)
     n_full, n_big, tail = _row_tiles(MQ, BM, BMT)
-    for mc in range(0, n_big):
+    if TP1:  # a tail after at least one full tile: in one pass with the last full tile, the others alone
+        paired = tail & (n_full > 0)
+        n_alone = tl.where(paired, n_full - 1, n_big)
+    else:  # (a constant: no paired code is built)
+        paired = False
+        n_alone = n_big
+    for mc in range(0, n_alone):
         _o_rows(mc * BM + tl.arange(0, BM), mc, s, attn, wo, hbuf, src, nnew, h1, h1ss, wsc, wb, part, flag, S, MQ,
                 MCAP, pid, H, QW, KVW, NTH, BM, BN, BK, IEEE, STAGES, NPROG, W8, HAS_B, SK, NSEG)
     if BMT > 0:
-        if tail:
+        if paired:
+            _o_rows((n_full - 1) * BM + tl.arange(0, BM), n_full - 1, s, attn, wo, hbuf, src, nnew, h1, h1ss, wsc, wb,
+                    part, flag, S, MQ, MCAP, pid, H, QW, KVW, NTH, BM, BN, BK, IEEE, STAGES, NPROG, W8, HAS_B, SK,
+                    NSEG, n_full * BM + tl.arange(0, BMT))
+        elif tail:
             _o_rows(n_full * BM + tl.arange(0, BMT), n_full, s, attn, wo, hbuf, src, nnew, h1, h1ss, wsc, wb, part,
                     flag, S, MQ, MCAP, pid, H, QW, KVW, NTH, BM, BN, BK, IEEE, STAGES, NPROG, W8, HAS_B, SK, NSEG)
+
+
+@triton.jit
+def _o_ptrs(r, s, attn, hbuf, src, nnew, h1, h1ss, S, MQ, MCAP, H: tl.constexpr, QW: tl.constexpr,
+            NTH: tl.constexpr):
+    """o_proj's row pointers ``[R, 1]`` for the rows ``r``: (inputs, rows that exist, outputs, residuals, sums of
+    squares)."""
+    is_root = s == 0
+    in_off = (s % 2) * MCAP * H
+    rok = r < MQ
+    nb = tl.load(nnew + r, mask=rok & is_root, other=1)
+    hrow = tl.where(is_root, r * S + nb - 1, tl.load(src + r, mask=rok & (s > 0), other=0, cache_modifier=".cg"))
+    r64 = r.to(tl.int64)[:, None]
+    return (attn + r64 * QW, rok[:, None], h1 + r64 * H, hbuf + in_off + hrow.to(tl.int64)[:, None] * H,
+            h1ss + r64 * NTH)
 
 
 @triton.jit
 def _o_rows(r, mc, s, attn, wo, hbuf, src, nnew, h1, h1ss, wsc, wb, part, flag, S, MQ, MCAP, pid, H: tl.constexpr,
             QW: tl.constexpr, KVW: tl.constexpr, NTH: tl.constexpr, RB: tl.constexpr, BN: tl.constexpr,
             BK: tl.constexpr, IEEE: tl.constexpr, STAGES: tl.constexpr, NPROG: tl.constexpr, W8: tl.constexpr,
-            HAS_B: tl.constexpr, SK: tl.constexpr, NSEG: tl.constexpr):
-    """:func:`_o_phase` for the rows ``r`` of row tile ``mc`` (``RB``: the rows of a full tile)."""
-    is_root = s == 0
-    in_off = (s % 2) * MCAP * H
-    rok = r < MQ
-    nb = tl.load(nnew + r, mask=rok & is_root, other=1)
-    hrow = tl.where(is_root, r * S + nb - 1, tl.load(src + r, mask=rok & (s > 0), other=0, cache_modifier=".cg"))
-    _linear_tiles(attn + r.to(tl.int64)[:, None] * QW, rok[:, None], wo, h1 + r.to(tl.int64)[:, None] * H,
-                  hbuf + in_off + hrow.to(tl.int64)[:, None] * H, h1ss + r.to(tl.int64)[:, None] * NTH, pid,
-                  wsc + H + QW + 2 * KVW, wb + QW + 2 * KVW, part, flag, mc, QW, H, True, BN, BK, IEEE,
-                  STAGES, NPROG, W8, HAS_B, SK, NSEG, RB)
+            HAS_B: tl.constexpr, SK: tl.constexpr, NSEG: tl.constexpr, r2=None):
+    """:func:`_o_phase` for the rows ``r`` of row tile ``mc`` (``RB``: the rows of a full tile), and with ``r2``
+    the tail tile's rows in the same pass."""
+    x, ok, out, res, ss = _o_ptrs(r, s, attn, hbuf, src, nnew, h1, h1ss, S, MQ, MCAP, H, QW, NTH)
+    sc, bias = wsc + H + QW + 2 * KVW, wb + QW + 2 * KVW
+    if r2 is None:
+        _linear_tiles(x, ok, wo, out, res, ss, pid, sc, bias, part, flag, mc, QW, H, True, BN, BK, IEEE, STAGES,
+                      NPROG, W8, HAS_B, SK, NSEG, RB)
+    else:
+        x2, ok2, out2, res2, ss2 = _o_ptrs(r2, s, attn, hbuf, src, nnew, h1, h1ss, S, MQ, MCAP, H, QW, NTH)
+        _linear_tiles(x, ok, wo, out, res, ss, pid, sc, bias, part, flag, mc, QW, H, True, BN, BK, IEEE, STAGES,
+                      NPROG, W8, HAS_B, SK, NSEG, RB, True, x2, ok2, out2, res2, ss2)
 
 
 @triton.jit(noinline=True)
 def _gu_phase(s, h1, h1ss, g_post, wg, wu, act, sc_g, part, flag, B, eps, pid, H: tl.constexpr, INTER: tl.constexpr,
               K: tl.constexpr, NTH: tl.constexpr, NTHP: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr,
               BK: tl.constexpr, IEEE: tl.constexpr, STAGES: tl.constexpr, NPROG: tl.constexpr, W8: tl.constexpr,
-              SK: tl.constexpr, NSEG: tl.constexpr, BMT: tl.constexpr = 0):
+              SK: tl.constexpr, NSEG: tl.constexpr, BMT: tl.constexpr = 0, TP1: tl.constexpr = False):
     """``act = silu(gate(x)) * up(x)``, x = post-attention RMSNorm(h1) computed inline. Whole tiles, or with ``SK``
     stream-K over (tile, BK chunk) as :func:`_linear_tiles` (per row tile, gate's and up's partial sums in two
     halves of a region of ``part`` / ``flag``): every program then reduces the same number of chunks (224 tiles of
-    the 8B head on 132 SMs are otherwise 1 or 2 per program)."""
+    the 8B head on 132 SMs are otherwise 1 or 2 per program). ``TP1``: the tail tile in one pass with the last
+    full tile (``DrafterConfig.tail_one_pass``)."""
     MQ = tl.where(s == 0, B, B * K)
     n_full, n_big, tail = _row_tiles(MQ, BM, BMT)
-    for mc in range(0, n_big):
+    if TP1:  # a tail after at least one full tile: in one pass with the last full tile, the others alone
+        paired = tail & (n_full > 0)
+        n_alone = tl.where(paired, n_full - 1, n_big)
+    else:  # (a constant: no paired code is built)
+        paired = False
+        n_alone = n_big
+    for mc in range(0, n_alone):
         _gu_rows(mc * BM + tl.arange(0, BM), mc, h1, h1ss, g_post, wg, wu, act, sc_g, part, flag, MQ, eps, pid, H,
                  INTER, NTH, NTHP, BM, BN, BK, IEEE, STAGES, NPROG, W8, SK, NSEG)
     if BMT > 0:
-        if tail:
+        if paired:
+            _gu_rows((n_full - 1) * BM + tl.arange(0, BM), n_full - 1, h1, h1ss, g_post, wg, wu, act, sc_g, part,
+                     flag, MQ, eps, pid, H, INTER, NTH, NTHP, BM, BN, BK, IEEE, STAGES, NPROG, W8, SK, NSEG,
+                     n_full * BM + tl.arange(0, BMT))
+        elif tail:
             _gu_rows(n_full * BM + tl.arange(0, BMT), n_full, h1, h1ss, g_post, wg, wu, act, sc_g, part, flag, MQ,
                      eps, pid, H, INTER, NTH, NTHP, BM, BN, BK, IEEE, STAGES, NPROG, W8, SK, NSEG)
 
@@ -940,9 +1019,9 @@ def _gu_phase(s, h1, h1ss, g_post, wg, wu, act, sc_g, part, flag, B, eps, pid, H
 def _gu_rows(r, mc, h1, h1ss, g_post, wg, wu, act, sc_g, part, flag, MQ, eps, pid, H: tl.constexpr,
              INTER: tl.constexpr, NTH: tl.constexpr, NTHP: tl.constexpr, RB: tl.constexpr, BN: tl.constexpr,
              BK: tl.constexpr, IEEE: tl.constexpr, STAGES: tl.constexpr, NPROG: tl.constexpr, W8: tl.constexpr,
-             SK: tl.constexpr, NSEG: tl.constexpr):
+             SK: tl.constexpr, NSEG: tl.constexpr, r2=None):
     """:func:`_gu_phase` for the rows ``r`` of row tile ``mc`` (``RB``: the rows of a full tile, which size the
-    regions of ``part``)."""
+    regions of ``part``), and with ``r2`` the tail tile's rows in the same pass (its parts in region ``mc + 1``)."""
     DT: tl.constexpr = h1.dtype.element_ty
     BM: tl.constexpr = r.shape[0]
     NC: tl.constexpr = (H + BK - 1) // BK
@@ -951,6 +1030,11 @@ def _gu_rows(r, mc, h1, h1ss, g_post, wg, wu, act, sc_g, part, flag, MQ, eps, pi
     rok = r < MQ
     x_row = h1 + r.to(tl.int64)[:, None] * H
     rs = _rstd_parts(h1ss + r.to(tl.int64)[:, None] * NTH, rok[:, None], NTH, NTHP, H, eps)
+    if r2 is not None:
+        BM2: tl.constexpr = r2.shape[0]
+        rok2 = r2 < MQ
+        x_row2 = h1 + r2.to(tl.int64)[:, None] * H
+        rs2 = _rstd_parts(h1ss + r2.to(tl.int64)[:, None] * NTH, rok2[:, None], NTH, NTHP, H, eps)
     if SK:  # a region of part / flag per row tile: gate's parts, then up's
         part_g = part + mc * 2 * n_it * NSEG * RB * BN
         flag_g = flag + mc * 2 * n_it * NSEG
@@ -958,18 +1042,66 @@ def _gu_rows(r, mc, h1, h1ss, g_post, wg, wu, act, sc_g, part, flag, MQ, eps, pi
         for i in range(0, n_seg):
             t, s0, s1 = _streamk_segment(i, c_lo, c_hi, t0, NC, True, pid, NPROG)
             cols = t * BN + offn
-            ag, au = _gu_tile(x_row, rok, rs, g_post, wg, wu, cols, s0 * BK, s1 * BK, H, INTER, BK, DT, IEEE,
-                              STAGES)
+            if r2 is None:
+                ag, au = _gu_tile(x_row, rok, rs, g_post, wg, wu, cols, s0 * BK, s1 * BK, H, INTER, BK, DT, IEEE,
+                                  STAGES)
+            else:
+                ag, au, ag2, au2 = _gu_tile2(x_row, rok, rs, x_row2, rok2, rs2, g_post, wg, wu, cols, s0 * BK,
+                                             s1 * BK, H, INTER, BK, DT, IEEE, STAGES)
+                # the tail's parts in the next region (every program takes them before the full tile's)
+                part_g2 = part_g + 2 * n_it * NSEG * RB * BN
+                flag_g2 = flag_g + 2 * n_it * NSEG
+                ag2, _ = _streamk_fixup(ag2, t, s0, n_it, NC, True, part_g2, flag_g2, pid, NSEG, NPROG)
+                au2, _ = _streamk_fixup(au2, t, s0, n_it, NC, True, part_g2 + n_it * NSEG * BM2 * BN,
+                                        flag_g2 + n_it * NSEG, pid, NSEG, NPROG)
             ag, own = _streamk_fixup(ag, t, s0, n_it, NC, True, part_g, flag_g, pid, NSEG, NPROG)
             au, _ = _streamk_fixup(au, t, s0, n_it, NC, True, part_g + n_it * NSEG * BM * BN,
                                    flag_g + n_it * NSEG, pid, NSEG, NPROG)  # the same owner as gate's
             if own:
                 _gu_out(ag, au, r, rok, cols, act, sc_g, INTER, W8, DT)
+                if r2 is not None:
+                    _gu_out(ag2, au2, r2, rok2, cols, act, sc_g, INTER, W8, DT)
     else:
         for t in range(pid, n_it, NPROG):
             cols = t * BN + offn
-            ag, au = _gu_tile(x_row, rok, rs, g_post, wg, wu, cols, 0, H, H, INTER, BK, DT, IEEE, STAGES)
+            if r2 is None:
+                ag, au = _gu_tile(x_row, rok, rs, g_post, wg, wu, cols, 0, H, H, INTER, BK, DT, IEEE, STAGES)
+            else:
+                ag, au, ag2, au2 = _gu_tile2(x_row, rok, rs, x_row2, rok2, rs2, g_post, wg, wu, cols, 0, H, H,
+                                             INTER, BK, DT, IEEE, STAGES)
+                _gu_out(ag2, au2, r2, rok2, cols, act, sc_g, INTER, W8, DT)
             _gu_out(ag, au, r, rok, cols, act, sc_g, INTER, W8, DT)
+
+
+@triton.jit
+def _gu_tile2(x_row, rok, rs, x_row2, rok2, rs2, g_post, wg, wu, cols, k_lo, k_hi, H: tl.constexpr,
+              INTER: tl.constexpr, BK: tl.constexpr, DT: tl.constexpr, IEEE: tl.constexpr, STAGES: tl.constexpr):
+    """:func:`_gu_tile` for two row tiles at once: each gate and up chunk is loaded once and feeds both."""
+    BM: tl.constexpr = rok.shape[0]
+    BM2: tl.constexpr = rok2.shape[0]
+    BN: tl.constexpr = cols.shape[0]
+    cok = cols < INTER
+    ag = tl.zeros([BM, BN], dtype=tl.float32)
+    au = tl.zeros([BM, BN], dtype=tl.float32)
+    ag2 = tl.zeros([BM2, BN], dtype=tl.float32)
+    au2 = tl.zeros([BM2, BN], dtype=tl.float32)
+    wg_row = wg + cols.to(tl.int64)[:, None] * H
+    wu_row = wu + cols.to(tl.int64)[:, None] * H
+    for k0 in tl.range(k_lo, k_hi, BK, num_stages=STAGES):
+        offk = k0 + tl.arange(0, BK)[None, :]
+        km = offk < H
+        g = tl.load(g_post + offk, mask=km, other=0.0).to(tl.float32)
+        x = tl.load(x_row + offk, mask=rok[:, None] & km, other=0.0, cache_modifier=".cg").to(tl.float32)
+        xn = (g * _rnd(x * rs[:, None], DT)).to(DT)
+        x2 = tl.load(x_row2 + offk, mask=rok2[:, None] & km, other=0.0, cache_modifier=".cg").to(tl.float32)
+        xn2 = (g * _rnd(x2 * rs2[:, None], DT)).to(DT)
+        w_g = _wcast(tl.load(wg_row + offk, mask=cok[:, None] & km, other=0.0), DT)
+        w_u = _wcast(tl.load(wu_row + offk, mask=cok[:, None] & km, other=0.0), DT)
+        ag = _dot(xn, w_g, ag, IEEE)
+        au = _dot(xn, w_u, au, IEEE)
+        ag2 = _dot(xn2, w_g, ag2, IEEE)
+        au2 = _dot(xn2, w_u, au2, IEEE)
+    return ag, au, ag2, au2
 
 
 @triton.jit
@@ -1001,31 +1133,55 @@ def _gu_out(ag, au, r, rok, cols, act, sc_g, INTER: tl.constexpr, W8: tl.constex
 def _down_phase(s, act, wd, h1, hbuf, hss, sc_d, part, flag, B, MCAP, pid, H: tl.constexpr, INTER: tl.constexpr,
                 K: tl.constexpr, NTH: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr,
                 IEEE: tl.constexpr, STAGES: tl.constexpr, NPROG: tl.constexpr, W8: tl.constexpr, SK: tl.constexpr,
-                NSEG: tl.constexpr, BMT: tl.constexpr = 0):
-    """The step output ``h1 + down(act)`` into hbuf[(s + 1) % 2] (row statistics into hss[(s + 1) % 2])."""
+                NSEG: tl.constexpr, BMT: tl.constexpr = 0, TP1: tl.constexpr = False):
+    """The step output ``h1 + down(act)`` into hbuf[(s + 1) % 2] (row statistics into hss[(s + 1) % 2]).
+    ``TP1``: the tail tile in one pass with the last full tile (``DrafterConfig.tail_one_pass``)."""
     MQ = tl.where(s == 0, B, B * K)
     n_full, n_big, tail = _row_tiles(MQ, BM, BMT)
-    for mc in range(0, n_big):
+    if TP1:  # a tail after at least one full tile: in one pass with the last full tile, the others alone
+        paired = tail & (n_full > 0)
+        n_alone = tl.where(paired, n_full - 1, n_big)
+    else:  # (a constant: no paired code is built)
+        paired = False
+        n_alone = n_big
+    for mc in range(0, n_alone):
         _down_rows(mc * BM + tl.arange(0, BM), mc, s, act, wd, h1, hbuf, hss, sc_d, part, flag, MQ, MCAP, pid, H,
                    INTER, NTH, BM, BN, BK, IEEE, STAGES, NPROG, W8, SK, NSEG)
     if BMT > 0:
-        if tail:
+        if paired:
+            _down_rows((n_full - 1) * BM + tl.arange(0, BM), n_full - 1, s, act, wd, h1, hbuf, hss, sc_d, part, flag,
+                       MQ, MCAP, pid, H, INTER, NTH, BM, BN, BK, IEEE, STAGES, NPROG, W8, SK, NSEG,
+                       n_full * BM + tl.arange(0, BMT))
+        elif tail:
             _down_rows(n_full * BM + tl.arange(0, BMT), n_full, s, act, wd, h1, hbuf, hss, sc_d, part, flag, MQ, MCAP,
                        pid, H, INTER, NTH, BM, BN, BK, IEEE, STAGES, NPROG, W8, SK, NSEG)
+
+
+@triton.jit
+def _down_ptrs(r, s, act, h1, hbuf, hss, MQ, MCAP, H: tl.constexpr, INTER: tl.constexpr, NTH: tl.constexpr):
+    """down's row pointers ``[R, 1]`` for the rows ``r``: (inputs, rows that exist, outputs, residuals, sums of
+    squares)."""
+    out_off = ((s + 1) % 2) * MCAP
+    r = r.to(tl.int64)
+    return (act + r[:, None] * INTER, (r < MQ)[:, None], hbuf + (out_off + r[:, None]) * H, h1 + r[:, None] * H,
+            hss + (out_off + r[:, None]) * NTH)
 
 
 @triton.jit
 def _down_rows(r, mc, s, act, wd, h1, hbuf, hss, sc_d, part, flag, MQ, MCAP, pid, H: tl.constexpr,
                INTER: tl.constexpr, NTH: tl.constexpr, RB: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr,
                IEEE: tl.constexpr, STAGES: tl.constexpr, NPROG: tl.constexpr, W8: tl.constexpr, SK: tl.constexpr,
-               NSEG: tl.constexpr):
-    """:func:`_down_phase` for the rows ``r`` of row tile ``mc`` (``RB``: the rows of a full tile)."""
-    out_off = ((s + 1) % 2) * MCAP
-    r = r.to(tl.int64)
-    rok = r < MQ
-    _linear_tiles(act + r[:, None] * INTER, rok[:, None], wd, hbuf + (out_off + r[:, None]) * H,
-                  h1 + r[:, None] * H, hss + (out_off + r[:, None]) * NTH, pid, sc_d, sc_d, part, flag, mc,
-                  INTER, H, True, BN, BK, IEEE, STAGES, NPROG, W8, False, SK, NSEG, RB)
+               NSEG: tl.constexpr, r2=None):
+    """:func:`_down_phase` for the rows ``r`` of row tile ``mc`` (``RB``: the rows of a full tile), and with ``r2``
+    the tail tile's rows in the same pass."""
+    x, ok, out, res, ss = _down_ptrs(r, s, act, h1, hbuf, hss, MQ, MCAP, H, INTER, NTH)
+    if r2 is None:
+        _linear_tiles(x, ok, wd, out, res, ss, pid, sc_d, sc_d, part, flag, mc, INTER, H, True, BN, BK, IEEE,
+                      STAGES, NPROG, W8, False, SK, NSEG, RB)
+    else:
+        x2, ok2, out2, res2, ss2 = _down_ptrs(r2, s, act, h1, hbuf, hss, MQ, MCAP, H, INTER, NTH)
+        _linear_tiles(x, ok, wd, out, res, ss, pid, sc_d, sc_d, part, flag, mc, INTER, H, True, BN, BK, IEEE,
+                      STAGES, NPROG, W8, False, SK, NSEG, RB, True, x2, ok2, out2, res2, ss2)
 
 
 @triton.jit
@@ -1501,8 +1657,9 @@ def fused_drafter_kernel(
     # TQ: tree steps read the embedding half of q/k/v from tq_tab (DrafterConfig.token_qkv_table)
     TQ: tl.constexpr = False,
     # BMT: rows of a tail row tile (0: none): a step's rows past its full BM-row tiles take a BMT-row tile when they
-    # fit it (DrafterConfig.tail_row_tile)
-    BMT: tl.constexpr = 0,
+    # fit it (DrafterConfig.tail_row_tile); TP1: o, gate/up and down take the tail in one pass with the last full tile
+    # (DrafterConfig.tail_one_pass)
+    BMT: tl.constexpr = 0, TP1: tl.constexpr = False,
 ):
     pid = tl.program_id(0)
     DT: tl.constexpr = hbuf.dtype.element_ty
@@ -1552,21 +1709,21 @@ def fused_drafter_kernel(
             _pf_tiles(wo, pid, PF, H, QW, BN, BKL, SKL, NPROG)
         _grid_wait(bar, bt, NPROG)
         _o_phase(s, attn, wo, hbuf, src, nnew, h1, h1ss, wsc, wb, part, flag, B, S, MCAP, pid, H, QW, KVW, K, NTH,
-                 BM, BN, BKL, IEEE, STAGES, NPROG, W8, HAS_BIAS, SKL, NSEGL, BMT)
+                 BM, BN, BKL, IEEE, STAGES, NPROG, W8, HAS_BIAS, SKL, NSEGL, BMT, TP1)
         bt += NPROG
         _grid_arrive(bar, bt, NPROG, prof, PROFILE)
         if PF > 0:
             _pf_tiles(wg, pid, PF, INTER, H, BNG, BKG, SKL, NPROG, wu, True)
         _grid_wait(bar, bt, NPROG)
         _gu_phase(s, h1, h1ss, g_post, wg, wu, act, wsc + SC_G, part, flag, B, eps, pid, H, INTER, K, NTH, NTHP,
-                  BM, BNG, BKG, IEEE, STAGES, NPROG, W8, SKL, NSEGL, BMT)
+                  BM, BNG, BKG, IEEE, STAGES, NPROG, W8, SKL, NSEGL, BMT, TP1)
         bt += NPROG
         _grid_arrive(bar, bt, NPROG, prof, PROFILE)
         if PF > 0:
             _pf_tiles(wd, pid, PF, H, INTER, BN, BKL, SKL, NPROG)
         _grid_wait(bar, bt, NPROG)
         _down_phase(s, act, wd, h1, hbuf, hss, wsc + SC_D, part, flag, B, MCAP, pid, H, INTER, K, NTH, BM, BN, BKL,
-                    IEEE, STAGES, NPROG, W8, SKL, NSEGL, BMT)
+                    IEEE, STAGES, NPROG, W8, SKL, NSEGL, BMT, TP1)
         bt += NPROG
         _grid_arrive(bar, bt, NPROG, prof, PROFILE)
         if PF > 0:
