@@ -932,12 +932,10 @@ def _o_phase(s, attn, wo, hbuf, src, nnew, h1, h1ss, wsc, wb, part, flag, B, S, 
     ``TP1``: the tail tile in one pass with the last full tile (``DrafterConfig.tail_one_pass``)."""
     MQ = tl.where(s == 0, B, B * K)
     n_full, n_big, tail = _row_tiles(MQ, BM, BMT)
-    if TP1:  # a tail after at least one full tile: in one pass with the last full tile, the others alone
-        paired = tail & (n_full > 0)
-        n_alone = tl.where(paired, n_full - 1, n_big)
+    if TP1:
+        n_alone, paired = _paired_tail(n_full, n_big, tail)
     else:  # (a constant: no paired code is built)
-        paired = False
-        n_alone = n_big
+        n_alone, paired = n_big, False
     for mc in range(0, n_alone):
         _o_rows(mc * BM + tl.arange(0, BM), mc, s, attn, wo, hbuf, src, nnew, h1, h1ss, wsc, wb, part, flag, S, MQ,
                 MCAP, pid, H, QW, KVW, NTH, BM, BN, BK, IEEE, STAGES, NPROG, W8, HAS_B, SK, NSEG)
@@ -949,6 +947,14 @@ def _o_phase(s, attn, wo, hbuf, src, nnew, h1, h1ss, wsc, wb, part, flag, B, S, 
         elif tail:
             _o_rows(n_full * BM + tl.arange(0, BMT), n_full, s, attn, wo, hbuf, src, nnew, h1, h1ss, wsc, wb, part,
                     flag, S, MQ, MCAP, pid, H, QW, KVW, NTH, BM, BN, BK, IEEE, STAGES, NPROG, W8, HAS_B, SK, NSEG)
+
+
+@triton.jit
+def _paired_tail(n_full, n_big, tail):
+    """``DrafterConfig.tail_one_pass``: a tail tile after at least one full tile is taken in one pass with the last
+    full tile (``paired``), the full tiles before it alone. Returns (the tiles from 0 taken alone, paired)."""
+    paired = tail & (n_full > 0)
+    return tl.where(paired, n_full - 1, n_big), paired
 
 
 @triton.jit
@@ -996,12 +1002,10 @@ def _gu_phase(s, h1, h1ss, g_post, wg, wu, act, sc_g, part, flag, B, eps, pid, H
     full tile (``DrafterConfig.tail_one_pass``)."""
     MQ = tl.where(s == 0, B, B * K)
     n_full, n_big, tail = _row_tiles(MQ, BM, BMT)
-    if TP1:  # a tail after at least one full tile: in one pass with the last full tile, the others alone
-        paired = tail & (n_full > 0)
-        n_alone = tl.where(paired, n_full - 1, n_big)
+    if TP1:
+        n_alone, paired = _paired_tail(n_full, n_big, tail)
     else:  # (a constant: no paired code is built)
-        paired = False
-        n_alone = n_big
+        n_alone, paired = n_big, False
     for mc in range(0, n_alone):
         _gu_rows(mc * BM + tl.arange(0, BM), mc, h1, h1ss, g_post, wg, wu, act, sc_g, part, flag, MQ, eps, pid, H,
                  INTER, NTH, NTHP, BM, BN, BK, IEEE, STAGES, NPROG, W8, SK, NSEG)
@@ -1138,12 +1142,10 @@ def _down_phase(s, act, wd, h1, hbuf, hss, sc_d, part, flag, B, MCAP, pid, H: tl
     ``TP1``: the tail tile in one pass with the last full tile (``DrafterConfig.tail_one_pass``)."""
     MQ = tl.where(s == 0, B, B * K)
     n_full, n_big, tail = _row_tiles(MQ, BM, BMT)
-    if TP1:  # a tail after at least one full tile: in one pass with the last full tile, the others alone
-        paired = tail & (n_full > 0)
-        n_alone = tl.where(paired, n_full - 1, n_big)
+    if TP1:
+        n_alone, paired = _paired_tail(n_full, n_big, tail)
     else:  # (a constant: no paired code is built)
-        paired = False
-        n_alone = n_big
+        n_alone, paired = n_big, False
     for mc in range(0, n_alone):
         _down_rows(mc * BM + tl.arange(0, BM), mc, s, act, wd, h1, hbuf, hss, sc_d, part, flag, MQ, MCAP, pid, H,
                    INTER, NTH, BM, BN, BK, IEEE, STAGES, NPROG, W8, SK, NSEG)
