@@ -932,10 +932,7 @@ def _o_phase(s, attn, wo, hbuf, src, nnew, h1, h1ss, wsc, wb, part, flag, B, S, 
     ``TP1``: the tail tile in one pass with the last full tile (``DrafterConfig.tail_one_pass``)."""
     MQ = tl.where(s == 0, B, B * K)
     n_full, n_big, tail = _row_tiles(MQ, BM, BMT)
-    if TP1:
-        n_alone, paired = _paired_tail(n_full, n_big, tail)
-    else:  # (a constant: no paired code is built)
-        n_alone, paired = n_big, False
+    n_alone, paired = _paired_tail(n_full, n_big, tail) if TP1 else (n_big, False)  # (False: no paired code)
     for mc in range(0, n_alone):
         _o_rows(mc * BM + tl.arange(0, BM), mc, s, attn, wo, hbuf, src, nnew, h1, h1ss, wsc, wb, part, flag, S, MQ,
                 MCAP, pid, H, QW, KVW, NTH, BM, BN, BK, IEEE, STAGES, NPROG, W8, HAS_B, SK, NSEG)
@@ -1002,10 +999,7 @@ def _gu_phase(s, h1, h1ss, g_post, wg, wu, act, sc_g, part, flag, B, eps, pid, H
     full tile (``DrafterConfig.tail_one_pass``)."""
     MQ = tl.where(s == 0, B, B * K)
     n_full, n_big, tail = _row_tiles(MQ, BM, BMT)
-    if TP1:
-        n_alone, paired = _paired_tail(n_full, n_big, tail)
-    else:  # (a constant: no paired code is built)
-        n_alone, paired = n_big, False
+    n_alone, paired = _paired_tail(n_full, n_big, tail) if TP1 else (n_big, False)  # (False: no paired code)
     for mc in range(0, n_alone):
         _gu_rows(mc * BM + tl.arange(0, BM), mc, h1, h1ss, g_post, wg, wu, act, sc_g, part, flag, MQ, eps, pid, H,
                  INTER, NTH, NTHP, BM, BN, BK, IEEE, STAGES, NPROG, W8, SK, NSEG)
@@ -1142,10 +1136,7 @@ def _down_phase(s, act, wd, h1, hbuf, hss, sc_d, part, flag, B, MCAP, pid, H: tl
     ``TP1``: the tail tile in one pass with the last full tile (``DrafterConfig.tail_one_pass``)."""
     MQ = tl.where(s == 0, B, B * K)
     n_full, n_big, tail = _row_tiles(MQ, BM, BMT)
-    if TP1:
-        n_alone, paired = _paired_tail(n_full, n_big, tail)
-    else:  # (a constant: no paired code is built)
-        n_alone, paired = n_big, False
+    n_alone, paired = _paired_tail(n_full, n_big, tail) if TP1 else (n_big, False)  # (False: no paired code)
     for mc in range(0, n_alone):
         _down_rows(mc * BM + tl.arange(0, BM), mc, s, act, wd, h1, hbuf, hss, sc_d, part, flag, MQ, MCAP, pid, H,
                    INTER, NTH, BM, BN, BK, IEEE, STAGES, NPROG, W8, SK, NSEG)
