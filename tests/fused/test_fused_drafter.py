@@ -809,8 +809,8 @@ def test_gpu_llama8b_lm_ranked_by_warps_at_large_row_tiles_gives_the_same_bits(f
 @pytest.mark.parametrize("batch", [16, 13])
 @pytest.mark.parametrize("fp8", [False, True], ids=["bf16", "fp8"])
 def test_gpu_llama8b_tail_one_pass_gives_the_same_bits(fp8, batch):
-    """``tail_one_pass=True`` (o and down take the 32- or 16-row tail with the 128-row tile, each weight chunk
-    feeding both products) against the tail in a pass of its own (the default): each tile's products are the same
+    """``tail_one_pass=True`` (o, gate/up and down take the 32- or 16-row tail with the 128-row tile, each weight
+    chunk feeding both products) against the tail in a pass of its own (the default): each tile's products are the same
     MMA tiles over the same chunks in the same order, so every output of a prefill and of a tree step from it, and
     the draft KV, must be bit-identical. (Built in session 38 without device time; not yet run on a GPU.)"""
     def check(cfg, p):
