@@ -187,8 +187,9 @@ def _measure_case(head, tc, batch, S, prefix, do_ref, do_graph, rep_ms, tuning, 
 
 def parse_tuning(t: str) -> tuple[dict, int, str]:
     """``block_k:num_warps:stages:programs_per_sm[:block_n[:batch]][+key=value...]`` -> (DrafterConfig options,
-    batch, scenario); a 0 field = the default; keys are DrafterConfig fields (integers, e.g. ``nprog=33``)
-    or ``scenario`` (decode/prefill); "" = every default, batch 1, decode."""
+    batch, scenario); a 0 field = the default; keys are DrafterConfig fields (integers, e.g. ``nprog=33``, or a
+    string option's value, e.g. ``tail_one_pass=o/down``) or ``scenario`` (decode/prefill); "" = every default,
+    batch 1, decode."""
     if not t:
         return {}, 1, "decode"
     head, *extra = t.split("+")
@@ -207,8 +208,8 @@ def parse_tuning(t: str) -> tuple[dict, int, str]:
         k, _, v = kv.partition("=")
         if k == "scenario":
             scenario = v
-        else:
-            out[k] = int(v)
+        else:  # an integer, or a string option's value (tail_one_pass=o/down)
+            out[k] = int(v) if v.lstrip("-").isdigit() else v
     return out, (f[5] if len(f) > 5 else 1), scenario
 
 

@@ -90,22 +90,27 @@ def test_fp8_batched_launch_with_padded_rows_and_bias():
                 assert torch.equal(a, b)
 
 
-@pytest.mark.parametrize("one_pass", [False, True], ids=["tail", "one-pass"])
-@pytest.mark.parametrize(("fp8", "batch"), [(False, 17), (True, 9)], ids=["fp32-17", "fp8-9"])
+@pytest.mark.parametrize(("fp8", "batch", "one_pass"),
+                         [(False, 17, False), (False, 17, True), (True, 9, False), (True, 9, True),
+                          (True, 9, "o/down")],
+                         ids=["fp32-17-tail", "fp32-17-one-pass", "fp8-9-tail", "fp8-9-one-pass",
+                              "fp8-9-one-pass-o-down"])
 def test_tail_row_tile_matches_reference(fp8, batch, one_pass):
     """``tail_row_tile`` (the default) with 32-row tiles: 17 sequences of a top-4 tree (68 rows: two full tiles and a
     16-row tail; the root's 17 rows in a full tile) and 9 with FP8 weights (36 rows: one full tile and the tail,
     which takes the root's 9 rows), through launch_drafter with padded new rows: every output identical to the
     reference's and to the launch without the tail tile, and the draft KV to the latter's. (One program under the
     interpreter: the stream-K parts of several programs, a region per row tile, are the GPU test's.) ``one_pass``
-    (``tail_one_pass``): o and down take the tail with the last full tile in one pass (17 sequences: the first tile
-    alone, the second with the tail; 9: the root's rows in the tail alone), the same outputs again."""
+    (``tail_one_pass``): o, gate/up and down (``True``), or o and down only, take the tail with the last full tile in
+    one pass (17 sequences: the first tile alone, the second with the tail; 9: the root's rows in the tail alone),
+    the same outputs again."""
     head = shaped_head(64, 4, 2, 96, 256, 90, None, True, fp8)
     tc = TreeConfig(14, 2, 4)
     cfg = DrafterConfig.from_head(head, tc, max_batch=batch, max_len=64, max_new_rows=4, block_m=32,
                                   tail_row_tile=True, stream_k_linear=True, tail_one_pass=one_pass)
     p = cfg.launch_params("cpu", batch, 4)
-    assert (p["BM"], p["BMT"], p["SKL"], p["HQ"], p["TP1"]) == (32, 16, True, False, one_pass)
+    mask = {False: 0, True: 7, "o/down": 5}[one_pass]
+    assert (p["BM"], p["BMT"], p["SKL"], p["HQ"], p["TP1"]) == (32, 16, True, False, mask)
     plain = cfg.with_(tail_row_tile=False, tail_one_pass=False)
     assert plain.launch_params("cpu", batch, 4)["BMT"] == 0
     w = Weights.from_head(head, cfg.max_len + tc.depth + 1)
@@ -140,12 +145,20 @@ def test_tail_row_tile_choice():
     for bad in (8, 24, 256):
         with pytest.raises(ValueError, match="block_m"):
             cfg.with_(block_m=bad)
-    # the one-pass tail (off by default) needs a tail tile, and is built only where there is one
-    assert not cfg.tail_one_pass and not cfg.launch_params(dev, 16, 4)["TP1"]
-    one = cfg.with_(tail_one_pass=True)
-    assert [one.launch_params(dev, b, 4)["TP1"] for b in (8, 12, 13, 16)] == [False, False, True, True]
+    # the one-pass tail: by default o, gate/up and down with 16-bit weights, none with FP8 (as measured); built only
+    # where there is a tail tile, and needs one
+    assert cfg.tail_one_pass is None
+    assert [cfg.launch_params(dev, b, 4)["TP1"] for b in (8, 12, 13, 16)] == [0, 0, 7, 7]
+    assert cfg.with_(weight_dtype=torch.float8_e4m3fn).launch_params(dev, 16, 4)["TP1"] == 0
+    assert cfg.with_(tail_row_tile=False).launch_params(dev, 16, 4)["TP1"] == 0
+    named = {True: 7, False: 0, "o": 1, "gate_up": 2, "down": 4, "o/down": 5, "down/gate_up/o": 7}
+    assert {k: cfg.with_(tail_one_pass=k).launch_params(dev, 16, 4)["TP1"] for k in named} == named
     with pytest.raises(ValueError, match="tail_one_pass needs tail_row_tile"):
         cfg.with_(tail_row_tile=False, tail_one_pass=True)
+    with pytest.raises(ValueError, match="tail_one_pass names an unknown product 'up'"):
+        cfg.with_(tail_one_pass="o/up")
+    with pytest.raises(TypeError, match="tail_one_pass must be"):
+        cfg.with_(tail_one_pass=2)
 
 
 def test_qkv_bias_only_head_matches_reference():

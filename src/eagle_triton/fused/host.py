@@ -47,6 +47,8 @@ _SMEM_BUDGET = 180 * 1024  # bytes of pipeline buffers per program (an H100 SM h
 _SMEM_BUDGET_FP8 = 200 * 1024
 _FP8 = torch.float8_e4m3fn
 _MAX_VOCAB = 2**31 - 1  # the int64 ranking keys hold a 32-bit vocabulary index
+#: DrafterConfig.tail_one_pass's product names and the kernel's TP1 mask bits
+_ONE_PASS_PRODUCTS = {"o": 1, "gate_up": 2, "down": 4}
 _TILE_KEY_ROWS = 65536  # the int32 keys of a program's lm_head tiles hold a 16-bit index within its tiles
 
 
@@ -132,10 +134,15 @@ class DrafterConfig:
     changed some K/V rows (a root row among them) and trees then parted; fp32 differed by rounding (1e-4). The GPU
     tests compare trees with the reference as for any schedule: identical wherever the reference's decisions are
     separated (tests/fused/test_fused_drafter.py, ``two_row_tiles``).
-    ``tail_one_pass``: o_proj, gate/up and down take the tail tile in one pass with the last full tile: each weight
-    chunk, loaded once, feeds both products (two accumulators each), so those weights stream once per step instead
-    of once per row tile (lm_head still takes the tail in a pass of its own). Off by default: built in session 38
-    without device time to measure it; needs ``tail_row_tile``.
+    ``tail_one_pass``: the products that take the tail tile in one pass with the last full tile: each weight chunk,
+    loaded once, feeds both products (two accumulators each), so those weights stream once per step instead of
+    once per row tile (lm_head still takes the tail in a pass of its own). ``True``: o_proj, gate/up and down;
+    ``False``: none; a string names them, ``/``-separated (``"o/down"``; names: ``o``, ``gate_up``, ``down``);
+    ``None``: the measured choice, o, gate/up and down with 16-bit weights (8B shape, 60/7/10, H200: batch 16
+    6.03 -> 5.65 ms, batch 13 5.77 -> 5.29, bench/results/session39_2026-11-29/), none with FP8 weights (all three
+    measured flat: 6.41 -> 6.42 at batch 16, 5.87 -> 5.82 at 13; FP8's 128-wide gate/up tiles spill with a second
+    pair of accumulators). Bits: the same as the tail's own pass, bf16 and FP8 (GPU test). Needs ``tail_row_tile``
+    where it names a product.
 
     Shapes the kernel cannot run are refused here or in :meth:`launch_params`, before any launch, with the reason:
     head_dim not a power of two >= 16 (RoPE pairs features within one power-of-two tile), hidden size not a multiple
@@ -180,7 +187,7 @@ class DrafterConfig:
     token_qkv_table: bool | None = None
     block_m: int | None = None
     tail_row_tile: bool = True
-    tail_one_pass: bool = False
+    tail_one_pass: bool | str | None = None
 
     def __post_init__(self):
         TreeConfig(self.total_tokens, self.depth, self.top_k)  # validates the tree shape
@@ -197,7 +204,7 @@ class DrafterConfig:
                 raise ValueError(f"{name} {bn} must be even, >= 16 and divide head_dim {self.head_dim}")
         if self.block_m is not None and (self.block_m & (self.block_m - 1) or not 16 <= self.block_m <= 128):
             raise ValueError(f"block_m {self.block_m} must be a power of two in 16..128")
-        if self.tail_one_pass and not self.tail_row_tile:
+        if self.tail_one_pass_mask() and not self.tail_row_tile:
             raise ValueError("tail_one_pass needs tail_row_tile (there is no tail tile to take in one pass)")
         if self.block_n_mlp is not None and (self.block_n_mlp & (self.block_n_mlp - 1) or self.block_n_mlp < 16):
             raise ValueError(f"block_n_mlp {self.block_n_mlp} must be a power of two >= 16")
@@ -263,6 +270,24 @@ class DrafterConfig:
     def token_table_bytes(self) -> int:
         """Bytes of the q/k/v table of :attr:`token_qkv_table` (fp32, a row per draft-vocabulary token)."""
         return 4 * self.draft_vocab * (self.num_heads + 2 * self.num_kv_heads) * self.head_dim
+
+    def tail_one_pass_mask(self) -> int:
+        """The products that take the tail tile in one pass with the last full tile (:attr:`tail_one_pass`), as the
+        kernel's mask: 1 o_proj, 2 gate/up, 4 down."""
+        top = self.tail_one_pass
+        if top is None:
+            return 0 if self.fp8 or not self.tail_row_tile else 7
+        if isinstance(top, int) and top in (0, 1):  # a bool (or a tuning string's 0 / 1)
+            return 7 if top else 0
+        if not isinstance(top, str):
+            raise TypeError(f"tail_one_pass must be None, a bool or a '/'-separated string of products, got {top!r}")
+        mask = 0
+        for name in filter(None, top.split("/")):
+            if name not in _ONE_PASS_PRODUCTS:
+                raise ValueError(f"tail_one_pass names an unknown product {name!r} (known: "
+                                 f"{', '.join(_ONE_PASS_PRODUCTS)})")
+            mask |= _ONE_PASS_PRODUCTS[name]
+        return mask
 
     def uses_token_table(self) -> bool:
         """Whether the tree steps read the embedding half of q/k/v from the table (:attr:`token_qkv_table`)."""
@@ -392,10 +417,12 @@ class DrafterConfig:
         # their chunks chosen as for 16-bit weights whatever the weights (64 at 128 rows): FP8's 128 there makes the
         # root q/k/v spill (sm_90 build, 8B: 47 local loads and stores against none) and was not measured
         bmr = max(bm, 32 if interp else 128)
-        # tail_one_pass: o, gate/up and down hold the tail's activation chunks beside the full tile's (fc's chunk
-        # shares bkl)
-        rows1 = bm + (bmt if self.tail_one_pass else 0)
-        bk, bkg, bkl, bkr = chunk(bnv), chunk(2 * bng, rows1), chunk(bn, rows1), chunk(bn, bmr, elem)
+        # tail_one_pass: a paired product holds the tail's activation chunks beside the full tile's (fc's chunk
+        # shares o's and down's bkl)
+        tp1 = self.tail_one_pass_mask() if bmt else 0
+        rows_l = bm + (bmt if tp1 & 5 else 0)
+        rows_g = bm + (bmt if tp1 & 2 else 0)
+        bk, bkg, bkl, bkr = chunk(bnv), chunk(2 * bng, rows_g), chunk(bn, rows_l), chunk(bn, bmr, elem)
         bkq, bkqr = bkq_of(chunk(bnq)), bkq_of(chunk(bnqr, bmr, elem))
         nth = -(-H // bn)
         # the hidden half early (hidden_half_early): programs hq_p0.. have no RM or SEL unit (the tree rows fit one
@@ -468,7 +495,7 @@ class DrafterConfig:
             IEEE=self.dtype == torch.float32, STAGES=1 if interp else self.stages,
             LMW=lmw, W8=self.fp8, HAS_BIAS=bool(self.attention_bias), HQ=hq, HQ_P0=hq_p0 if hq else 0, NSEGH=nsegh,
             SKL=skl, NSEGL=nsegl, PF=pf, TQ=tq, RM32=rm32, BMT=bmt,
-            TP1=bool(self.tail_one_pass and bmt),
+            TP1=tp1,
         )
 
 

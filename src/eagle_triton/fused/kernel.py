@@ -1650,9 +1650,9 @@ def fused_drafter_kernel(
     # TQ: tree steps read the embedding half of q/k/v from tq_tab (DrafterConfig.token_qkv_table)
     TQ: tl.constexpr = False,
     # BMT: rows of a tail row tile (0: none): a step's rows past its full BM-row tiles take a BMT-row tile when they
-    # fit it (DrafterConfig.tail_row_tile); TP1: o, gate/up and down take the tail in one pass with the last full tile
-    # (DrafterConfig.tail_one_pass)
-    BMT: tl.constexpr = 0, TP1: tl.constexpr = False,
+    # fit it (DrafterConfig.tail_row_tile); TP1: the products that take the tail in one pass with the last full tile
+    # (DrafterConfig.tail_one_pass), a mask: 1 o, 2 gate/up, 4 down
+    BMT: tl.constexpr = 0, TP1: tl.constexpr = 0,
 ):
     pid = tl.program_id(0)
     DT: tl.constexpr = hbuf.dtype.element_ty
@@ -1702,21 +1702,21 @@ def fused_drafter_kernel(
             _pf_tiles(wo, pid, PF, H, QW, BN, BKL, SKL, NPROG)
         _grid_wait(bar, bt, NPROG)
         _o_phase(s, attn, wo, hbuf, src, nnew, h1, h1ss, wsc, wb, part, flag, B, S, MCAP, pid, H, QW, KVW, K, NTH,
-                 BM, BN, BKL, IEEE, STAGES, NPROG, W8, HAS_BIAS, SKL, NSEGL, BMT, TP1)
+                 BM, BN, BKL, IEEE, STAGES, NPROG, W8, HAS_BIAS, SKL, NSEGL, BMT, (TP1 & 1) != 0)
         bt += NPROG
         _grid_arrive(bar, bt, NPROG, prof, PROFILE)
         if PF > 0:
             _pf_tiles(wg, pid, PF, INTER, H, BNG, BKG, SKL, NPROG, wu, True)
         _grid_wait(bar, bt, NPROG)
         _gu_phase(s, h1, h1ss, g_post, wg, wu, act, wsc + SC_G, part, flag, B, eps, pid, H, INTER, K, NTH, NTHP,
-                  BM, BNG, BKG, IEEE, STAGES, NPROG, W8, SKL, NSEGL, BMT, TP1)
+                  BM, BNG, BKG, IEEE, STAGES, NPROG, W8, SKL, NSEGL, BMT, (TP1 & 2) != 0)
         bt += NPROG
         _grid_arrive(bar, bt, NPROG, prof, PROFILE)
         if PF > 0:
             _pf_tiles(wd, pid, PF, H, INTER, BN, BKL, SKL, NPROG)
         _grid_wait(bar, bt, NPROG)
         _down_phase(s, act, wd, h1, hbuf, hss, wsc + SC_D, part, flag, B, MCAP, pid, H, INTER, K, NTH, BM, BN, BKL,
-                    IEEE, STAGES, NPROG, W8, SKL, NSEGL, BMT, TP1)
+                    IEEE, STAGES, NPROG, W8, SKL, NSEGL, BMT, (TP1 & 4) != 0)
         bt += NPROG
         _grid_arrive(bar, bt, NPROG, prof, PROFILE)
         if PF > 0:

@@ -82,7 +82,7 @@ def _tiny(dtype: str) -> tuple:
                  BKG=32, BK=32, BKV=16,
                  BQ=16, NTH=4, NTHP=4, BKQ=32, NSEG=1, BMR=32, BKR=32, BKQR=32, STAGES=1,
                  IEEE=dtype == "fp32", LMW=True, W8=False, HAS_BIAS=False, PROFILE=False, HQ=False,
-                 HQ_P0=0, NSEGH=1, SKL=True, NSEGL=1, PF=0, TQ=False, RM32=False, BMT=0, TP1=False)
+                 HQ_P0=0, NSEGH=1, SKL=True, NSEGL=1, PF=0, TQ=False, RM32=False, BMT=0, TP1=0)
     return (fused_drafter_kernel, kernel_signature(dtype, const), const)
 
 
