@@ -88,11 +88,12 @@ def _tiny(dtype: str) -> tuple:
 
 #: Built by the compile-only gate (H100, 132 SMs): the Llama-3.1-8B EAGLE-3 shape in bf16 and with FP8 weights, a
 #: Llama-3.2-1B-class head (head_dim 64, FP8, attention biases, batch 16: a 128-row tile and a 32-row tail tile),
-#: the Llama-3.3-70B shape (GQA 8: 128-row attention query blocks), the 8B shape without the q/k/v table (its tree
-#: steps stream both halves) and a tiny fp32 shape. The big shapes read the q/k/v table at tree steps (the default
-#: there), the batch-1 ones with the hidden half early (nothing left to stream in their q/k/v); the batch-16 one
-#: streams the hidden half.
+#: the Llama-3.3-70B shape (GQA 8: 128-row attention query blocks), the 8B shape at batch 16 without the q/k/v table
+#: (its tree steps stream both halves; bf16's 32-row tail taken in one pass with the 128-row tile in o, gate/up and
+#: down) and a tiny fp32 shape. The other big shapes read the q/k/v table at tree steps (the default there), the
+#: batch-1 ones with the hidden half early (nothing left to stream in their q/k/v); the FP8 batch-16 one streams
+#: the hidden half.
 AOT_SPECS = [_gpu_spec("bf16", 132, 1), _gpu_spec("bf16", 132, 1, fp8=True),
              _gpu_spec("bf16", 132, 16, fp8=True, bias=True, hidden=2048, inter=8192),
-             _gpu_spec("bf16", 132, 1, hidden=8192, heads=64, inter=28672), _gpu_spec("bf16", 132, 1, table=False),
+             _gpu_spec("bf16", 132, 1, hidden=8192, heads=64, inter=28672), _gpu_spec("bf16", 132, 16, table=False),
              _tiny("fp32")]
