@@ -91,9 +91,9 @@ def test_fp8_batched_launch_with_padded_rows_and_bias():
 
 
 @pytest.mark.parametrize(("fp8", "batch", "one_pass"),
-                         [(False, 17, False), (False, 17, "o/gate_up/down/lm_head"), (True, 9, False),
-                          (True, 9, True), (True, 9, "o/down")],
-                         ids=["fp32-17-tail", "fp32-17-one-pass-lm", "fp8-9-tail", "fp8-9-one-pass",
+                         [(False, 17, False), (False, 17, True), (True, 9, False), (True, 9, True),
+                          (True, 9, "o/down")],
+                         ids=["fp32-17-tail", "fp32-17-one-pass", "fp8-9-tail", "fp8-9-one-pass",
                               "fp8-9-one-pass-o-down"])
 def test_tail_row_tile_matches_reference(fp8, batch, one_pass):
     """``tail_row_tile`` (the default) with 32-row tiles: 17 sequences of a top-4 tree (68 rows: two full tiles and a
@@ -101,16 +101,15 @@ def test_tail_row_tile_matches_reference(fp8, batch, one_pass):
     which takes the root's 9 rows), through launch_drafter with padded new rows: every output identical to the
     reference's and to the launch without the tail tile, and the draft KV to the latter's. (One program under the
     interpreter: the stream-K parts of several programs, a region per row tile, are the GPU test's.) ``one_pass``
-    (``tail_one_pass``): o, gate/up and down (``True``), o and down only, or all four with lm_head (its in-loop
-    ranking, ``lm_warp_rank=False``), take the tail with the last full tile in one pass (17 sequences: the first tile
-    alone, the second with the tail; 9: the root's rows in the tail alone), the same outputs again."""
+    (``tail_one_pass``): o, gate/up and down (``True``), or o and down only, take the tail with the last full tile in
+    one pass (17 sequences: the first tile alone, the second with the tail; 9: the root's rows in the tail alone),
+    the same outputs again."""
     head = shaped_head(64, 4, 2, 96, 256, 90, None, True, fp8)
     tc = TreeConfig(14, 2, 4)
     cfg = DrafterConfig.from_head(head, tc, max_batch=batch, max_len=64, max_new_rows=4, block_m=32,
-                                  tail_row_tile=True, stream_k_linear=True, tail_one_pass=one_pass,
-                                  lm_warp_rank=False if one_pass == "o/gate_up/down/lm_head" else None)
+                                  tail_row_tile=True, stream_k_linear=True, tail_one_pass=one_pass)
     p = cfg.launch_params("cpu", batch, 4)
-    mask = {False: 0, True: 7, "o/down": 5, "o/gate_up/down/lm_head": 15}[one_pass]
+    mask = {False: 0, True: 7, "o/down": 5}[one_pass]
     assert (p["BM"], p["BMT"], p["SKL"], p["HQ"], p["TP1"]) == (32, 16, True, False, mask)
     plain = cfg.with_(tail_row_tile=False, tail_one_pass=False)
     assert plain.launch_params("cpu", batch, 4)["BMT"] == 0
@@ -152,14 +151,10 @@ def test_tail_row_tile_choice():
     assert [cfg.launch_params(dev, b, 4)["TP1"] for b in (8, 12, 13, 16)] == [0, 0, 7, 7]
     assert cfg.with_(weight_dtype=torch.float8_e4m3fn).launch_params(dev, 16, 4)["TP1"] == 0
     assert cfg.with_(tail_row_tile=False).launch_params(dev, 16, 4)["TP1"] == 0
-    named = {True: 7, False: 0, "o": 1, "gate_up": 2, "down": 4, "o/down": 5, "down/gate_up/o": 7, "lm_head": 8}
+    named = {True: 7, False: 0, "o": 1, "gate_up": 2, "down": 4, "o/down": 5, "down/gate_up/o": 7}
     assert {k: cfg.with_(tail_one_pass=k).launch_params(dev, 16, 4)["TP1"] for k in named} == named
     with pytest.raises(ValueError, match="tail_one_pass needs tail_row_tile"):
         cfg.with_(tail_row_tile=False, tail_one_pass=True)
-    # lm_head's one pass merges in the loop: refused where its tiles are ranked by warps (FP8; asked for)
-    for c in (cfg.with_(weight_dtype=torch.float8_e4m3fn), cfg.with_(lm_warp_rank=True)):
-        with pytest.raises(ValueError, match="tail_one_pass names lm_head"):
-            c.with_(tail_one_pass="lm_head").launch_params(dev, 16, 4)
     with pytest.raises(ValueError, match="tail_one_pass names an unknown product 'up'"):
         cfg.with_(tail_one_pass="o/up")
     with pytest.raises(TypeError, match="tail_one_pass must be"):

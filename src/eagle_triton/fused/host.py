@@ -48,7 +48,7 @@ _SMEM_BUDGET_FP8 = 200 * 1024
 _FP8 = torch.float8_e4m3fn
 _MAX_VOCAB = 2**31 - 1  # the int64 ranking keys hold a 32-bit vocabulary index
 #: DrafterConfig.tail_one_pass's product names and the kernel's TP1 mask bits
-_ONE_PASS_PRODUCTS = {"o": 1, "gate_up": 2, "down": 4, "lm_head": 8}
+_ONE_PASS_PRODUCTS = {"o": 1, "gate_up": 2, "down": 4}
 _TILE_KEY_ROWS = 65536  # the int32 keys of a program's lm_head tiles hold a 16-bit index within its tiles
 
 
@@ -137,9 +137,7 @@ class DrafterConfig:
     ``tail_one_pass``: the products that take the tail tile in one pass with the last full tile: each weight chunk,
     loaded once, feeds both products (two accumulators each), so those weights stream once per step instead of
     once per row tile (lm_head still takes the tail in a pass of its own). ``True``: o_proj, gate/up and down;
-    ``False``: none; a string names them, ``/``-separated (``"o/down"``; names: ``o``, ``gate_up``, ``down``, and
-    ``lm_head``, which needs lm_head's in-loop ranking, ``lm_warp_rank=False`` or its default at 128-row tiles of
-    16-bit weights; built in session 39, not measured);
+    ``False``: none; a string names them, ``/``-separated (``"o/down"``; names: ``o``, ``gate_up``, ``down``);
     ``None``: the measured choice, o, gate/up and down with 16-bit weights (8B shape, 60/7/10, H200: batch 16
     6.03 -> 5.65 ms, batch 13 5.77 -> 5.29, bench/results/session39_2026-11-29/), none with FP8 weights (all three
     measured flat: 6.41 -> 6.42 at batch 16, 5.87 -> 5.82 at 13; FP8's 128-wide gate/up tiles spill with a second
@@ -424,8 +422,7 @@ class DrafterConfig:
         tp1 = self.tail_one_pass_mask() if bmt else 0
         rows_l = bm + (bmt if tp1 & 5 else 0)
         rows_g = bm + (bmt if tp1 & 2 else 0)
-        rows_v = bm + (bmt if tp1 & 8 else 0)
-        bk, bkg, bkl, bkr = chunk(bnv, rows_v), chunk(2 * bng, rows_g), chunk(bn, rows_l), chunk(bn, bmr, elem)
+        bk, bkg, bkl, bkr = chunk(bnv), chunk(2 * bng, rows_g), chunk(bn, rows_l), chunk(bn, bmr, elem)
         bkq, bkqr = bkq_of(chunk(bnq)), bkq_of(chunk(bnqr, bmr, elem))
         nth = -(-H // bn)
         # the hidden half early (hidden_half_early): programs hq_p0.. have no RM or SEL unit (the tree rows fit one
@@ -472,11 +469,6 @@ class DrafterConfig:
         # by default ranked by warps at row tiles of <= 64 rows, and at every row tile with FP8 weights (measured:
         # class docstring); 16-bit weights at 128-row tiles merge inside the loop
         lmw = ((bm <= 64 or self.fp8) and lmw_fits) if self.lm_warp_rank is None else bool(self.lm_warp_rank)
-        if tp1 & 8 and lmw:
-            raise ValueError(f"tail_one_pass names lm_head, whose one pass merges each tile into the running top-k "
-                             f"inside the loop, but this launch ranks lm_head's tiles by warps ({bm}-row tiles, "
-                             f"{'FP8' if self.fp8 else '16-bit'} weights; lm_warp_rank={self.lm_warp_rank}): set "
-                             f"lm_warp_rank=False or leave lm_head out")
         # L2 prefetch (l2_prefetch, measured figures in the class docstring): by default 2 chunks at 128-row tiles
         # of 4096-wide heads on sm_90 and newer (the compile-only build for sm_90 sees no GPU); the interpreter has
         # no L2 to warm

@@ -1248,8 +1248,7 @@ def _lm_select(scr, sidx, n_my, n_ext, kmin, DT: tl.constexpr, BNV: tl.constexpr
 def _lm_phase(s, hbuf, hss, g_norm, wlm, lm_key, lm_ms, lm_scr, sc_lm, B, MCAP, eps, pid, H: tl.constexpr,
               VD: tl.constexpr, K: tl.constexpr, KP: tl.constexpr, NPP: tl.constexpr, NTH: tl.constexpr,
               NTHP: tl.constexpr, BM: tl.constexpr, BNV: tl.constexpr, BK: tl.constexpr, IEEE: tl.constexpr,
-              STAGES: tl.constexpr, NPROG: tl.constexpr, LMW: tl.constexpr, W8: tl.constexpr, BMT: tl.constexpr = 0,
-              TP1: tl.constexpr = False):
+              STAGES: tl.constexpr, NPROG: tl.constexpr, LMW: tl.constexpr, W8: tl.constexpr, BMT: tl.constexpr = 0):
     """LM head over ``BNV``-wide vocabulary tiles (final RMSNorm inline): each program computes, per row, the top-``K``
     packed keys and the logsumexp of its tiles (``pid``, ``pid + NPROG``, ...), stored to its own slot of lm_key /
     lm_ms. (Contiguous ranges of ``VD / NPROG`` rows per program, equal bytes where whole tiles leave some programs
@@ -1264,8 +1263,7 @@ def _lm_phase(s, hbuf, hss, g_norm, wlm, lm_key, lm_ms, lm_scr, sc_lm, B, MCAP, 
       37).
     - otherwise (16-bit weights at 128-row tiles) each tile is merged into a running top-k inside the loop, in the
       product's layout, where half of the element work hides under the next tile's loads (ranked by warps there:
-      8B batch 16 7.09 -> 7.23 ms on an H200, session 37).
-    ``TP1`` (the in-loop merge only): the tail tile in one pass with the last full tile (:func:`_lm_rows2`)."""
+      8B batch 16 7.09 -> 7.23 ms on an H200, session 37)."""
     DT: tl.constexpr = hbuf.dtype.element_ty
     MQ = tl.where(s == 0, B, B * K)
     NVT: tl.constexpr = (VD + BNV - 1) // BNV
@@ -1273,17 +1271,11 @@ def _lm_phase(s, hbuf, hss, g_norm, wlm, lm_key, lm_ms, lm_scr, sc_lm, B, MCAP, 
     tl.static_assert(DT.primitive_bitwidth != 16 or MT * BNV <= 65536, "int32 tile keys hold 16-bit row indices")
     scr = lm_scr + pid * (MT * BM * BNV)  # this program's scratch (sized for a full row tile)
     n_full, n_big, tail = _row_tiles(MQ, BM, BMT)
-    tl.static_assert(not (TP1 and LMW), "the one-pass lm_head tail needs the in-loop merge")
-    n_alone, paired = _paired_tail(n_full, n_big, tail) if TP1 else (n_big, False)  # (False: no paired code)
-    for mc in range(0, n_alone):
+    for mc in range(0, n_big):
         _lm_rows(mc * BM + tl.arange(0, BM), s, hbuf, hss, g_norm, wlm, lm_key, lm_ms, scr, sc_lm, MQ, MCAP, eps, pid,
                  H, VD, K, KP, NPP, NTH, NTHP, BNV, BK, IEEE, STAGES, NPROG, LMW, W8)
     if BMT > 0:
-        if paired:
-            _lm_rows2((n_full - 1) * BM + tl.arange(0, BM), n_full * BM + tl.arange(0, BMT), s, hbuf, hss, g_norm,
-                      wlm, lm_key, lm_ms, sc_lm, MQ, MCAP, eps, pid, H, VD, K, KP, NPP, NTH, NTHP, BNV, BK, IEEE,
-                      STAGES, NPROG, W8)
-        elif tail:
+        if tail:
             _lm_rows(n_full * BM + tl.arange(0, BMT), s, hbuf, hss, g_norm, wlm, lm_key, lm_ms, scr, sc_lm, MQ, MCAP,
                      eps, pid, H, VD, K, KP, NPP, NTH, NTHP, BNV, BK, IEEE, STAGES, NPROG, LMW, W8)
 
@@ -1345,7 +1337,13 @@ def _lm_rows(r, s, hbuf, hss, g_norm, wlm, lm_key, lm_ms, scr, sc_lm, MQ, MCAP, 
                                _tile_key(lg, (tt * BNV + offn)[None, :], cols[None, :] + r[:, None] * 0, DT), KMIN)
                 tl.store(scr + tt * (BM * BNV) + sidx, key.to(KT))
             else:
-                run_key, run_m, run_s = _lm_merge(lg, cols, cok, r, rok, run_key, run_m, run_s, K)
+                lgm = tl.where(cok[None, :], lg, -1.0e30)
+                m_new = tl.maximum(run_m, tl.max(lgm, axis=1))
+                run_s = run_s * tl.exp(run_m - m_new) + tl.sum(tl.where(cok[None, :],
+                                                                        tl.exp(lgm - m_new[:, None]), 0.0), axis=1)
+                run_m = m_new
+                key = tl.where(cok[None, :] & rok[:, None], _pack(lg, cols[None, :] + r[:, None] * 0), _MINKEY)
+                run_key = _topk_merge(run_key, key, K, _MINKEY)
             acc = tl.zeros([BM, BNV], dtype=tl.float32)
     prow = r.to(tl.int64) * NPP + pid
     if LMW:
@@ -1355,82 +1353,6 @@ def _lm_rows(r, s, hbuf, hss, g_norm, wlm, lm_key, lm_ms, scr, sc_lm, MQ, MCAP, 
                  mask=rok[:, None] & (offn[None, :] < KP))
     else:
         tl.store(lm_key + prow[:, None] * KP + offkp[None, :], run_key, mask=rok[:, None])
-    tl.store(lm_ms + prow * 2, run_m, mask=rok)
-    tl.store(lm_ms + prow * 2 + 1, run_s, mask=rok)
-
-
-@triton.jit
-def _lm_merge(lg, cols, cok, r, rok, run_key, run_m, run_s, K: tl.constexpr):
-    """One lm_head tile's logits ``lg [R, BNV]`` (vocabulary rows ``cols``) merged into the rows' running top-``K``
-    packed keys and running logsumexp (max, sum)."""
-    lgm = tl.where(cok[None, :], lg, -1.0e30)
-    m_new = tl.maximum(run_m, tl.max(lgm, axis=1))
-    run_s = run_s * tl.exp(run_m - m_new) + tl.sum(tl.where(cok[None, :], tl.exp(lgm - m_new[:, None]), 0.0), axis=1)
-    key = tl.where(cok[None, :] & rok[:, None], _pack(lg, cols[None, :] + r[:, None] * 0), _MINKEY)
-    return _topk_merge(run_key, key, K, _MINKEY), m_new, run_s
-
-
-@triton.jit
-def _lm_rows2(r, r2, s, hbuf, hss, g_norm, wlm, lm_key, lm_ms, sc_lm, MQ, MCAP, eps, pid, H: tl.constexpr,
-              VD: tl.constexpr, K: tl.constexpr, KP: tl.constexpr, NPP: tl.constexpr, NTH: tl.constexpr,
-              NTHP: tl.constexpr, BNV: tl.constexpr, BK: tl.constexpr, IEEE: tl.constexpr, STAGES: tl.constexpr,
-              NPROG: tl.constexpr, W8: tl.constexpr):
-    """:func:`_lm_rows` for a full row tile ``r`` and the tail tile ``r2`` in one pass (``DrafterConfig.tail_one_pass``
-    naming ``lm_head``): each weight chunk feeds both tiles' products, each tile merged into its own running top-k
-    inside the loop (the host refuses the pairing where the tiles are ranked by warps)."""
-    DT: tl.constexpr = hbuf.dtype.element_ty
-    BM: tl.constexpr = r.shape[0]
-    BM2: tl.constexpr = r2.shape[0]
-    out_off = ((s + 1) % 2) * MCAP
-    offn = tl.arange(0, BNV)
-    offk = tl.arange(0, BK)[None, :]
-    NKL: tl.constexpr = (H + BK - 1) // BK
-    NVT: tl.constexpr = (VD + BNV - 1) // BNV
-    n_my = (NVT - pid + NPROG - 1) // NPROG
-    rok = r < MQ
-    rok2 = r2 < MQ
-    x_row = hbuf + (out_off + r.to(tl.int64)[:, None]) * H
-    x_row2 = hbuf + (out_off + r2.to(tl.int64)[:, None]) * H
-    rs = _rstd_parts(hss + (out_off + r.to(tl.int64)[:, None]) * NTH, rok[:, None], NTH, NTHP, H, eps)
-    rs2 = _rstd_parts(hss + (out_off + r2.to(tl.int64)[:, None]) * NTH, rok2[:, None], NTH, NTHP, H, eps)
-    run_key = tl.full([BM, KP], _MINKEY, dtype=tl.int64)
-    run_m = tl.full([BM], -1.0e30, dtype=tl.float32)
-    run_s = tl.zeros([BM], dtype=tl.float32)
-    run_key2 = tl.full([BM2, KP], _MINKEY, dtype=tl.int64)
-    run_m2 = tl.full([BM2], -1.0e30, dtype=tl.float32)
-    run_s2 = tl.zeros([BM2], dtype=tl.float32)
-    acc = tl.zeros([BM, BNV], dtype=tl.float32)
-    acc2 = tl.zeros([BM2, BNV], dtype=tl.float32)
-    for it in tl.range(0, n_my * NKL, num_stages=STAGES):
-        tt = it // NKL
-        kk = it - tt * NKL
-        cols = (pid + tt * NPROG) * BNV + offn
-        cok = cols < VD
-        k0 = kk * BK
-        km = k0 + offk < H
-        g = tl.load(g_norm + k0 + offk, mask=km, other=0.0).to(tl.float32)
-        x = tl.load(x_row + k0 + offk, mask=rok[:, None] & km, other=0.0, cache_modifier=".cg").to(tl.float32)
-        x2 = tl.load(x_row2 + k0 + offk, mask=rok2[:, None] & km, other=0.0, cache_modifier=".cg").to(tl.float32)
-        w = _wcast(tl.load(wlm + cols.to(tl.int64)[:, None] * H + k0 + offk, mask=cok[:, None] & km, other=0.0),
-                   DT)
-        acc = _dot((g * _rnd(x * rs[:, None], DT)).to(DT), w, acc, IEEE)
-        acc2 = _dot((g * _rnd(x2 * rs2[:, None], DT)).to(DT), w, acc2, IEEE)
-        if kk == NKL - 1:
-            run_key, run_m, run_s = _lm_merge(_epi(acc, sc_lm, sc_lm, cols, cok, W8, False, DT), cols, cok, r, rok,
-                                              run_key, run_m, run_s, K)
-            run_key2, run_m2, run_s2 = _lm_merge(_epi(acc2, sc_lm, sc_lm, cols, cok, W8, False, DT), cols, cok, r2,
-                                                 rok2, run_key2, run_m2, run_s2, K)
-            acc = tl.zeros([BM, BNV], dtype=tl.float32)
-            acc2 = tl.zeros([BM2, BNV], dtype=tl.float32)
-    _lm_store(r, rok, run_key, run_m, run_s, lm_key, lm_ms, pid, KP, NPP)
-    _lm_store(r2, rok2, run_key2, run_m2, run_s2, lm_key, lm_ms, pid, KP, NPP)
-
-
-@triton.jit
-def _lm_store(r, rok, run_key, run_m, run_s, lm_key, lm_ms, pid, KP: tl.constexpr, NPP: tl.constexpr):
-    """The rows' top-k keys and logsumexp parts (in-loop merge) into this program's slots of lm_key / lm_ms."""
-    prow = r.to(tl.int64) * NPP + pid
-    tl.store(lm_key + prow[:, None] * KP + tl.arange(0, KP)[None, :], run_key, mask=rok[:, None])
     tl.store(lm_ms + prow * 2, run_m, mask=rok)
     tl.store(lm_ms + prow * 2 + 1, run_s, mask=rok)
 
@@ -1729,7 +1651,7 @@ def fused_drafter_kernel(
     TQ: tl.constexpr = False,
     # BMT: rows of a tail row tile (0: none): a step's rows past its full BM-row tiles take a BMT-row tile when they
     # fit it (DrafterConfig.tail_row_tile); TP1: the products that take the tail in one pass with the last full tile
-    # (DrafterConfig.tail_one_pass), a mask: 1 o, 2 gate/up, 4 down, 8 lm_head
+    # (DrafterConfig.tail_one_pass), a mask: 1 o, 2 gate/up, 4 down
     BMT: tl.constexpr = 0, TP1: tl.constexpr = 0,
 ):
     pid = tl.program_id(0)
@@ -1801,7 +1723,7 @@ def fused_drafter_kernel(
             _pf_tiles(wlm, pid, PF, VD, H, BNV, BK, False, NPROG)
         _grid_wait(bar, bt, NPROG)
         _lm_phase(s, hbuf, hss, g_norm, wlm, lm_key, lm_ms, lm_scr, wsc + SC_LM, B, MCAP, eps, pid, H, VD, K, KP,
-                  NPP, NTH, NTHP, BM, BNV, BK, IEEE, STAGES, NPROG, LMW, W8, BMT, (TP1 & 8) != 0)
+                  NPP, NTH, NTHP, BM, BNV, BK, IEEE, STAGES, NPROG, LMW, W8, BMT)
         bt += NPROG
         _grid_sync(bar, bt, NPROG, prof, PROFILE)
         hq_step = HQ and (s < D)  # this step's rows are the next step's parents
