@@ -136,13 +136,14 @@ class DrafterConfig:
     separated (tests/fused/test_fused_drafter.py, ``two_row_tiles``).
     ``tail_one_pass``: the products that take the tail tile in one pass with the last full tile: each weight chunk,
     loaded once, feeds both products (two accumulators each), so those weights stream once per step instead of
-    once per row tile (lm_head still takes the tail in a pass of its own). ``True``: o_proj, gate/up and down;
-    ``False``: none; a string names them, ``/``-separated (``"o/down"``; names: ``o``, ``gate_up``, ``down``);
-    ``None``: the measured choice, o, gate/up and down with 16-bit weights (8B shape, 60/7/10, H200: batch 16
-    6.03 -> 5.65 ms, batch 13 5.77 -> 5.29, bench/results/session39_2026-11-29/), none with FP8 weights (all three
-    measured flat: 6.41 -> 6.42 at batch 16, 5.87 -> 5.82 at 13; FP8's 128-wide gate/up tiles spill with a second
-    pair of accumulators). Bits: the same as the tail's own pass, bf16 and FP8 (GPU test). Needs ``tail_row_tile``
-    where it names a product.
+    once per row tile (lm_head still takes the tail in a pass of its own: pairing it too measured flat, 8B bf16
+    batch 16 5.661 -> 5.649 / 5.671 ms, its 128-row tiles bound by the in-loop top-k merge). ``True``: o_proj,
+    gate/up and down; ``False``: none; a string names them, ``/``-separated (``"o/down"``; names: ``o``,
+    ``gate_up``, ``down``); ``None``: the measured choice, o, gate/up and down with 16-bit weights (60/7/10, H200,
+    batch 16: 8B 6.03 -> 5.65 ms, batch 13 5.77 -> 5.29; Qwen3-8B 5.77 -> 5.43; 70B 17.12 -> 15.59; 1B-class 3.54
+    -> 3.46; bench/results/session39_2026-11-29/), none with FP8 weights (flat with every pairing tried: all three
+    6.41 -> 6.42 at batch 16, 5.87 -> 5.82 at 13; o and down only; all three at 64-wide gate/up tiles). Bits: the
+    same as the tail's own pass, bf16 and FP8 (GPU test). Needs ``tail_row_tile`` where it names a product.
 
     Shapes the kernel cannot run are refused here or in :meth:`launch_params`, before any launch, with the reason:
     head_dim not a power of two >= 16 (RoPE pairs features within one power-of-two tile), hidden size not a multiple
