@@ -62,7 +62,9 @@
 #   tail1       o, gate/up and down take the tail in one pass with the last full tile (tail_one_pass; the default
 #               with bf16 since session 39): its GPU test (the 8B shape's bits against the tail's own pass, batch
 #               13 and 16, bf16 and FP8), then batch 16 and 13 at the 8B shape, bf16 and FP8, all three paired
-#               against none, alternated (tail1_bf16.json, tail1_fp8.json)
+#               against none, alternated, and batch 8 (80 rows) as 64 + 16 (block_m=64; slower in session 38 with
+#               the weights streamed per tile, not yet measured with bf16's one pass) against one 128-row tile
+#               (tail1_bf16.json, tail1_fp8.json)
 #   batch       batched generation (bench_batch.json, .png): SmolLM2 total tok/s and speculative/plain per batch
 #               size 1-16 (best tree per size), 8B-shape batched step times; BATCH_ARGS adds options (e.g. --quick)
 #   timeline    where a continuous-batching job's time goes (batch_timeline.json, bench/probes/batch_probe.py's job
@@ -146,6 +148,7 @@ part_tail()       { local t="" b
                     tests_then_ab tail "two_row_tiles or two-row-tiles" "${t%,}"; }
 part_tail1()      { local t="" b
                     for b in 16 13 16 13; do t+="0:0:0:0:0:$b+tail_one_pass=0,0:0:0:0:0:$b+tail_one_pass=1,"; done
+                    t+="0:0:0:0:0:8,0:0:0:0:0:8+block_m=64,0:0:0:0:0:8,0:0:0:0:0:8+block_m=64,"
                     tests_then_ab tail1 "tail_one_pass" "${t%,}"; }
 part_l2pf()       { for shape in ${L2PF_SHAPES:-llama31-8b qwen3-8b llama33-70b llama32-1b}; do
                       for w in bf16 fp8; do
