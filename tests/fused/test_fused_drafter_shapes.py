@@ -90,41 +90,43 @@ def test_fp8_batched_launch_with_padded_rows_and_bias():
                 assert torch.equal(a, b)
 
 
-@pytest.mark.parametrize(("fp8", "batch", "one_pass"),
-                         [(False, 17, False), (False, 17, True), (True, 9, False), (True, 9, True),
-                          (True, 9, "o/down")],
-                         ids=["fp32-17-tail", "fp32-17-one-pass", "fp8-9-tail", "fp8-9-one-pass",
-                              "fp8-9-one-pass-o-down"])
-def test_tail_row_tile_matches_reference(fp8, batch, one_pass):
+@pytest.mark.parametrize(("fp8", "batch"), [(False, 17), (True, 9)], ids=["fp32-17", "fp8-9"])
+def test_tail_row_tile_matches_reference(fp8, batch):
     """``tail_row_tile`` (the default) with 32-row tiles: 17 sequences of a top-4 tree (68 rows: two full tiles and a
     16-row tail; the root's 17 rows in a full tile) and 9 with FP8 weights (36 rows: one full tile and the tail,
     which takes the root's 9 rows), through launch_drafter with padded new rows: every output identical to the
     reference's and to the launch without the tail tile, and the draft KV to the latter's. (One program under the
-    interpreter: the stream-K parts of several programs, a region per row tile, are the GPU test's.) ``one_pass``
-    (``tail_one_pass``): o, gate/up and down (``True``), or o and down only, take the tail with the last full tile in
-    one pass (17 sequences: the first tile alone, the second with the tail; 9: the root's rows in the tail alone),
-    the same outputs again."""
+    interpreter: the stream-K parts of several programs, a region per row tile, are the GPU test's.) Each tail is
+    launched in a pass of its own and with ``tail_one_pass``: o, gate/up and down (``True``), and with FP8 o and
+    down only, take the tail with the last full tile in one pass (17 sequences: the first tile alone, the second
+    with the tail; 9: the root's rows in the tail alone); the same outputs and KV each time."""
     head = shaped_head(64, 4, 2, 96, 256, 90, None, True, fp8)
     tc = TreeConfig(14, 2, 4)
-    cfg = DrafterConfig.from_head(head, tc, max_batch=batch, max_len=64, max_new_rows=4, block_m=32,
-                                  tail_row_tile=True, stream_k_linear=True, tail_one_pass=one_pass)
-    p = cfg.launch_params("cpu", batch, 4)
-    mask = {False: 0, True: 7, "o/down": 5}[one_pass]
-    assert (p["BM"], p["BMT"], p["SKL"], p["HQ"], p["TP1"]) == (32, 16, True, False, mask)
-    plain = cfg.with_(tail_row_tile=False, tail_one_pass=False)
+    base = DrafterConfig.from_head(head, tc, max_batch=batch, max_len=64, max_new_rows=4, block_m=32,
+                                   tail_row_tile=True, stream_k_linear=True)
+    masks = {False: 0, True: 7, "o/down": 5} if fp8 else {False: 0, True: 7}
+    cfgs = [base.with_(tail_one_pass=k) for k in masks]
+    for c, mask in zip(cfgs, masks.values(), strict=True):
+        p = c.launch_params("cpu", batch, 4)
+        assert (p["BM"], p["BMT"], p["SKL"], p["HQ"], p["TP1"]) == (32, 16, True, False, mask)
+    plain = base.with_(tail_row_tile=False, tail_one_pass=False)
     assert plain.launch_params("cpu", batch, 4)["BMT"] == 0
-    w = Weights.from_head(head, cfg.max_len + tc.depth + 1)
-    bufs, bufs_ref, bufs_plain = (Buffers.allocate(c, "cpu") for c in (cfg, cfg, plain))
+    w = Weights.from_head(head, base.max_len + tc.depth + 1)
+    bufs = [Buffers.allocate(c, "cpu") for c in cfgs]
+    bufs_ref, bufs_plain = Buffers.allocate(base, "cpu"), Buffers.allocate(plain, "cpu")
     for _ in range(2):  # the second call drafts on the first's KV
         X = DraftInputs(torch.randn(batch, 4, head.feature_width), torch.randint(0, 256, (batch, 4)),
                         torch.randint(1, 5, (batch,), dtype=torch.int32))
-        out, ref = launch_drafter(cfg, X, w, bufs), launch_drafter_ref(cfg, X, w, bufs_ref)
-        out_plain = launch_drafter(plain, X, w, bufs_plain)
-        assert not out.fallback
-        for a, b, c in zip(out, ref, out_plain, strict=True):
-            assert torch.equal(a, b) and torch.equal(a, c)
+        ref, out_plain = launch_drafter_ref(base, X, w, bufs_ref), launch_drafter(plain, X, w, bufs_plain)
+        for c, b in zip(cfgs, bufs, strict=True):
+            out = launch_drafter(c, X, w, b)
+            assert not out.fallback
+            for x, y, z in zip(out, ref, out_plain, strict=True):
+                assert torch.equal(x, y) and torch.equal(x, z), c.tail_one_pass
     # the draft KV, tree steps' scratch rows included (the reference keeps only the prompt's): as without the tail
-    assert torch.equal(bufs.k_cache, bufs_plain.k_cache) and torch.equal(bufs.v_cache, bufs_plain.v_cache)
+    for c, b in zip(cfgs, bufs, strict=True):
+        assert torch.equal(b.k_cache, bufs_plain.k_cache) and torch.equal(b.v_cache, bufs_plain.v_cache), \
+            c.tail_one_pass
 
 
 def test_tail_row_tile_choice():
