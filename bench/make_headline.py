@@ -580,14 +580,13 @@ def session30_entries() -> list[dict]:
     """The H200 figures of the drafter at each head shape (the README's H200 table; the only device lent since
     session 30), names as issue 19's with ``_h200``: batch 1 and 16, bf16 and FP8, from session 39's sweep of the
     defaults at d8618d8 (bf16's tail taken in one pass with the last full tile in o, gate/up and down; session 38's
-    tail row tile: 160 rows as 128 + 32; session 37's lm_head keys ranked by warps at every
-    FP8 row tile; session 36's RM on int32 keys;
-    session 35's FP8 gate/up tiles 128 wide at 4096-wide heads; session 34's final tree phase by tl.topk;
-    session 33's q/k/v table, the hidden half early at batch 1 and 2; stream-K products, FP8 128-deep chunks and, at
-    128-row tiles of 4096-wide heads, the L2 prefetch from sessions 30-32). The floors count the bytes that code
-    moves (with the table a tree step streams q/k/v's hidden half only). Also the 8B-shape engine step on the H200
-    (``*_h200``: plain decode and the speculative step at 60/7/10 beside their floors), quoted in the README's
-    prose."""
+    tail row tile: 160 rows as 128 + 32; session 37's lm_head keys ranked by warps at every FP8 row tile; session
+    36's RM on int32 keys; session 35's FP8 gate/up tiles 128 wide at 4096-wide heads; session 34's final tree
+    phase by tl.topk; session 33's q/k/v table, the hidden half early at batch 1 and 2; stream-K products, FP8
+    128-deep chunks and, at 128-row tiles of 4096-wide heads, the L2 prefetch from sessions 30-32). The floors
+    count the bytes that code moves (with the table a tree step streams q/k/v's hidden half only). Also the
+    8B-shape engine step on the H200 (``*_h200``: plain decode and the speculative step at 60/7/10 beside their
+    floors), quoted in the README's prose."""
     names = {"llama31-8b": ("8b", "Llama-3.1-8B"), "qwen3-8b": ("qwen3_8b", "Qwen3-8B"),
              "llama33-70b": ("70b", "Llama-3.3-70B"), "llama32-1b": ("1b", "Llama-3.2-1B")}
     rows = [(shape, weights, batch, S39, ["rows", {"shape": shape, "weights": weights, "batch": batch}], "d8618d8")

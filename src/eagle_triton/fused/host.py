@@ -276,10 +276,11 @@ class DrafterConfig:
         """The products that take the tail tile in one pass with the last full tile (:attr:`tail_one_pass`), as the
         kernel's mask: 1 o_proj, 2 gate/up, 4 down."""
         top = self.tail_one_pass
+        every = sum(_ONE_PASS_PRODUCTS.values())
         if top is None:
-            return 0 if self.fp8 or not self.tail_row_tile else 7
+            return 0 if self.fp8 or not self.tail_row_tile else every
         if isinstance(top, int) and top in (0, 1):  # a bool (or a tuning string's 0 / 1)
-            return 7 if top else 0
+            return every if top else 0
         if not isinstance(top, str):
             raise TypeError(f"tail_one_pass must be None, a bool or a '/'-separated string of products, got {top!r}")
         mask = 0
@@ -421,8 +422,9 @@ class DrafterConfig:
         # tail_one_pass: a paired product holds the tail's activation chunks beside the full tile's (fc's chunk
         # shares o's and down's bkl)
         tp1 = self.tail_one_pass_mask() if bmt else 0
-        rows_l = bm + (bmt if tp1 & 5 else 0)
-        rows_g = bm + (bmt if tp1 & 2 else 0)
+        pairs = {name for name, bit in _ONE_PASS_PRODUCTS.items() if tp1 & bit}
+        rows_l = bm + (bmt if pairs & {"o", "down"} else 0)
+        rows_g = bm + (bmt if "gate_up" in pairs else 0)
         bk, bkg, bkl, bkr = chunk(bnv), chunk(2 * bng, rows_g), chunk(bn, rows_l), chunk(bn, bmr, elem)
         bkq, bkqr = bkq_of(chunk(bnq)), bkq_of(chunk(bnqr, bmr, elem))
         nth = -(-H // bn)
