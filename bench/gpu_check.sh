@@ -63,7 +63,7 @@
 #               with bf16 since session 39): its GPU test (the 8B shape's bits against the tail's own pass, batch
 #               13 and 16, bf16 and FP8), then batch 16 and 13 at the 8B shape, bf16 and FP8, all three paired
 #               against none, alternated, and batch 8 (80 rows) as 64 + 16 (block_m=64; slower in session 38 with
-#               the weights streamed per tile, not yet measured with bf16's one pass) against one 128-row tile
+#               the weights streamed per tile, and in session 40 with bf16's one pass) against one 128-row tile
 #               (tail1_bf16.json, tail1_fp8.json)
 #   batch       batched generation (bench_batch.json, .png): SmolLM2 total tok/s and speculative/plain per batch
 #               size 1-16 (best tree per size), 8B-shape batched step times; BATCH_ARGS adds options (e.g. --quick)

@@ -573,13 +573,16 @@ def session28_entries() -> list[dict]:
 
 
 S39 = "session39_2026-11-29/sweep/fused_drafter.json"  # the README's H200 head-shape table (session 39's defaults)
+S40_BATCHES = "session40_2026-11-29/call2/sweep/fused_drafter.json"  # the same defaults, 60/7/10, batch 2, 4 and 8
+S40_TREE = "session40_2026-11-29/call3/sweep/fused_drafter.json"  # the same defaults, 60/5/10, batch 1 and 16
 S34_ENGINE = "session34_2026-11-28/engine_8b/bench_engine.json"  # the 8B-shape engine step on the H200
 
 
 def session30_entries() -> list[dict]:
     """The H200 figures of the drafter at each head shape (the README's H200 table; the only device lent since
-    session 30), names as issue 19's with ``_h200``: batch 1 and 16, bf16 and FP8, from session 39's sweep of the
-    defaults at d8618d8 (bf16's tail taken in one pass with the last full tile in o, gate/up and down; session 38's
+    session 30), names as issue 19's with ``_h200``: 60/7/10 batch 1 and 16, bf16 and FP8, from session 39's sweep of
+    the defaults at d8618d8 (batch 2, 4 and 8, and 60/5/10 at batch 1 and 16, from session 40's at b1e805d, the same
+    kernel code) (bf16's tail taken in one pass with the last full tile in o, gate/up and down; session 38's
     tail row tile: 160 rows as 128 + 32; session 37's lm_head keys ranked by warps at every FP8 row tile; session
     36's RM on int32 keys; session 35's FP8 gate/up tiles 128 wide at 4096-wide heads; session 34's final tree
     phase by tl.topk; session 33's q/k/v table, the hidden half early at batch 1 and 2; stream-K products, FP8
@@ -589,19 +592,25 @@ def session30_entries() -> list[dict]:
     floors), quoted in the README's prose."""
     names = {"llama31-8b": ("8b", "Llama-3.1-8B"), "qwen3-8b": ("qwen3_8b", "Qwen3-8B"),
              "llama33-70b": ("70b", "Llama-3.3-70B"), "llama32-1b": ("1b", "Llama-3.2-1B")}
-    rows = [(shape, weights, batch, S39, ["rows", {"shape": shape, "weights": weights, "batch": batch}], "d8618d8")
-            for shape in names for weights in ("bf16", "fp8") for batch in (1, 16)]
+    runs = [(S39, "60/7/10", (1, 16), "d8618d8", ""), (S40_BATCHES, "60/7/10", (2, 4, 8), "b1e805d", ""),
+            (S40_TREE, "60/5/10", (1, 16), "b1e805d", "60/5/10 ")]
     out = []
-    for shape, weights, batch, src, sel, code in rows:
-        short, label = names[shape]
-        name = f"draft_{short}_" + ("fp8_" if weights == "fp8" else "") + f"60_7_10_b{batch}_h200"
-        row = [label, weights, str(batch)]
-        out.append(entry(name, "ms", src, sel + ["fused_ms"], 3, H200,
-                         _adding_commit(ROOT / RESULTS / src) or "uncommitted",
-                         [{"row": row, "column": "H200 ms"}, {"row": row, "column": "H200 floor ms", "field": "floor"}],
-                         sel + ["floor_ms"], "floor",
-                         f"random head, 60/7/10 decode (4 new rows on a 512-row prefix), code {code}",
-                         date="2026-11-29"))
+    for src, tree, batches, code, column in runs:
+        for shape in names:
+            for weights in ("bf16", "fp8"):
+                for batch in batches:
+                    short, label = names[shape]
+                    sel = ["rows", {"shape": shape, "weights": weights, "batch": batch, "tree": tree}]
+                    name = (f"draft_{short}_" + ("fp8_" if weights == "fp8" else "")
+                            + f"{tree.replace('/', '_')}_b{batch}_h200")
+                    row = [label, weights, str(batch)]
+                    out.append(entry(name, "ms", src, sel + ["fused_ms"], 3, H200,
+                                     _adding_commit(ROOT / RESULTS / src) or "uncommitted",
+                                     [{"row": row, "column": f"{column}H200 ms"},
+                                      {"row": row, "column": f"{column}H200 floor ms", "field": "floor"}],
+                                     sel + ["floor_ms"], "floor",
+                                     f"random head, {tree} decode (4 new rows on a 512-row prefix), code {code}",
+                                     date="2026-11-29"))
     eng = ["parts", "llama8b"]
     text = ("On the H200 the 8B-shape engine (random weights, bf16, batch 1, `bench_engine.py --parts b`, "
             "`session34_2026-11-28/engine_8b/`) decodes a plain token in 4.203 ms (floor 3.759) and takes 6.544 ms "

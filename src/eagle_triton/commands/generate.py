@@ -82,7 +82,7 @@ def add_model_arguments(p) -> None:
     m.add_argument("--draft-dtype", choices=["model", "fp8"], default="model",
                    help="draft head weights: model = the target's dtype (default); fp8 = weight-only FP8 linear "
                    "layers (e4m3, per-channel scales; EAGLE-3 heads). FP8 drafts faster than bf16 only for one "
-                   "sequence at a time (8B head, H200: 1.50 against 1.76 ms); from batch 2 on it is slower (2.38 "
+                   "sequence at a time (8B head, H200: 1.52 against 1.77 ms); from batch 2 on it is slower (2.40 "
                    "against 2.10 ms), so it pays for a single stream, not for --batch-size > 1")
     m.add_argument("--device", default="auto", help="cpu, cuda, cuda:N or auto (default)")
     m.add_argument("--dtype", default="auto", help="float32, float16, bfloat16 or auto (bf16 on CUDA, fp32 on CPU)")

@@ -193,9 +193,9 @@ class EagleEngine:
         tokenizer: ``True`` to load the target's tokenizer (when ``target`` is a path), or a tokenizer object.
         draft_dtype: ``None``/``"model"`` (the target's dtype) or ``"fp8"``: the head's linear layers in weight-only
             FP8 (:meth:`~eagle_triton.Eagle3DraftHead.quantize_fp8`; EAGLE-3 heads). On an H200 the fused drafter
-            is faster with FP8 only at batch 1 (8B head 60/7/10: 1.50 against 1.76 ms,
-            bench/results/session36_2026-11-28/sweep/); from batch 2 on the converted FP8 products are slower
-            than bf16 (2.38 against 2.10 ms at batch 2: session35_2026-11-28/gu128/, session33_2026-11-28/).
+            is faster with FP8 only at batch 1 (8B head 60/7/10: 1.52 against 1.77 ms,
+            bench/results/session39_2026-11-29/sweep/); from batch 2 on the converted FP8 products are slower
+            than bf16 (2.40 against 2.10 ms at batch 2: bench/results/session40_2026-11-29/call2/sweep/).
         norm_mode: the fast target's RMSNorms in its fused forward (:class:`~eagle_triton.engine.LlamaTarget`):
             ``None``/``"folded"`` (fastest: folded into the weights), ``"kernel"`` (rounds as transformers does; the
             shipped SmolLM2 head, trained on transformers' features, accepts about 6% more tokens per step with it
