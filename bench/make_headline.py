@@ -575,14 +575,15 @@ def session28_entries() -> list[dict]:
 S39 = "session39_2026-11-29/sweep/fused_drafter.json"  # the README's H200 head-shape table (session 39's defaults)
 S40_BATCHES = "session40_2026-11-29/call2/sweep/fused_drafter.json"  # the same defaults, 60/7/10, batch 2, 4 and 8
 S40_TREE = "session40_2026-11-29/call3/sweep/fused_drafter.json"  # the same defaults, 60/5/10, batch 1 and 16
+S40_TREE_BATCHES = "session40_2026-11-29/call4/sweep/fused_drafter.json"  # 60/5/10, batch 2, 4 and 8
 S34_ENGINE = "session34_2026-11-28/engine_8b/bench_engine.json"  # the 8B-shape engine step on the H200
 
 
 def session30_entries() -> list[dict]:
     """The H200 figures of the drafter at each head shape (the README's H200 table; the only device lent since
     session 30), names as issue 19's with ``_h200``: 60/7/10 batch 1 and 16, bf16 and FP8, from session 39's sweep of
-    the defaults at d8618d8 (batch 2, 4 and 8, and 60/5/10 at batch 1 and 16, from session 40's at b1e805d, the same
-    kernel code) (bf16's tail taken in one pass with the last full tile in o, gate/up and down; session 38's
+    the defaults at d8618d8 (batch 2, 4 and 8, and 60/5/10 at batch 1-16, from session 40's at b1e805d and d2ac502,
+    the same kernel code) (bf16's tail taken in one pass with the last full tile in o, gate/up and down; session 38's
     tail row tile: 160 rows as 128 + 32; session 37's lm_head keys ranked by warps at every FP8 row tile; session
     36's RM on int32 keys; session 35's FP8 gate/up tiles 128 wide at 4096-wide heads; session 34's final tree
     phase by tl.topk; session 33's q/k/v table, the hidden half early at batch 1 and 2; stream-K products, FP8
@@ -593,7 +594,8 @@ def session30_entries() -> list[dict]:
     names = {"llama31-8b": ("8b", "Llama-3.1-8B"), "qwen3-8b": ("qwen3_8b", "Qwen3-8B"),
              "llama33-70b": ("70b", "Llama-3.3-70B"), "llama32-1b": ("1b", "Llama-3.2-1B")}
     runs = [(S39, "60/7/10", (1, 16), "d8618d8", ""), (S40_BATCHES, "60/7/10", (2, 4, 8), "b1e805d", ""),
-            (S40_TREE, "60/5/10", (1, 16), "b1e805d", "60/5/10 ")]
+            (S40_TREE, "60/5/10", (1, 16), "b1e805d", "60/5/10 "),
+            (S40_TREE_BATCHES, "60/5/10", (2, 4, 8), "d2ac502", "60/5/10 ")]
     out = []
     for src, tree, batches, code, column in runs:
         for shape in names:
