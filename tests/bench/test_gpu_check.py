@@ -3,6 +3,7 @@ packing of what comes back. Only the `env` part runs (it needs no GPU)."""
 
 import json
 import os
+import re
 import subprocess
 import sys
 import tarfile
@@ -183,3 +184,15 @@ def test_treeab_part_needs_a_base_and_says_so(tmp_path):
     r = _run(["bash", "bench/gpu_check.sh", "--out", str(out), "treeab"])
     assert r.returncode == 1
     assert "AB_BASE must name a src folder" in (out / "summary.txt").read_text()
+
+
+def test_every_part_is_documented_and_every_documented_part_exists():
+    """The header's parts table and the part_<name> functions name the same parts, so that a part added to one is
+    not missing from the other (`bash bench/gpu_check.sh mustshow` must do what the header says it does)."""
+    text = (ROOT / "bench" / "gpu_check.sh").read_text()
+    header = text.split("set -uo pipefail")[0]
+    table = header[header.index("# Parts (default"):]
+    documented = set(re.findall(r"^#   ([a-z0-9]+)\s", table, re.M))
+    defined = set(re.findall(r"^part_([a-z0-9]+)\(\)", text, re.M))
+    assert documented == defined, (sorted(documented - defined), sorted(defined - documented))
+    assert "mustshow" in defined
