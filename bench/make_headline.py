@@ -581,13 +581,14 @@ S34_ENGINE = "session34_2026-11-28/engine_8b/bench_engine.json"  # the 8B-shape 
 
 def session30_entries() -> list[dict]:
     """The H200 figures of the drafter at each head shape (the README's H200 table; the only device lent since
-    session 30), names as issue 19's with ``_h200``: 60/7/10 batch 1 and 16, bf16 and FP8, from session 39's sweep of
-    the defaults at d8618d8 (batch 2, 4 and 8, and 60/5/10 at batch 1-16, from session 40's at b1e805d and d2ac502,
-    the same kernel code) (bf16's tail taken in one pass with the last full tile in o, gate/up and down; session 38's
-    tail row tile: 160 rows as 128 + 32; session 37's lm_head keys ranked by warps at every FP8 row tile; session
-    36's RM on int32 keys; session 35's FP8 gate/up tiles 128 wide at 4096-wide heads; session 34's final tree
-    phase by tl.topk; session 33's q/k/v table, the hidden half early at batch 1 and 2; stream-K products, FP8
-    128-deep chunks and, at 128-row tiles of 4096-wide heads, the L2 prefetch from sessions 30-32). The floors
+    session 30), names as issue 19's with ``_h200``, bf16 and FP8: 60/7/10 batch 1 and 16 from session 39's sweep
+    of the defaults at d8618d8; 60/7/10 batch 2, 4 and 8 and 60/5/10 batch 1-16 from session 40's (b1e805d and
+    d2ac502: the same kernel code). The defaults measured: bf16's tail taken in one pass with the last full tile in
+    o, gate/up and down; session 38's tail row tile: 160 rows as 128 + 32; session 37's lm_head keys ranked by
+    warps at every FP8 row tile; session 36's RM on int32 keys; session 35's FP8 gate/up tiles 128 wide at
+    4096-wide heads; session 34's final tree phase by tl.topk; session 33's q/k/v table, the hidden half early at
+    batch 1 and 2; stream-K products, FP8 128-deep chunks and, at 128-row tiles of 4096-wide heads, the L2 prefetch
+    from sessions 30-32. The floors
     count the bytes that code moves (with the table a tree step streams q/k/v's hidden half only). Also the
     8B-shape engine step on the H200 (``*_h200``: plain decode and the speculative step at 60/7/10 beside their
     floors), quoted in the README's prose."""
