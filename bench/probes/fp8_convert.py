@@ -49,7 +49,11 @@ in all variants, so only the accumulation order differs). Runs back to back on t
 reuse) and reports the median CUDA-event time and the weight bytes per second. GPU only.
 
     python bench/probes/fp8_convert.py --out DIR [--modes ...] [--shapes o,down,gate,lm_head]
-        [--configs BK:STAGES:WARPS,...]   (default 256:4:8,512:3:8,128:6:8)
+        [--configs BK:STAGES:WARPS[:PPS],...]   (default 256:4:8,512:3:8,128:6:8; PPS: programs per SM, 1)
+
+Session 41: ``PPS`` programs per SM (``PPS * sms`` programs) and the ``bal`` shape (264 tiles of 64, so 132 or 264
+programs take the same number of tiles each) ask whether a loop bound by each warp's chain gains from two
+independent programs per SM (e.g. 4 warps x 2, the warps of one program no longer held by the other's barriers).
 """
 
 from __future__ import annotations
@@ -202,7 +206,8 @@ def main(argv=None) -> int:
     ap.add_argument("--rows", type=int, default=10, help="activation rows (1-32; 10 = a 60/7/10 step of one "
                     "sequence, 20 of two); the row tile is the next power of two >= 16")
     ap.add_argument("--configs", default="256:4:8,512:3:8,128:6:8",
-                    help="comma list of BK:STAGES:WARPS launch configurations, each timed for every mode and shape")
+                    help="comma list of BK:STAGES:WARPS[:PPS] launch configurations (PPS: programs per SM, default "
+                    "1), each timed for every mode and shape")
     args = ap.parse_args(argv)
     if not 1 <= args.rows <= 32:
         raise SystemExit("--rows: 1 to 32")
@@ -213,16 +218,18 @@ def main(argv=None) -> int:
     sms = torch.cuda.get_device_properties(dev).multi_processor_count
     # the 8B EAGLE-3 head's products (N outputs x K reduction) and the drafter's tile widths
     shapes = {"o 4096x4096": (4096, 4096, 64), "down 4096x14336": (4096, 14336, 64),
-              "gate 14336x4096": (14336, 4096, 64), "lm_head 32000x4096": (32000, 4096, 128)}
+              "gate 14336x4096": (14336, 4096, 64), "lm_head 32000x4096": (32000, 4096, 128),
+              "bal 16896x4096": (16896, 4096, 64)}
     if args.shapes:
         wanted = args.shapes.split(",")
         unknown = sorted(set(wanted) - {s.split()[0] for s in shapes})
         if unknown:
-            raise SystemExit(f"--shapes: unknown {unknown}; known: o, down, gate, lm_head")
+            raise SystemExit(f"--shapes: unknown {unknown}; known: o, down, gate, lm_head, bal")
         shapes = {s: v for s, v in shapes.items() if s.split()[0] in wanted}
     configs = [tuple(int(v) for v in c.split(":")) for c in args.configs.split(",")]
-    if any(len(c) != 3 for c in configs):
-        raise SystemExit("--configs: each entry is BK:STAGES:WARPS")
+    if any(len(c) not in (3, 4) for c in configs):
+        raise SystemExit("--configs: each entry is BK:STAGES:WARPS[:PPS]")
+    configs = [c if len(c) == 4 else (*c, 1) for c in configs]
     modes = {"bf16": 0, "fp8-cvt": 1, "fp8-bits": 2, "fp8-f16": 3, "fp8-swap": 4, "bf16-swap": 5,
              "fp8-bits-2acc": 6, "bf16-2acc": 7, "bf16-ksplit": 8, "fp8-bits-ksplit": 9,
              "fp8-bits-noscale": 10, "fp8-bits-halves": 11, "fp8-bits-2load": 12, "bf16-2load": 13}
@@ -242,19 +249,23 @@ def main(argv=None) -> int:
         ref = x.float() @ w8[0].float().T
         y = torch.empty(rows_m, n, device=dev, dtype=torch.float32)
         for mname, mode in modes.items():
-            for bk, stages, nw in configs:
+            for bk, stages, nw, pps in configs:
                 ws = wb if mode in (0, 5, 7, 8, 13) else w8
                 nbytes = n * k * ws[0].element_size()
                 it = [0]
 
                 xin = x_up if mode == 10 else x
 
-                def go(it=it, ws=ws, x=xin, y=y, n=n, k=k, bn=bn, bk=bk, stages=stages, mode=mode, nw=nw):
-                    i = it[0] = it[0] ^ 1
-                    stream_kernel[(sms,)](x, ws[i], y, rows_m, n, k, bm, bn, bk, stages, sms, mode, nw,
-                                          num_warps=nw)
+                nprog = sms * pps
 
-                ms = timed_or_record(go, rows, shape=name, mode=mname, bk=bk, stages=stages, warps=nw)
+                def go(it=it, ws=ws, x=xin, y=y, n=n, k=k, bn=bn, bk=bk, stages=stages, mode=mode, nw=nw,
+                       nprog=nprog):
+                    i = it[0] = it[0] ^ 1
+                    stream_kernel[(nprog,)](x, ws[i], y, rows_m, n, k, bm, bn, bk, stages, nprog, mode, nw,
+                                            num_warps=nw)
+
+                ms = timed_or_record(go, rows, shape=name, mode=mname, bk=bk, stages=stages, warps=nw,
+                                     programs_per_sm=pps)
                 if ms is None:
                     continue
                 it[0] = 1  # the next run uses copy 0
@@ -265,14 +276,16 @@ def main(argv=None) -> int:
                     if mode == 10:
                         y.mul_(2.0 ** 20)
                     y2 = torch.empty_like(y)
-                    stream_kernel[(sms,)](x, ws[0], y2, rows_m, n, k, bm, bn, bk, stages, sms, 2, nw, num_warps=nw)
+                    stream_kernel[(nprog,)](x, ws[0], y2, rows_m, n, k, bm, bn, bk, stages, nprog, 2, nw,
+                                            num_warps=nw)
                     same = bool(torch.equal(y, y2))
                 if mode in (1, 2, 4, 6, 9, 10, 11, 12, 13):
                     err = float((y - ref).abs().max() / ref.abs().max())
-                rows.append(dict(shape=name, mode=mname, rows=rows_m, bk=bk, stages=stages, warps=nw, us=ms * 1e3,
+                rows.append(dict(shape=name, mode=mname, rows=rows_m, bk=bk, stages=stages, warps=nw,
+                                 programs_per_sm=pps, us=ms * 1e3,
                                  TBps=nbytes / (ms * 1e-3) / 1e12, max_rel_err=err, equal_to_fp8_bits=same))
                 tail = "" if same is None else f"  equal {same}"
-                print(f"{name:20s} {mname:13s} bk {bk:3d} st {stages} w {nw:2d}  {ms * 1e3:8.1f} us  "
+                print(f"{name:20s} {mname:13s} bk {bk:3d} st {stages} w {nw:2d} p {pps}  {ms * 1e3:8.1f} us  "
                       f"{nbytes / (ms * 1e-3) / 1e12:5.2f} TB/s  err {err}{tail}", flush=True)
     write_probe_json(args.out, "fp8_convert.json", rows)
     return 0
