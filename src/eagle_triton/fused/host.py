@@ -176,8 +176,6 @@ class DrafterConfig:
     block_n_mlp: int | None = None
     block_vocab: int | None = None
     block_k: int | None = None
-    block_k_linear: int | None = None
-    block_k_vocab: int | None = None
     block_kv: int | None = None
     stages: int = 4
     num_warps: int | None = None
@@ -209,10 +207,6 @@ class DrafterConfig:
             raise ValueError(f"block_m {self.block_m} must be a power of two in 16..128")
         if self.tail_one_pass_mask() and not self.tail_row_tile:
             raise ValueError("tail_one_pass needs tail_row_tile (there is no tail tile to take in one pass)")
-        for name in ("block_k", "block_k_linear", "block_k_vocab"):
-            bk = getattr(self, name)
-            if bk is not None and (bk & (bk - 1) or bk < 16):
-                raise ValueError(f"{name} {bk} must be a power of two >= 16")
         if self.block_n_mlp is not None and (self.block_n_mlp & (self.block_n_mlp - 1) or self.block_n_mlp < 16):
             raise ValueError(f"block_n_mlp {self.block_n_mlp} must be a power of two >= 16")
         if self.block_vocab is not None and (self.block_vocab & (self.block_vocab - 1)
@@ -406,16 +400,15 @@ class DrafterConfig:
                                      f"{budget}-byte shared-memory budget: use fewer stages or narrower tiles")
             return bk
 
-        def chunk(width: int, rows: int = bm, weight_bytes: int = welem, depth: int | None = None) -> int:
-            # a product's reduction chunk: ``depth`` (block_k_linear / block_k_vocab), block_k, or the largest that
-            # fits with ``weight_bytes`` per weight (checked with the real size)
+        def chunk(width: int, rows: int = bm, weight_bytes: int = welem) -> int:  # a product's reduction chunk:
+            # block_k, or the largest that fits with ``weight_bytes`` per weight (checked with the real size)
             # 128-deep chunks with FP8 weights (H200, bench/results/session30_2026-11-28/defaults/bk128_*, block_k=128
             # against the 256 / 128 / 64 chosen as for bf16): 60/7/10 8B 1.741 -> 1.726 ms, Qwen3-8B 1.664 -> 1.650,
             # 70B 4.171 -> 4.152, the 1B-class head 1.057 -> 0.968, batch 4 3.77 -> 3.67; at 128-row tiles too since
             # the FP8 budget (_SMEM_BUDGET_FP8) holds lm_head's and gate/up's 128-deep buffers; bf16 level (1.964
             # either way), so it keeps 256 where that fits
             start = 32 if interp else 128 if small or weight_bytes == 1 else 256
-            return min(depth or self.block_k or fit(start, width, rows, weight_bytes), _pow2(H))
+            return min(self.block_k or fit(start, width, rows, weight_bytes), _pow2(H))
 
         def bkq_of(bk_: int) -> int:  # the q/k/v reduction chunk divides H: chunks split the 2H input at H
             while H % bk_:
@@ -432,8 +425,7 @@ class DrafterConfig:
         pairs = {name for name, bit in _ONE_PASS_PRODUCTS.items() if tp1 & bit}
         rows_l = bm + (bmt if pairs & {"o", "down"} else 0)
         rows_g = bm + (bmt if "gate_up" in pairs else 0)
-        bk, bkg = chunk(bnv, depth=self.block_k_vocab), chunk(2 * bng, rows_g)
-        bkl, bkr = chunk(bn, rows_l, depth=self.block_k_linear), chunk(bn, bmr, elem)
+        bk, bkg, bkl, bkr = chunk(bnv), chunk(2 * bng, rows_g), chunk(bn, rows_l), chunk(bn, bmr, elem)
         bkq, bkqr = bkq_of(chunk(bnq)), bkq_of(chunk(bnqr, bmr, elem))
         nth = -(-H // bn)
         # the hidden half early (hidden_half_early): programs hq_p0.. have no RM or SEL unit (the tree rows fit one
