@@ -3,7 +3,10 @@ transformers' generate(do_sample=False) and to --no-speculation; exact stopping;
 
 from __future__ import annotations
 
+import inspect
 import json
+import warnings
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -76,6 +79,41 @@ def test_generic_target_other_architecture():
     eng = EagleEngine(load_target(m), _head3(), TreeConfig(12, 3, 3), max_length=128)
     prompt = _prompt(3, 7)
     assert eng.generate(input_ids=prompt, max_new_tokens=25, eos_token_id=None)[0] == hf_greedy(m, prompt, 25)
+
+
+class _CacheNamedPastKeyValues(torch.nn.Module):
+    """A causal LM whose forward takes and returns its cache as ``past_key_values`` (transformers before 5.24, and
+    remote code written for it), around a model of the installed transformers."""
+
+    def __init__(self, model):
+        super().__init__()
+        self.model, self.config = model, model.config
+        self._name = "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
+
+    def get_input_embeddings(self):
+        return self.model.get_input_embeddings()
+
+    def get_output_embeddings(self):
+        return self.model.get_output_embeddings()
+
+    def forward(self, input_ids, past_key_values=None, **kwargs):
+        out = self.model(input_ids=input_ids, **{self._name: past_key_values}, **kwargs)
+        return SimpleNamespace(logits=out.logits, hidden_states=out.hidden_states,
+                               past_key_values=getattr(out, self._name))
+
+
+def test_generic_target_passes_the_cache_under_the_models_own_name(tiny_model):
+    """The generic target names the cache as the model's forward does: ``cache`` on transformers >= 5.24 (where
+    ``past_key_values`` is deprecated, to be removed in 5.40: no deprecation warning) and ``past_key_values`` on a
+    forward that only knows that name; greedy output as transformers' either way."""
+    prompt = _prompt(5, 9)
+    ref = hf_greedy(tiny_model, prompt, 20)
+    for model in (tiny_model, _CacheNamedPastKeyValues(tiny_model)):
+        eng = EagleEngine(HFTarget(model, eos_token_ids=[]), _head3(), TreeConfig(12, 3, 3), max_length=128)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            assert eng.generate(input_ids=prompt, max_new_tokens=20, eos_token_id=None)[0] == ref
+        assert not [w for w in caught if "past_key_values" in str(w.message)]
 
 
 def _oracle_engine(tiny_model, target, prompt, tree, n_ref=60, seed=0, oracle=OracleDrafter):

@@ -10,6 +10,8 @@ and it needs a model that honours custom 4D masks and position ids (most decoder
 
 from __future__ import annotations
 
+import inspect
+
 import torch
 
 from ..heads.eagle3 import eagle3_tap_layers
@@ -36,6 +38,9 @@ class HFTarget(TargetModel):
         self.capacity = 0
         self._cache = None
         self._len = 0
+        # the cache's keyword and output field: ``cache`` since transformers 5.24 (``past_key_values`` deprecated,
+        # removed in 5.40), ``past_key_values`` before; asked of the model's own forward, remote code included
+        self._cache_name = "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
 
     def setup(self, max_length: int, feature_mode: str | None = None) -> None:
         if feature_mode not in (None, "eagle3", "eagle1"):
@@ -69,9 +74,10 @@ class HFTarget(TargetModel):
     def _call(self, ids, **kwargs):
         if self._len + ids.shape[1] > self.capacity:
             raise ValueError(f"target capacity exceeded: {self._len} + {ids.shape[1]} > {self.capacity}")
-        out = self.model(input_ids=ids.to(self.device), past_key_values=self._cache, use_cache=True,
-                         output_hidden_states=self.feature_mode is not None, **kwargs)
-        self._cache = out.past_key_values
+        cache = {self._cache_name: self._cache}
+        out = self.model(input_ids=ids.to(self.device), use_cache=True,
+                         output_hidden_states=self.feature_mode is not None, **cache, **kwargs)
+        self._cache = getattr(out, self._cache_name)
         feats = self._features(out.hidden_states) if self.feature_mode is not None else None
         return out.logits, feats
 
