@@ -3,7 +3,6 @@ transformers' generate(do_sample=False) and to --no-speculation; exact stopping;
 
 from __future__ import annotations
 
-import inspect
 import json
 import warnings
 from types import SimpleNamespace
@@ -15,6 +14,7 @@ from scipy.stats import chi2
 
 from eagle_triton import CheckpointError, TreeConfig, TreeDrafter
 from eagle_triton.engine import EagleEngine, HFTarget, LlamaTarget, ModelLoadError, load_head, load_target
+from eagle_triton.engine.hf_target import cache_keyword
 from eagle_triton.testing import random_eagle1_head, random_eagle3_head
 
 V = 128
@@ -88,7 +88,7 @@ class _CacheNamedPastKeyValues(torch.nn.Module):
     def __init__(self, model):
         super().__init__()
         self.model, self.config = model, model.config
-        self._name = "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
+        self._name = cache_keyword(model)
 
     def get_input_embeddings(self):
         return self.model.get_input_embeddings()

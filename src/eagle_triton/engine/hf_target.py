@@ -17,7 +17,14 @@ import torch
 from ..heads.eagle3 import eagle3_tap_layers
 from .target import TargetModel, _eos_ids
 
-__all__ = ["HFTarget"]
+__all__ = ["HFTarget", "cache_keyword"]
+
+
+def cache_keyword(model) -> str:
+    """The name under which ``model``'s forward takes its cache and its output returns it: ``cache`` since
+    transformers 5.24 (``past_key_values`` deprecated there, removed in 5.40), ``past_key_values`` before; asked of
+    the model's own forward, so remote code written for either works."""
+    return "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
 
 
 class HFTarget(TargetModel):
@@ -38,9 +45,7 @@ class HFTarget(TargetModel):
         self.capacity = 0
         self._cache = None
         self._len = 0
-        # the cache's keyword and output field: ``cache`` since transformers 5.24 (``past_key_values`` deprecated,
-        # removed in 5.40), ``past_key_values`` before; asked of the model's own forward, remote code included
-        self._cache_name = "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
+        self._cache_name = cache_keyword(model)
 
     def setup(self, max_length: int, feature_mode: str | None = None) -> None:
         if feature_mode not in (None, "eagle3", "eagle1"):
